@@ -1,0 +1,98 @@
+import { Command, Option } from 'commander';
+import { CONFIG_OPTION, DATA_DIR_OPTION, envName, loadConfigFile, type OptionSpec } from '../src/config.js';
+import { openDatabase } from '../src/storage/db.js';
+import { createRepositories } from '../src/storage/index.js';
+import { createServices, type Services } from '../src/domain/services.js';
+import { AppError } from '../src/errors.js';
+
+/** Declares an option once: flag, TELEMETRYD_<FLAG> env var, and its default in the help. */
+export function addSpecOption(cmd: Command, spec: OptionSpec): Command {
+  const description = spec.default !== undefined ? `${spec.description} (default: ${spec.default})` : spec.description;
+  return cmd.addOption(new Option(spec.flags, description).env(envName(spec.name)));
+}
+
+/** Options every command takes: --data-dir, --config, --json. */
+export function withCommonOptions(cmd: Command): Command {
+  addSpecOption(cmd, DATA_DIR_OPTION);
+  addSpecOption(cmd, CONFIG_OPTION);
+  return cmd.option('--json', 'print exactly one JSON object on stdout');
+}
+
+const camel = (name: string) => name.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+
+/**
+ * flag > env > config file > default (decisions.md §1): commander has already applied the
+ * flag and env; values absent from both are taken from the config file. Defaults are applied
+ * by buildServerConfig, after this.
+ */
+export function resolveRawOptions(cmd: Command, specs: OptionSpec[]): Record<string, unknown> {
+  const opts = cmd.opts() as Record<string, unknown>;
+  const file = typeof opts.config === 'string' ? loadConfigFile(opts.config) : {};
+  const out: Record<string, unknown> = {};
+  for (const spec of specs) {
+    const fromCli = opts[camel(spec.name)];
+    out[spec.name] = fromCli !== undefined ? fromCli : file[spec.name];
+  }
+  return out;
+}
+
+export interface CommandContext {
+  services: Services;
+  json: boolean;
+  /** Prints the JSON object with --json, else the human text. */
+  print(json: unknown, human: string): void;
+}
+
+/**
+ * Runs an admin command against the data dir: opens the database (the server may hold it
+ * too; busy_timeout makes us wait rather than fail), runs, closes. Failures print one line
+ * on stderr and exit non-zero; with --json nothing is printed on stdout.
+ */
+export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promise<void> | void): Promise<void> {
+  const opts = cmd.opts() as { json?: boolean };
+  const json = Boolean(opts.json);
+  try {
+    const raw = resolveRawOptions(cmd, [DATA_DIR_OPTION]);
+    const dataDir = (raw['data-dir'] as string | undefined) ?? DATA_DIR_OPTION.default!;
+    const db = openDatabase(dataDir);
+    try {
+      const services = createServices(createRepositories(db));
+      await fn({
+        services,
+        json,
+        print(value, human) {
+          process.stdout.write(json ? JSON.stringify(value) + '\n' : human.endsWith('\n') ? human : human + '\n');
+        },
+      });
+    } finally {
+      db.close();
+    }
+  } catch (err) {
+    fail(err);
+  }
+}
+
+export function fail(err: unknown): never {
+  const message = err instanceof AppError ? err.message : err instanceof Error ? err.message : String(err);
+  process.stderr.write(`telemetryd: ${message}\n`);
+  process.exit(err instanceof AppError && err.status === 404 ? 3 : 1);
+}
+
+/** Parses a whole non-negative number option, with a clear message. */
+export function intOption(name: string) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) throw new Error(`${name} must be a whole number >= 0, got "${value}"`);
+    return n;
+  };
+}
+
+export function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+export async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
+  return Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, '');
+}

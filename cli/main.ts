@@ -1,0 +1,39 @@
+import { Command } from 'commander';
+import { VERSION, COMMIT } from '../src/version.js';
+import { accountsCommand } from './accounts.js';
+import { alertsCommand } from './alerts.js';
+import { devicesCommand } from './devices.js';
+import { keysCommand } from './keys.js';
+import { serveCommand } from './serve.js';
+
+/** The telemetryd command line (decisions.md §2: a stable contract). */
+export function buildProgram(): Command {
+  const program = new Command('telemetryd')
+    .description('Self-hosted IoT telemetry: HTTP and MQTT ingest, read-only Public API, web dashboard.')
+    .version(VERSION, '-V, --version-flag', 'print the version number')
+    .showHelpAfterError()
+    .enablePositionalOptions();
+
+  program.addCommand(serveCommand());
+  program.addCommand(accountsCommand());
+  program.addCommand(keysCommand());
+  program.addCommand(devicesCommand());
+  program.addCommand(alertsCommand());
+  program
+    .command('version')
+    .description('print the version and build commit')
+    .option('--json', 'print exactly one JSON object on stdout')
+    .action((opts: { json?: boolean }) => {
+      process.stdout.write(opts.json ? JSON.stringify({ version: VERSION, commit: COMMIT }) + '\n' : `telemetryd ${VERSION} (${COMMIT})\n`);
+    });
+  return program;
+}
+
+async function main() {
+  await buildProgram().parseAsync(process.argv);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`telemetryd: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,49 @@
+import { Command } from 'commander';
+import { buildServerConfig, ConfigError, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
+import { startServer } from '../src/server.js';
+import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
+
+/** Bound on a clean shutdown (decisions.md §2: exit 0 within 10 seconds). */
+const SHUTDOWN_GRACE_MS = 8_000;
+
+export function serveCommand(): Command {
+  const serve = new Command('serve').description('run the server: HTTP (Public API, Device API, dashboard) and MQTT');
+  withCommonOptions(serve);
+  for (const spec of SERVE_OPTIONS) addSpecOption(serve, spec);
+  serve.action(async (_opts, cmd: Command) => {
+    let config;
+    try {
+      config = buildServerConfig(resolveRawOptions(cmd, [DATA_DIR_OPTION, ...SERVE_OPTIONS]));
+    } catch (err) {
+      fail(err instanceof ConfigError ? err : err);
+    }
+    let server;
+    try {
+      server = await startServer(config, { print: (line) => console.log(line) });
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : e);
+    }
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      console.log(`${signal}: shutting down`);
+      const timer = setTimeout(() => {
+        console.error('shutdown took too long; exiting');
+        process.exit(1);
+      }, SHUTDOWN_GRACE_MS);
+      timer.unref();
+      server!.close().then(
+        () => process.exit(0),
+        (err) => {
+          console.error(`shutdown failed: ${(err as Error).message}`);
+          process.exit(1);
+        },
+      );
+    };
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
+  });
+  return serve;
+}

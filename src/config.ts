@@ -1,0 +1,145 @@
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+
+/**
+ * Configuration is resolved once, flag > env (TELEMETRYD_<FLAG>) > config file > default
+ * (decisions.md §1), into one typed object that is passed down. Nothing below the CLI reads
+ * process.env. The option table here is the single declaration: the CLI builds its commander
+ * options from it.
+ */
+export interface ServerConfig {
+  dataDir: string;
+  host: string;
+  httpPort: number;
+  /** TLS MQTT listener port; null when turned off with `--mqtt-port off`. */
+  mqttPort: number | null;
+  /** Plain-TCP MQTT listener; null (off) unless asked for. */
+  mqttPlainPort: number | null;
+  /** Address devices and browsers use ({base_url} / {device_base_url} of the spec). */
+  publicUrl: string;
+  tlsCert: string | null;
+  tlsKey: string | null;
+  smtpUrl: string | null;
+  smtpFrom: string;
+  durability: 'normal' | 'full';
+  logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+}
+
+export interface OptionSpec {
+  /** Long option name, also the config-file key: `http-port` → TELEMETRYD_HTTP_PORT. */
+  name: string;
+  flags: string;
+  description: string;
+  default?: string;
+}
+
+export const DATA_DIR_OPTION: OptionSpec = {
+  name: 'data-dir',
+  flags: '--data-dir <dir>',
+  description: 'data directory (SQLite database, snapshots, TLS material)',
+  default: './telemetryd-data',
+};
+
+export const CONFIG_OPTION: OptionSpec = {
+  name: 'config',
+  flags: '--config <file>',
+  description: 'JSON config file whose keys are long option names',
+};
+
+export const SERVE_OPTIONS: OptionSpec[] = [
+  { name: 'host', flags: '--host <host>', description: 'address to bind', default: '0.0.0.0' },
+  { name: 'http-port', flags: '--http-port <port>', description: 'HTTP port (Public API, Device API, dashboard)', default: '8080' },
+  { name: 'mqtt-port', flags: '--mqtt-port <port|off>', description: 'MQTT over TLS port, or "off"', default: '8883' },
+  { name: 'mqtt-plain-port', flags: '--mqtt-plain-port <port>', description: 'plain MQTT port for LAN devices without TLS (off by default)' },
+  { name: 'public-url', flags: '--public-url <url>', description: 'address devices and browsers use (default http://<host>:<http-port>)' },
+  { name: 'tls-cert', flags: '--tls-cert <file>', description: 'TLS certificate (PEM); default: self-signed, generated into <data-dir>/tls/' },
+  { name: 'tls-key', flags: '--tls-key <file>', description: 'TLS private key (PEM)' },
+  { name: 'smtp-url', flags: '--smtp-url <url>', description: 'SMTP server for alert email: smtp://[user:pass@]host:port or smtps://…' },
+  { name: 'smtp-from', flags: '--smtp-from <addr>', description: 'sender address of alert email', default: 'telemetryd@localhost' },
+  { name: 'durability', flags: '--durability <normal|full>', description: 'normal: survives a process crash; full: also power loss (slower)', default: 'normal' },
+  { name: 'log-level', flags: '--log-level <level>', description: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
+];
+
+export class ConfigError extends Error {}
+
+/** Reads a JSON config file; its keys are long option names (decisions.md §2). */
+export function loadConfigFile(file: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(file, 'utf8'));
+  } catch (err) {
+    throw new ConfigError(`cannot read config file ${file}: ${(err as Error).message}`);
+  }
+  if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new ConfigError(`config file ${file} must hold a JSON object`);
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function port(name: string, value: unknown, allowOff: boolean): number | null {
+  if (value === undefined || value === null || value === '') return null;
+  const text = String(value).trim();
+  if (allowOff && text === 'off') return null;
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) {
+    throw new ConfigError(`--${name} must be a port number 0-65535${allowOff ? ' or "off"' : ''}, got "${text}"`);
+  }
+  return n;
+}
+
+function str(value: unknown): string | null {
+  if (value === undefined || value === null || value === '') return null;
+  return String(value);
+}
+
+const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** Turns resolved raw values (keyed by long option name) into the typed config. */
+export function buildServerConfig(values: Record<string, unknown>): ServerConfig {
+  const get = (name: string) => {
+    const v = values[name];
+    if (v !== undefined) return v;
+    const spec = [DATA_DIR_OPTION, ...SERVE_OPTIONS].find((o) => o.name === name);
+    return spec?.default;
+  };
+  const host = str(get('host')) ?? '0.0.0.0';
+  const httpPort = port('http-port', get('http-port'), false) ?? 8080;
+  const durability = String(get('durability'));
+  if (durability !== 'normal' && durability !== 'full') {
+    throw new ConfigError(`--durability must be "normal" or "full", got "${durability}"`);
+  }
+  const logLevel = String(get('log-level'));
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
+    throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
+  }
+  const tlsCert = str(get('tls-cert'));
+  const tlsKey = str(get('tls-key'));
+  if ((tlsCert === null) !== (tlsKey === null)) {
+    throw new ConfigError('--tls-cert and --tls-key go together');
+  }
+  const smtpUrl = str(get('smtp-url'));
+  if (smtpUrl !== null && !/^smtps?:\/\//.test(smtpUrl)) {
+    throw new ConfigError('--smtp-url must start with smtp:// or smtps://');
+  }
+  const publicHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
+  const publicUrl = (str(get('public-url')) ?? `http://${publicHost}:${httpPort}`).replace(/\/+$/, '');
+  return {
+    dataDir: path.resolve(str(get('data-dir')) ?? './telemetryd-data'),
+    host,
+    httpPort,
+    mqttPort: port('mqtt-port', get('mqtt-port'), true),
+    mqttPlainPort: port('mqtt-plain-port', get('mqtt-plain-port'), true),
+    publicUrl,
+    tlsCert,
+    tlsKey,
+    smtpUrl,
+    smtpFrom: str(get('smtp-from')) ?? 'telemetryd@localhost',
+    durability,
+    logLevel: logLevel as ServerConfig['logLevel'],
+  };
+}
+
+/** Environment variable of an option: `http-port` → `TELEMETRYD_HTTP_PORT`. */
+export function envName(optionName: string): string {
+  return 'TELEMETRYD_' + optionName.toUpperCase().replace(/-/g, '_');
+}

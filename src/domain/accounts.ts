@@ -1,0 +1,85 @@
+import { randomBase62, newId } from '../ids.js';
+import { badRequest, conflict, notFound } from '../errors.js';
+import type { Clock } from '../time.js';
+import type { Repositories } from '../storage/index.js';
+import type { DomainEvents } from './events.js';
+import { PLAN_DEFAULTS, PLAN_NAMES, isPlanName, type PlanLimits } from './plans.js';
+import { hashPassword, MIN_PASSWORD_LENGTH } from './passwords.js';
+import type { Account } from './types.js';
+
+const EMAIL = /^[^\s@]+@[^\s@]+$/;
+
+export type PlanOverrides = Partial<PlanLimits>;
+
+export function accountService(repos: Repositories, events: DomainEvents, clock: Clock) {
+  const newWebhookSecret = () => `whsec_${randomBase62(32)}`;
+
+  /** ACCOUNT is an account id or its email (decisions.md §2). */
+  function resolve(idOrEmail: string): Account {
+    const account = idOrEmail.startsWith('acc_') ? repos.accounts.findById(idOrEmail) : repos.accounts.findByEmail(idOrEmail);
+    if (!account) throw notFound(`no account ${idOrEmail}`);
+    return account;
+  }
+
+  return {
+    resolve,
+    get: (seq: number) => repos.accounts.findBySeq(seq),
+    list: () => repos.accounts.list(),
+    count: () => repos.accounts.count(),
+
+    async create(input: { email: string; name?: string; plan?: string; password?: string | null }): Promise<Account> {
+      const email = input.email.trim();
+      if (!EMAIL.test(email)) throw badRequest(`invalid email address "${input.email}"`);
+      const plan = input.plan ?? 'starter';
+      if (!isPlanName(plan)) throw badRequest(`unknown plan "${plan}" (one of ${PLAN_NAMES.join(', ')})`);
+      if (input.password != null && input.password.length < MIN_PASSWORD_LENGTH) {
+        throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
+      }
+      const passwordHash = input.password != null ? await hashPassword(input.password) : null;
+      if (repos.accounts.findByEmail(email)) throw conflict(`an account with email ${email} exists`);
+      const id = newId('acc');
+      repos.accounts.insert({ id, email, name: input.name?.trim() ?? '', passwordHash, plan, limits: PLAN_DEFAULTS[plan], webhookSecret: newWebhookSecret(), now: clock.now() });
+      return repos.accounts.findById(id)!;
+    },
+
+    /** Sets the whole plan at once: its defaults, then this call's overrides (decisions.md §2). */
+    setPlan(idOrEmail: string, plan: string, overrides: PlanOverrides = {}): Account {
+      const account = resolve(idOrEmail);
+      if (!isPlanName(plan)) throw badRequest(`unknown plan "${plan}" (one of ${PLAN_NAMES.join(', ')})`);
+      const limits = { ...PLAN_DEFAULTS[plan] };
+      for (const [k, v] of Object.entries(overrides) as [keyof PlanLimits, number | undefined][]) {
+        if (v === undefined) continue;
+        if (!Number.isInteger(v) || v < 0) throw badRequest(`limit ${k} must be a non-negative integer`);
+        limits[k] = v;
+      }
+      repos.accounts.setPlan(account.seq, plan, limits, clock.now());
+      events.emit('account.changed', { accountId: account.id, change: 'plan' });
+      return repos.accounts.findBySeq(account.seq)!;
+    },
+
+    setStatus(idOrEmail: string, status: 'active' | 'suspended'): Account {
+      const account = resolve(idOrEmail);
+      repos.accounts.setStatus(account.seq, status, clock.now());
+      events.emit('account.changed', { accountId: account.id, change: status === 'suspended' ? 'suspended' : 'resumed' });
+      return repos.accounts.findBySeq(account.seq)!;
+    },
+
+    /** The account's webhook signing secret; the same until rotated (decisions.md §2). */
+    webhookSecret(idOrEmail: string, rotate = false): { account: Account; secret: string } {
+      const account = resolve(idOrEmail);
+      let secret = account.webhookSecret;
+      if (rotate || !secret) {
+        secret = newWebhookSecret();
+        repos.accounts.setWebhookSecret(account.seq, secret, clock.now());
+      }
+      return { account, secret };
+    },
+
+    async setPassword(seq: number, password: string): Promise<void> {
+      if (password.length < MIN_PASSWORD_LENGTH) throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
+      repos.accounts.setPasswordHash(seq, await hashPassword(password), clock.now());
+    },
+  };
+}
+
+export type AccountService = ReturnType<typeof accountService>;

@@ -1,0 +1,117 @@
+import { newId } from '../ids.js';
+import { badRequest, notFound } from '../errors.js';
+import type { Clock } from '../time.js';
+import type { Repositories } from '../storage/index.js';
+import { ALERT_ACTIONS, ALERT_OPERATORS, ALERT_SEVERITIES, type Account, type Alert, type AlertAction, type AlertOperator, type Device } from './types.js';
+
+export interface AlertInput {
+  name: string;
+  field: string;
+  operator: string;
+  value: number;
+  severity?: string;
+  cooldown?: number;
+  actions?: string[];
+  webhookUrl?: string | null;
+  enabled?: boolean;
+}
+
+/** Validates an alert definition against decisions.md §4 (operators, severities, actions). */
+export function validateAlertInput(input: AlertInput, existing?: Alert) {
+  const name = (input.name ?? existing?.name ?? '').trim();
+  if (!name) throw badRequest('an alert needs a name');
+  const field = (input.field ?? existing?.field ?? '').trim();
+  if (!field || !/^[^.\s]+(\.[^.\s]+)*$/.test(field)) throw badRequest('field must be a field name or a dotted path such as env.temp');
+  const operator = input.operator ?? existing?.operator;
+  if (!(ALERT_OPERATORS as readonly string[]).includes(operator as string)) {
+    throw badRequest(`unknown operator "${operator}" (one of ${ALERT_OPERATORS.join(' ')})`);
+  }
+  const value = Number(input.value ?? existing?.value);
+  if (!Number.isFinite(value)) throw badRequest('value must be a number');
+  const severity = input.severity ?? existing?.severity ?? 'warning';
+  if (!(ALERT_SEVERITIES as readonly string[]).includes(severity)) throw badRequest(`unknown severity "${severity}" (one of ${ALERT_SEVERITIES.join(', ')})`);
+  const cooldown = input.cooldown ?? existing?.cooldown ?? 300;
+  if (!Number.isInteger(cooldown) || cooldown < 0) throw badRequest('cooldown must be a whole number of seconds >= 0');
+  const actions = [...new Set(input.actions ?? existing?.actions ?? ['email'])];
+  for (const a of actions) {
+    if (!(ALERT_ACTIONS as readonly string[]).includes(a)) throw badRequest(`unknown action "${a}" (one of ${ALERT_ACTIONS.join(', ')})`);
+  }
+  const webhookUrl = input.webhookUrl === undefined ? (existing?.webhookUrl ?? null) : input.webhookUrl || null;
+  if (actions.includes('webhook')) {
+    if (!webhookUrl) throw badRequest('the webhook action needs a webhook URL');
+    let url: URL;
+    try {
+      url = new URL(webhookUrl);
+    } catch {
+      throw badRequest(`invalid webhook URL "${webhookUrl}"`);
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw badRequest('webhook URL must be http:// or https://');
+  }
+  return {
+    name,
+    field,
+    operator: operator as AlertOperator,
+    value,
+    severity,
+    cooldown,
+    actions: actions as AlertAction[],
+    webhookUrl,
+    enabled: input.enabled ?? existing?.enabled ?? true,
+  };
+}
+
+export function alertService(repos: Repositories, clock: Clock) {
+  function getOwned(account: Account, id: string): Alert {
+    const alert = repos.alerts.findById(id);
+    if (!alert || alert.accountSeq !== account.seq) throw notFound('alert not found');
+    return alert;
+  }
+
+  function getAny(id: string): Alert {
+    const alert = repos.alerts.findById(id);
+    if (!alert) throw notFound(`no alert ${id}`);
+    return alert;
+  }
+
+  return {
+    getOwned,
+    getAny,
+    list: (account: Account, limit: number, offset: number) => ({
+      alerts: repos.alerts.listByAccount(account.seq, limit, offset),
+      total: repos.alerts.count(account.seq),
+    }),
+
+    create(device: Device, input: AlertInput): Alert {
+      const values = validateAlertInput(input);
+      const id = newId('alert');
+      repos.alerts.insert({ id, accountSeq: device.accountSeq, deviceSeq: device.seq, ...values, now: clock.now() });
+      return repos.alerts.findById(id)!;
+    },
+
+    update(alert: Alert, input: Partial<AlertInput>): Alert {
+      const values = validateAlertInput(input as AlertInput, alert);
+      repos.alerts.update(alert.seq, { ...values, now: clock.now() });
+      return repos.alerts.findById(alert.id)!;
+    },
+
+    setEnabled(alert: Alert, enabled: boolean): Alert {
+      repos.alerts.setEnabled(alert.seq, enabled, clock.now());
+      return repos.alerts.findById(alert.id)!;
+    },
+
+    remove: (alert: Alert) => void repos.alerts.remove(alert.seq),
+
+    history: (alert: Alert, limit: number) => repos.alerts.history(alert.seq, limit),
+
+    /** Sets acknowledged and acknowledged_at = now (decisions.md §4); idempotent. */
+    acknowledge(account: Account, eventId: string) {
+      const event = repos.alerts.findEventById(eventId);
+      const alert = event ? repos.alerts.findBySeq(event.alertSeq) : null;
+      if (!event || !alert || alert.accountSeq !== account.seq) throw notFound('alert event not found');
+      repos.alerts.acknowledgeEvent(event.seq, clock.now());
+      return repos.alerts.findEventById(eventId)!;
+    },
+  };
+}
+
+export type AlertService = ReturnType<typeof alertService>;

@@ -1,0 +1,48 @@
+/**
+ * In-process domain events. Listeners are isolated: one that throws is logged and the
+ * others still run (style.md §10), so an alert action can never break ingest.
+ */
+import type { Alert, AlertEvent, Device, StoredReading } from './types.js';
+
+export interface DomainEventMap {
+  /** A reading was committed. */
+  'reading.stored': { device: Device; reading: StoredReading; parsed: Record<string, unknown> };
+  /** A reading was refused for good (not stored); the device's rejection count went up. */
+  'reading.rejected': { device: Device; reason: string; transport: Transport };
+  /** A device's credentials or status changed, or it was deleted: open sessions must be re-checked. */
+  'device.changed': { deviceId: string; change: 'paused' | 'resumed' | 'token' | 'deleted' | 'updated' };
+  /** An account was suspended, resumed or changed plan. */
+  'account.changed': { accountId: string; change: 'suspended' | 'resumed' | 'plan' };
+  /** Another process (the admin CLI) committed to the database: caches must be dropped. */
+  'external.change': Record<string, never>;
+  'alert.triggered': { alert: Alert; event: AlertEvent; reading: StoredReading };
+}
+
+export type Transport = 'http' | 'mqtt';
+type Listener<K extends keyof DomainEventMap> = (payload: DomainEventMap[K]) => void;
+
+export class DomainEvents {
+  private listeners = new Map<keyof DomainEventMap, Listener<never>[]>();
+
+  constructor(private readonly onListenerError: (err: unknown, event: string) => void = () => {}) {}
+
+  on<K extends keyof DomainEventMap>(event: K, listener: Listener<K>): () => void {
+    const list = this.listeners.get(event) ?? [];
+    list.push(listener as Listener<never>);
+    this.listeners.set(event, list);
+    return () => {
+      const current = this.listeners.get(event) ?? [];
+      this.listeners.set(event, current.filter((l) => l !== (listener as Listener<never>)));
+    };
+  }
+
+  emit<K extends keyof DomainEventMap>(event: K, payload: DomainEventMap[K]): void {
+    for (const listener of this.listeners.get(event) ?? []) {
+      try {
+        (listener as Listener<K>)(payload);
+      } catch (err) {
+        this.onListenerError(err, event);
+      }
+    }
+  }
+}

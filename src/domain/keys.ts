@@ -1,0 +1,53 @@
+import { hashSecret, newApiKey, newId, API_KEY_PREFIX } from '../ids.js';
+import { badRequest, notFound, unauthorized } from '../errors.js';
+import type { Clock } from '../time.js';
+import type { Repositories } from '../storage/index.js';
+import type { Account, ApiKey } from './types.js';
+
+/** last_used_at is written at most this often per key, so reads do not each cost a write. */
+const TOUCH_INTERVAL_MS = 60_000;
+
+export function keyService(repos: Repositories, clock: Clock) {
+  return {
+    /** Creates a key; the full key is returned once and only its hash is stored. */
+    create(account: Account, name: string): { key: string; record: ApiKey } {
+      const label = name.trim();
+      if (!label) throw badRequest('a key needs a name');
+      if (label.length > 100) throw badRequest('key name is longer than 100 characters');
+      const { key, keyPrefix } = newApiKey();
+      const id = newId('key');
+      repos.apiKeys.insert({ id, accountSeq: account.seq, name: label, keyPrefix, keyHash: hashSecret(key), now: clock.now() });
+      return { key, record: repos.apiKeys.findById(id)! };
+    },
+
+    list: (account: Account) => repos.apiKeys.listByAccount(account.seq),
+
+    revoke(keyId: string, account?: Account): ApiKey {
+      const key = repos.apiKeys.findById(keyId);
+      if (!key || (account && key.accountSeq !== account.seq)) throw notFound(`no API key ${keyId}`);
+      repos.apiKeys.revoke(key.seq, clock.now());
+      return repos.apiKeys.findById(keyId)!;
+    },
+
+    /**
+     * Resolves a presented key to its account. Looked up by hash on every request, so a key
+     * revoked from the CLI is refused on its very next use (decisions.md §2).
+     */
+    authenticate(presented: string | undefined): { account: Account; key: ApiKey } {
+      if (!presented) throw unauthorized('missing API key');
+      if (!presented.startsWith(API_KEY_PREFIX)) throw unauthorized('invalid API key');
+      const key = repos.apiKeys.findByHash(hashSecret(presented));
+      if (!key || key.revokedAt !== null) throw unauthorized('invalid API key');
+      const account = repos.accounts.findBySeq(key.accountSeq);
+      if (!account) throw unauthorized('invalid API key');
+      const now = clock.now();
+      if (key.lastUsedAt === null || now - key.lastUsedAt >= TOUCH_INTERVAL_MS) {
+        repos.apiKeys.touch(key.seq, now);
+        key.lastUsedAt = now;
+      }
+      return { account, key };
+    },
+  };
+}
+
+export type KeyService = ReturnType<typeof keyService>;

@@ -1,0 +1,107 @@
+/**
+ * Wire shapes of the resources (interface.md "Resources and their fields"). One place turns
+ * domain records into them, so the Public API, the CLI's --json and the dashboard agree.
+ */
+import { iso } from '../time.js';
+import type { Account, Alert, AlertEvent, ApiKey, Device, StoredReading } from './types.js';
+
+export const readingId = (seq: number) => `tel_${seq.toString(36).padStart(8, '0')}`;
+export const readingSeqFromId = (id: string): number | null => {
+  const m = /^tel_([0-9a-z]{1,13})$/.exec(id);
+  return m ? parseInt(m[1]!, 36) : null;
+};
+
+export function presentDevice(d: Device) {
+  return {
+    id: d.id,
+    name: d.name,
+    type: d.type,
+    description: d.description,
+    status: d.status,
+    settings: d.settings,
+    last_seen: iso(d.lastSeen),
+    created_at: iso(d.createdAt),
+    updated_at: iso(d.updatedAt),
+  };
+}
+
+/** What the owner sees beyond the Public API shape (CLI and dashboard). */
+export function presentDeviceDetail(d: Device) {
+  return {
+    ...presentDevice(d),
+    schema_mode: d.schemaMode,
+    fields: d.fields,
+    snapshots_enabled: d.snapshotsEnabled,
+    rejected_count: d.rejectedCount,
+    last_rejection_reason: d.lastRejectionReason,
+    last_rejection_at: iso(d.lastRejectionAt),
+  };
+}
+
+export function presentReading(r: StoredReading) {
+  return { id: readingId(r.seq), time: iso(r.time), data: JSON.parse(r.data) as Record<string, unknown> };
+}
+
+export function presentAlert(a: Alert) {
+  return {
+    id: a.id,
+    device_id: a.deviceId,
+    name: a.name,
+    condition: { field: a.field, operator: a.operator, value: a.value },
+    actions: a.actions,
+    severity: a.severity,
+    enabled: a.enabled,
+    cooldown: a.cooldown,
+    last_triggered: iso(a.lastTriggered),
+    created_at: iso(a.createdAt),
+    updated_at: iso(a.updatedAt),
+  };
+}
+
+export function presentAlertDetail(a: Alert) {
+  return { ...presentAlert(a), webhook_url: a.webhookUrl };
+}
+
+export function presentAlertEvent(e: AlertEvent) {
+  return {
+    id: e.id,
+    device_id: e.deviceId,
+    condition_value: e.conditionValue,
+    severity: e.severity,
+    acknowledged: e.acknowledged,
+    acknowledged_at: iso(e.acknowledgedAt),
+    triggered_at: iso(e.triggeredAt),
+  };
+}
+
+export function presentApiKey(k: ApiKey) {
+  return {
+    id: k.id,
+    key_prefix: k.keyPrefix,
+    name: k.name,
+    last_used_at: iso(k.lastUsedAt),
+    created_at: iso(k.createdAt),
+    revoked_at: iso(k.revokedAt),
+  };
+}
+
+export function presentAccount(a: Account) {
+  return {
+    id: a.id,
+    email: a.email,
+    name: a.name,
+    plan: a.plan,
+    status: a.status,
+    limits: {
+      rate_per_minute: a.limits.ratePerMinute,
+      rate_per_day: a.limits.ratePerDay,
+      device_limit: a.limits.deviceLimit,
+      retention_days: a.limits.retentionDays,
+      snapshots_per_day: a.limits.snapshotsPerDay,
+      snapshot_retention_days: a.limits.snapshotRetentionDays,
+      field_limit: a.limits.fieldLimit,
+    },
+    created_at: iso(a.createdAt),
+    updated_at: iso(a.updatedAt),
+  };
+}

@@ -1,0 +1,64 @@
+import { rateLimited } from '../errors.js';
+import { DAY_MS, MINUTE_MS, type Clock } from '../time.js';
+import type { Account } from './types.js';
+
+export interface RateLimitState {
+  limit: number;
+  remaining: number;
+  dailyLimit: number;
+  dailyRemaining: number;
+}
+
+interface Counter {
+  minute: number;
+  minuteCount: number;
+  day: number;
+  dayCount: number;
+}
+
+/**
+ * Per-account Public API limits: fixed windows of the current UTC minute and UTC day
+ * (decisions.md §4). Every request with a valid key counts, 4xx included; a request refused
+ * with 429 does not. Counts live in memory: a restart forgives the current windows.
+ */
+export class RateLimiter {
+  private counters = new Map<number, Counter>();
+
+  constructor(private readonly clock: Clock) {}
+
+  /** Counts one request, or throws 429 (with the state to put in headers) when over a limit. */
+  consume(account: Account): RateLimitState {
+    const now = this.clock.now();
+    const minute = Math.floor(now / MINUTE_MS);
+    const day = Math.floor(now / DAY_MS);
+    let c = this.counters.get(account.seq);
+    if (!c) {
+      c = { minute, minuteCount: 0, day, dayCount: 0 };
+      this.counters.set(account.seq, c);
+    }
+    if (c.minute !== minute) {
+      c.minute = minute;
+      c.minuteCount = 0;
+    }
+    if (c.day !== day) {
+      c.day = day;
+      c.dayCount = 0;
+    }
+    const { ratePerMinute, ratePerDay } = account.limits;
+    const state = (): RateLimitState => ({
+      limit: ratePerMinute,
+      remaining: Math.max(0, ratePerMinute - c.minuteCount),
+      dailyLimit: ratePerDay,
+      dailyRemaining: Math.max(0, ratePerDay - c.dayCount),
+    });
+    if (c.dayCount >= ratePerDay) {
+      throw Object.assign(rateLimited('rate limit exceeded', Math.ceil(((day + 1) * DAY_MS - now) / 1000)), { rateLimit: state() });
+    }
+    if (c.minuteCount >= ratePerMinute) {
+      throw Object.assign(rateLimited('rate limit exceeded', Math.ceil(((minute + 1) * MINUTE_MS - now) / 1000)), { rateLimit: state() });
+    }
+    c.minuteCount++;
+    c.dayCount++;
+    return state();
+  }
+}

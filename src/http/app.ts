@@ -1,0 +1,56 @@
+import Fastify, { LogController, type FastifyInstance } from 'fastify';
+import swagger from '@fastify/swagger';
+import type { Services } from '../domain/services.js';
+import type { ServerConfig } from '../config.js';
+import { errorBody, handleError } from './errors.js';
+import { SHARED_SCHEMAS } from './schemas.js';
+import { publicApiRoutes } from './routes/publicApi.js';
+import { deviceApiRoutes } from './routes/deviceApi.js';
+import { healthRoutes } from './routes/health.js';
+import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+
+export interface AppOptions {
+  services: Services;
+  config: ServerConfig;
+  /** A pino logger instance or fastify logger options. */
+  logger?: boolean | object;
+  version: string;
+  /** One-time first-run setup token, while no account exists (used by the dashboard). */
+  setupToken?: string | null;
+}
+
+/** Builds the HTTP app without listening (style.md §1); server.ts listens, tests may too. */
+export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
+  const { services, config } = opts;
+  const app = Fastify({
+    logger: opts.logger ?? false,
+    bodyLimit: MAX_INGEST_BYTES,
+    // Per-request log lines at ingest rates cost more than the work itself; errors are still logged.
+    logController: new LogController({ disableRequestLogging: true }),
+    // Bound what a slow or hostile client can hold (reliability: slowloris, huge headers).
+    requestTimeout: 30_000,
+    connectionTimeout: 60_000,
+    routerOptions: { maxParamLength: 200 },
+    return503OnClosing: true,
+    ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false } },
+  });
+
+  for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
+  app.setErrorHandler(handleError);
+  app.setNotFoundHandler((request, reply) => reply.code(404).send(errorBody(request.url, 'not found')));
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'telemetryd Public API', version: opts.version, description: 'Read-only access to devices, telemetry, alerts and account usage.' },
+      servers: [{ url: config.publicUrl }],
+      components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'API key (tlm_…)' } } },
+    },
+    hideUntagged: true,
+  });
+
+  await app.register(healthRoutes, { services, version: opts.version });
+  await app.register(publicApiRoutes, { prefix: '/v1', services });
+  await app.register(deviceApiRoutes, { prefix: '/api/devices', services });
+  return app;
+}

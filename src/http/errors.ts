@@ -1,0 +1,51 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { AppError } from '../errors.js';
+
+/**
+ * The one place where errors become HTTP responses. The Public API answers
+ * {"error": "..."} (interface.md "Errors"); the Device API answers
+ * {"success": false, "error": "..."} (decisions.md §4). 4xx messages are shown as they are;
+ * 5xx details are logged and hidden.
+ */
+export function isDeviceApi(url: string): boolean {
+  return url.startsWith('/api/devices');
+}
+
+export function errorBody(url: string, message: string) {
+  return isDeviceApi(url) ? { success: false, error: message } : { error: message };
+}
+
+/** fastify's own errors, turned into the statuses the spec documents. */
+function fromFastify(err: FastifyError, url: string): { status: number; message: string } {
+  if (err.validation) return { status: 400, message: err.message };
+  switch (err.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return { status: 413, message: 'request body is too large' };
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      // Ingest accepts any content type as JSON; this only reaches other routes.
+      return { status: isDeviceApi(url) ? 400 : 415, message: 'unsupported content type' };
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return { status: 400, message: 'request body is empty' };
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return { status: 400, message: 'invalid content length' };
+  }
+  if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
+    // e.g. malformed JSON (secure-json-parse) or a __proto__ key.
+    return { status: err.statusCode, message: err.statusCode === 400 && /JSON|Unexpected|proto/i.test(err.message) ? `invalid JSON body: ${err.message}` : err.message };
+  }
+  return { status: 500, message: 'internal server error' };
+}
+
+export function handleError(err: FastifyError | AppError, request: FastifyRequest, reply: FastifyReply) {
+  let status: number;
+  let message: string;
+  if (err instanceof AppError) {
+    status = err.status;
+    message = err.status === 500 ? 'internal server error' : err.message;
+    if (err.retryAfter !== undefined) reply.header('Retry-After', String(err.retryAfter));
+  } else {
+    ({ status, message } = fromFastify(err, request.url));
+  }
+  if (status >= 500) request.log.error({ err }, 'request failed');
+  return reply.code(status).type('application/json').send(errorBody(request.url, message));
+}

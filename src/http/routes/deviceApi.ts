@@ -1,0 +1,41 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import sjson from 'secure-json-parse';
+import { badRequest } from '../../errors.js';
+import type { Services } from '../../domain/services.js';
+import { MAX_INGEST_BYTES } from '../../domain/ingest/pipeline.js';
+
+export function bearerToken(request: FastifyRequest): string | undefined {
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(request.headers.authorization ?? '');
+  return m?.[1];
+}
+
+/** The Device API (interface.md "Device API"): HTTP ingest. Snapshot routes live beside it. */
+export async function deviceApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
+  // Devices and quick curl tests often send JSON without the right Content-Type; ingest
+  // parses any body as JSON (with the same prototype-poisoning protection as fastify's).
+  app.addContentTypeParser('*', { parseAs: 'string', bodyLimit: MAX_INGEST_BYTES }, (_req, body, done) => {
+    try {
+      done(null, sjson.parse(body as string));
+    } catch (err) {
+      done(Object.assign(new Error(`invalid JSON body: ${(err as Error).message}`), { statusCode: 400 }), undefined);
+    }
+  });
+
+  app.post<{ Body: unknown }>(
+    '/ingest',
+    { bodyLimit: MAX_INGEST_BYTES, schema: { hide: true } },
+    async (request) => {
+      const body = request.body;
+      if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('body must be a JSON object with device_id and data');
+      const { device_id: deviceId, access_token: bodyToken, data } = body as Record<string, unknown>;
+      if (deviceId === undefined || deviceId === '') throw badRequest('device_id is required');
+      if (typeof deviceId !== 'string') throw badRequest('device_id must be a string');
+      const token = bodyToken ?? bearerToken(request);
+      if (token === undefined || token === '') throw badRequest('access_token is required (in the body or as Authorization: Bearer)');
+      if (data === undefined) throw badRequest('data is required');
+      // Resolves only after the reading's transaction has committed (decisions.md §5).
+      await services.ingest.ingestReading({ transport: 'http', deviceId, token, data });
+      return { success: true };
+    },
+  );
+}

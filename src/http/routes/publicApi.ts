@@ -1,0 +1,213 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { forbidden, AppError } from '../../errors.js';
+import type { Services } from '../../domain/services.js';
+import type { RateLimitState } from '../../domain/rateLimit.js';
+import { planHasApiAccess } from '../../domain/plans.js';
+import { presentAlert, presentAlertEvent, presentApiKey, presentDevice, presentReading } from '../../domain/presenters.js';
+import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
+import type { Account } from '../../domain/types.js';
+import { paginationSchema, publicErrorResponses, ref } from '../schemas.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    account?: Account;
+  }
+}
+
+/** Page sizes (interface.md "Page and result sizes"); a limit above the max is clamped. */
+const LIMITS = { devices: [50, 100], alerts: [50, 100], history: [50, 100], telemetry: [100, 1000] } as const;
+const clamp = (value: number | undefined, [def, max]: readonly [number, number]) => Math.min(value ?? def, max);
+
+const limitParam = { type: 'integer', minimum: 1 } as const;
+const offsetParam = { type: 'integer', minimum: 0, default: 0 } as const;
+const idParams = { type: 'object', properties: { id: { type: 'string', maxLength: 200 } }, required: ['id'] } as const;
+
+function bearer(request: FastifyRequest): string | undefined {
+  const header = request.headers.authorization;
+  if (!header) return undefined;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return m ? m[1] : '';
+}
+
+function setRateHeaders(reply: { header(k: string, v: string): unknown }, s: RateLimitState) {
+  reply.header('X-RateLimit-Limit', String(s.limit));
+  reply.header('X-RateLimit-Remaining', String(s.remaining));
+  reply.header('X-RateLimit-Daily-Limit', String(s.dailyLimit));
+  reply.header('X-RateLimit-Daily-Remaining', String(s.dailyRemaining));
+}
+
+/** The read-only Public API under /v1 (interface.md "Endpoints"). */
+export async function publicApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
+  const { keys, devices, telemetry, alerts, usage, rateLimiter } = services;
+
+  // Authentication, plan gating and rate limiting, in that order: 401, then 403 (no rate
+  // headers), then the limit; every counted request carries the four headers, errors included.
+  app.addHook('onRequest', async (request, reply) => {
+    if ((request.routeOptions.config as { public?: boolean }).public) return;
+    const { account } = keys.authenticate(bearer(request));
+    if (account.status === 'suspended') throw forbidden('account is suspended');
+    if (!planHasApiAccess(account.plan)) throw forbidden('the free plan has no Public API access; upgrade to starter or above');
+    try {
+      setRateHeaders(reply, rateLimiter.consume(account));
+    } catch (err) {
+      const state = (err as { rateLimit?: RateLimitState }).rateLimit;
+      if (state) setRateHeaders(reply, state);
+      throw err as AppError;
+    }
+    request.account = account;
+  });
+
+  const tags = ['Public API'];
+  const security = [{ bearerAuth: [] }];
+
+  app.get<{ Querystring: { limit?: number; offset: number; status?: 'active' | 'paused' } }>(
+    '/devices',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'List devices',
+        querystring: { type: 'object', properties: { limit: limitParam, offset: offsetParam, status: { type: 'string', enum: ['active', 'paused'] } } },
+        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('Device') }, pagination: paginationSchema }, required: ['data', 'pagination'] }, ...publicErrorResponses },
+      },
+    },
+    async (request) => {
+      const limit = clamp(request.query.limit, LIMITS.devices);
+      const { offset, status } = request.query;
+      const page = devices.list(request.account!, { limit, offset, status });
+      return { data: page.devices.map(presentDevice), pagination: { total: page.total, limit, offset } };
+    },
+  );
+
+  app.get<{ Params: { id: string } }>(
+    '/devices/:id',
+    { schema: { tags, security, summary: 'Get a device', params: idParams, response: { 200: { type: 'object', properties: { data: ref('Device') }, required: ['data'] }, ...publicErrorResponses } } },
+    async (request) => ({ data: presentDevice(devices.getOwned(request.account!, request.params.id)) }),
+  );
+
+  app.get<{ Params: { id: string } }>(
+    '/devices/:id/telemetry/latest',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Latest reading of a device',
+        params: idParams,
+        response: { 200: { type: 'object', properties: { data: { anyOf: [ref('TelemetryReading'), { type: 'null' }] } }, required: ['data'] }, ...publicErrorResponses },
+      },
+    },
+    async (request) => {
+      const account = request.account!;
+      const reading = telemetry.latest(account, devices.getOwned(account, request.params.id));
+      return { data: reading ? presentReading(reading) : null };
+    },
+  );
+
+  app.get<{ Params: { id: string }; Querystring: { range: RangeName; limit?: number } }>(
+    '/devices/:id/telemetry',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Telemetry history, newest first, capped to the plan retention',
+        params: idParams,
+        querystring: { type: 'object', properties: { range: { type: 'string', enum: RANGE_NAMES, default: '24h' }, limit: limitParam } },
+        response: {
+          200: {
+            type: 'object',
+            properties: {
+              data: { type: 'array', items: ref('TelemetryReading') },
+              query: {
+                type: 'object',
+                properties: {
+                  device_id: { type: 'string' },
+                  requested_range: { type: 'string' },
+                  range: { type: 'string' },
+                  limit: { type: 'integer' },
+                  data_retention_days: { type: 'integer' },
+                },
+                required: ['device_id', 'requested_range', 'range', 'limit', 'data_retention_days'],
+              },
+            },
+            required: ['data', 'query'],
+          },
+          ...publicErrorResponses,
+        },
+      },
+    },
+    async (request) => {
+      const account = request.account!;
+      const device = devices.getOwned(account, request.params.id);
+      const limit = clamp(request.query.limit, LIMITS.telemetry);
+      const { range, readings } = telemetry.history(account, device, request.query.range, limit);
+      return {
+        data: readings.map(presentReading),
+        query: { device_id: device.id, requested_range: request.query.range, range, limit, data_retention_days: account.limits.retentionDays },
+      };
+    },
+  );
+
+  app.get<{ Querystring: { limit?: number; offset: number } }>(
+    '/alerts',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'List alerts',
+        querystring: { type: 'object', properties: { limit: limitParam, offset: offsetParam } },
+        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('Alert') }, pagination: paginationSchema }, required: ['data', 'pagination'] }, ...publicErrorResponses },
+      },
+    },
+    async (request) => {
+      const limit = clamp(request.query.limit, LIMITS.alerts);
+      const { offset } = request.query;
+      const page = alerts.list(request.account!, limit, offset);
+      return { data: page.alerts.map(presentAlert), pagination: { total: page.total, limit, offset } };
+    },
+  );
+
+  app.get<{ Params: { id: string } }>(
+    '/alerts/:id',
+    { schema: { tags, security, summary: 'Get an alert', params: idParams, response: { 200: { type: 'object', properties: { data: ref('Alert') }, required: ['data'] }, ...publicErrorResponses } } },
+    async (request) => ({ data: presentAlert(alerts.getOwned(request.account!, request.params.id)) }),
+  );
+
+  app.get<{ Params: { id: string }; Querystring: { limit?: number } }>(
+    '/alerts/:id/history',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Trigger history of an alert, newest first',
+        params: idParams,
+        querystring: { type: 'object', properties: { limit: limitParam } },
+        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('AlertTriggerEvent') } }, required: ['data'] }, ...publicErrorResponses },
+      },
+    },
+    async (request) => {
+      const alert = alerts.getOwned(request.account!, request.params.id);
+      return { data: alerts.history(alert, clamp(request.query.limit, LIMITS.history)).map(presentAlertEvent) };
+    },
+  );
+
+  app.get(
+    '/account/usage',
+    { schema: { tags, security, summary: 'Account usage', response: { 200: { type: 'object', properties: { data: ref('AccountUsage') }, required: ['data'] }, ...publicErrorResponses } } },
+    async (request) => ({ data: usage.usage(request.account!) }),
+  );
+
+  app.get(
+    '/account/keys',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'API key metadata (the keys themselves are never returned)',
+        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('ApiKey') } }, required: ['data'] }, ...publicErrorResponses },
+      },
+    },
+    async (request) => ({ data: keys.list(request.account!).map(presentApiKey) }),
+  );
+
+  app.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
+}

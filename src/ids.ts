@@ -1,0 +1,47 @@
+import { randomBytes, createHash, timingSafeEqual } from 'node:crypto';
+
+const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
+
+/** Uniform random base62 string (rejection sampling, so no modulo bias). */
+export function randomBase62(length: number): string {
+  let out = '';
+  while (out.length < length) {
+    for (const byte of randomBytes(length * 2)) {
+      if (byte < 248) out += BASE62[byte % 62];
+      if (out.length === length) break;
+    }
+  }
+  return out;
+}
+
+export type IdPrefix = 'acc' | 'dev' | 'key' | 'alert' | 'evt';
+
+/** Opaque identifiers with a type prefix (interface.md "Resources and their fields"). */
+export function newId(prefix: IdPrefix): string {
+  return `${prefix}_${randomBase62(16)}`;
+}
+
+/** Secrets (API keys, device tokens) are stored only as this hash (decisions.md §4). */
+export function hashSecret(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
+}
+
+/** Constant-time comparison of two hex digests. */
+export function sameHash(a: string, b: string): boolean {
+  const ba = Buffer.from(a, 'hex');
+  const bb = Buffer.from(b, 'hex');
+  return ba.length === bb.length && timingSafeEqual(ba, bb);
+}
+
+export const API_KEY_PREFIX = 'tlm_';
+
+/** `tlm_` + 40 base62 characters; key_prefix is `tlm_` plus the next 8 (decisions.md §4). */
+export function newApiKey(): { key: string; keyPrefix: string } {
+  const key = API_KEY_PREFIX + randomBase62(40);
+  return { key, keyPrefix: key.slice(0, API_KEY_PREFIX.length + 8) };
+}
+
+/** Device access token: 40 random base62 characters (at least 32 required). */
+export function newDeviceToken(): string {
+  return randomBase62(40);
+}

@@ -1,0 +1,49 @@
+import Database from 'better-sqlite3';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { loadNativeBinding } from './native.js';
+import { migrate } from './migrations.js';
+
+export type Db = Database.Database;
+
+export interface OpenOptions {
+  durability?: 'normal' | 'full';
+  readonly?: boolean;
+}
+
+export const DB_FILE = 'telemetryd.db';
+
+/** Creates the data dir (mode 0700: it holds secrets' hashes and readings). */
+export function ensureDataDir(dataDir: string): void {
+  if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+}
+
+/**
+ * Opens the database once, deliberately (style.md §7): busy_timeout first, because the
+ * admin CLI and the server share the file; then WAL so readers never block the writer;
+ * synchronous NORMAL (survives a process crash) or FULL (also power loss), decisions.md §5.
+ */
+export function openDatabase(dataDir: string, options: OpenOptions = {}): Db {
+  ensureDataDir(dataDir);
+  const file = path.join(dataDir, DB_FILE);
+  const db = new Database(file, { nativeBinding: loadNativeBinding(dataDir) } as Database.Options);
+  db.pragma('busy_timeout = 10000');
+  db.pragma('journal_mode = WAL');
+  db.pragma(`synchronous = ${options.durability === 'full' ? 'FULL' : 'NORMAL'}`);
+  db.pragma('foreign_keys = ON');
+  // Larger page cache and memory-mapped reads keep history queries on a big table fast.
+  db.pragma('cache_size = -65536');
+  db.pragma('mmap_size = 268435456');
+  db.pragma('temp_store = MEMORY');
+  // Fewer, larger checkpoints: each transaction touches one index page per device.
+  db.pragma('wal_autocheckpoint = 4000');
+  migrate(db);
+  for (const suffix of ['', '-wal', '-shm']) {
+    try {
+      chmodSync(file + suffix, 0o600);
+    } catch {
+      // -wal/-shm may not exist yet; SQLite creates them with the main file's mode.
+    }
+  }
+  return db;
+}

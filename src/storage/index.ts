@@ -1,0 +1,24 @@
+import type { Db } from './db.js';
+import { accountsRepo } from './repos/accounts.js';
+import { apiKeysRepo } from './repos/apiKeys.js';
+import { devicesRepo } from './repos/devices.js';
+import { readingsRepo } from './repos/readings.js';
+import { alertsRepo } from './repos/alerts.js';
+
+/** Every repository over one connection: what the domain layer is given. */
+export function createRepositories(db: Db) {
+  return {
+    db,
+    accounts: accountsRepo(db),
+    apiKeys: apiKeysRepo(db),
+    devices: devicesRepo(db),
+    readings: readingsRepo(db),
+    alerts: alertsRepo(db),
+    /** Runs fn in one synchronous transaction (never spans an await). */
+    // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the
+    // server) waits on busy_timeout instead of failing with SQLITE_BUSY on lock upgrade.
+    transaction: <T>(fn: () => T): T => db.transaction(fn).immediate(),
+  };
+}
+
+export type Repositories = ReturnType<typeof createRepositories>;

@@ -1,0 +1,139 @@
+import type { Database } from 'better-sqlite3';
+
+/**
+ * Numbered migrations, applied in order inside one transaction each before the server
+ * listens. PRAGMA user_version records the last one applied. Never edit a released
+ * migration: add a new one.
+ *
+ * Times are integer milliseconds since the epoch (UTC). Public ids (dev_…, key_…) are
+ * UNIQUE text; an integer `seq` is the join key, so the big readings table stores a small
+ * integer per row instead of a 20-byte id.
+ */
+export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
+  {
+    version: 1,
+    name: 'core',
+    sql: `
+      CREATE TABLE accounts (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        email TEXT NOT NULL UNIQUE COLLATE NOCASE,
+        name TEXT NOT NULL DEFAULT '',
+        password_hash TEXT,
+        plan TEXT NOT NULL,
+        status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'suspended')),
+        rate_per_minute INTEGER NOT NULL,
+        rate_per_day INTEGER NOT NULL,
+        device_limit INTEGER NOT NULL,
+        retention_days INTEGER NOT NULL,
+        snapshots_per_day INTEGER NOT NULL,
+        snapshot_retention_days INTEGER NOT NULL,
+        field_limit INTEGER NOT NULL,
+        webhook_secret TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+
+      CREATE TABLE api_keys (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        account_seq INTEGER NOT NULL REFERENCES accounts(seq) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        key_prefix TEXT NOT NULL,
+        key_hash TEXT NOT NULL UNIQUE,
+        last_used_at INTEGER,
+        created_at INTEGER NOT NULL,
+        revoked_at INTEGER
+      );
+      CREATE INDEX api_keys_by_account ON api_keys(account_seq, created_at);
+
+      CREATE TABLE devices (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        account_seq INTEGER NOT NULL REFERENCES accounts(seq) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        type TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        status TEXT NOT NULL DEFAULT 'active' CHECK (status IN ('active', 'paused')),
+        settings TEXT NOT NULL DEFAULT '{}',
+        schema_mode TEXT NOT NULL CHECK (schema_mode IN ('strict', 'flexible')),
+        fields TEXT NOT NULL DEFAULT '[]',
+        snapshots_enabled INTEGER NOT NULL DEFAULT 0,
+        token_hash TEXT NOT NULL UNIQUE,
+        -- last_seen is derived from the readings index; this column only keeps it once
+        -- retention has deleted every reading (see readings repository).
+        last_seen INTEGER,
+        rejected_count INTEGER NOT NULL DEFAULT 0,
+        last_rejection_reason TEXT,
+        last_rejection_at INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+      CREATE INDEX devices_by_account ON devices(account_seq, created_at, seq);
+
+      -- No foreign key here: it would cost a lookup on every insert of the hottest table.
+      -- Device deletion removes its readings explicitly.
+      CREATE TABLE readings (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        device_seq INTEGER NOT NULL,
+        time INTEGER NOT NULL,
+        data TEXT NOT NULL
+      );
+      -- "newest N of one device in a range" and per-device 24 h counts are range scans here.
+      CREATE INDEX readings_by_device_time ON readings(device_seq, time);
+
+      CREATE TABLE alerts (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        account_seq INTEGER NOT NULL REFERENCES accounts(seq) ON DELETE CASCADE,
+        device_seq INTEGER NOT NULL REFERENCES devices(seq) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        field TEXT NOT NULL,
+        operator TEXT NOT NULL,
+        value REAL NOT NULL,
+        actions TEXT NOT NULL DEFAULT '["email"]',
+        webhook_url TEXT,
+        severity TEXT NOT NULL,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        cooldown INTEGER NOT NULL DEFAULT 300,
+        last_triggered INTEGER,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+      CREATE INDEX alerts_by_account ON alerts(account_seq, created_at, seq);
+      CREATE INDEX alerts_by_device ON alerts(device_seq);
+
+      CREATE TABLE alert_events (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        alert_seq INTEGER NOT NULL REFERENCES alerts(seq) ON DELETE CASCADE,
+        device_id TEXT NOT NULL,
+        condition_value REAL NOT NULL,
+        severity TEXT NOT NULL,
+        acknowledged INTEGER NOT NULL DEFAULT 0,
+        acknowledged_at INTEGER,
+        triggered_at INTEGER NOT NULL,
+        reading_seq INTEGER,
+        deliveries TEXT NOT NULL DEFAULT '[]'
+      );
+      CREATE INDEX alert_events_by_alert ON alert_events(alert_seq, triggered_at);
+    `,
+  },
+];
+
+/**
+ * Applies pending migrations. Each runs in an IMMEDIATE transaction that re-reads the
+ * version first, so `serve` and an admin command starting together on a new data dir
+ * cannot both apply the same migration.
+ */
+export function migrate(db: Database): number {
+  for (const m of MIGRATIONS) {
+    db.transaction(() => {
+      const current = db.pragma('user_version', { simple: true }) as number;
+      if (m.version <= current) return;
+      db.exec(m.sql);
+      db.pragma(`user_version = ${m.version}`);
+    }).immediate();
+  }
+  return db.pragma('user_version', { simple: true }) as number;
+}

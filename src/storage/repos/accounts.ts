@@ -1,0 +1,98 @@
+import type { Db } from '../db.js';
+import type { Account } from '../../domain/types.js';
+import type { PlanLimits } from '../../domain/plans.js';
+
+interface AccountRow {
+  seq: number;
+  id: string;
+  email: string;
+  name: string;
+  password_hash: string | null;
+  plan: string;
+  status: 'active' | 'suspended';
+  rate_per_minute: number;
+  rate_per_day: number;
+  device_limit: number;
+  retention_days: number;
+  snapshots_per_day: number;
+  snapshot_retention_days: number;
+  field_limit: number;
+  webhook_secret: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+function toAccount(r: AccountRow | undefined): Account | null {
+  if (!r) return null;
+  return {
+    seq: r.seq,
+    id: r.id,
+    email: r.email,
+    name: r.name,
+    plan: r.plan,
+    status: r.status,
+    limits: {
+      ratePerMinute: r.rate_per_minute,
+      ratePerDay: r.rate_per_day,
+      deviceLimit: r.device_limit,
+      retentionDays: r.retention_days,
+      snapshotsPerDay: r.snapshots_per_day,
+      snapshotRetentionDays: r.snapshot_retention_days,
+      fieldLimit: r.field_limit,
+    },
+    webhookSecret: r.webhook_secret,
+    passwordHash: r.password_hash,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+const limitParams = (l: PlanLimits) => ({
+  rate_per_minute: l.ratePerMinute,
+  rate_per_day: l.ratePerDay,
+  device_limit: l.deviceLimit,
+  retention_days: l.retentionDays,
+  snapshots_per_day: l.snapshotsPerDay,
+  snapshot_retention_days: l.snapshotRetentionDays,
+  field_limit: l.fieldLimit,
+});
+
+export function accountsRepo(db: Db) {
+  const byId = db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?');
+  const bySeq = db.prepare<[number], AccountRow>('SELECT * FROM accounts WHERE seq = ?');
+  const byEmail = db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE email = ?');
+  const all = db.prepare<[], AccountRow>('SELECT * FROM accounts ORDER BY created_at, seq');
+  const count = db.prepare<[], { n: number }>('SELECT count(*) AS n FROM accounts');
+  const insert = db.prepare(`
+    INSERT INTO accounts (id, email, name, password_hash, plan, status, rate_per_minute, rate_per_day,
+      device_limit, retention_days, snapshots_per_day, snapshot_retention_days, field_limit,
+      webhook_secret, created_at, updated_at)
+    VALUES (@id, @email, @name, @password_hash, @plan, 'active', @rate_per_minute, @rate_per_day,
+      @device_limit, @retention_days, @snapshots_per_day, @snapshot_retention_days, @field_limit,
+      @webhook_secret, @now, @now)`);
+  const updatePlan = db.prepare(`
+    UPDATE accounts SET plan = @plan, rate_per_minute = @rate_per_minute, rate_per_day = @rate_per_day,
+      device_limit = @device_limit, retention_days = @retention_days, snapshots_per_day = @snapshots_per_day,
+      snapshot_retention_days = @snapshot_retention_days, field_limit = @field_limit, updated_at = @now
+    WHERE seq = @seq`);
+  const updateStatus = db.prepare('UPDATE accounts SET status = ?, updated_at = ? WHERE seq = ?');
+  const updateSecret = db.prepare('UPDATE accounts SET webhook_secret = ?, updated_at = ? WHERE seq = ?');
+  const updatePassword = db.prepare('UPDATE accounts SET password_hash = ?, updated_at = ? WHERE seq = ?');
+
+  return {
+    findById: (id: string) => toAccount(byId.get(id)),
+    findBySeq: (seq: number) => toAccount(bySeq.get(seq)),
+    findByEmail: (email: string) => toAccount(byEmail.get(email)),
+    list: () => all.all().map((r) => toAccount(r)!),
+    count: () => count.get()!.n,
+    insert(a: { id: string; email: string; name: string; passwordHash: string | null; plan: string; limits: PlanLimits; webhookSecret: string; now: number }) {
+      insert.run({ id: a.id, email: a.email, name: a.name, password_hash: a.passwordHash, plan: a.plan, webhook_secret: a.webhookSecret, now: a.now, ...limitParams(a.limits) });
+    },
+    setPlan: (seq: number, plan: string, limits: PlanLimits, now: number) => updatePlan.run({ seq, plan, now, ...limitParams(limits) }),
+    setStatus: (seq: number, status: 'active' | 'suspended', now: number) => updateStatus.run(status, now, seq),
+    setWebhookSecret: (seq: number, secret: string, now: number) => updateSecret.run(secret, now, seq),
+    setPasswordHash: (seq: number, hash: string, now: number) => updatePassword.run(hash, now, seq),
+  };
+}
+
+export type AccountsRepo = ReturnType<typeof accountsRepo>;

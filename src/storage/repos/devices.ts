@@ -1,0 +1,118 @@
+import type { Db } from '../db.js';
+import type { Device, FieldDefinition, SchemaMode } from '../../domain/types.js';
+
+interface DeviceRow {
+  seq: number;
+  id: string;
+  account_seq: number;
+  name: string;
+  type: string;
+  description: string;
+  status: 'active' | 'paused';
+  settings: string;
+  schema_mode: SchemaMode;
+  fields: string;
+  snapshots_enabled: number;
+  token_hash: string;
+  last_seen: number | null;
+  rejected_count: number;
+  last_rejection_reason: string | null;
+  last_rejection_at: number | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface DeviceWithToken extends Device {
+  tokenHash: string;
+}
+
+function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
+  if (!r) return null;
+  return {
+    seq: r.seq,
+    id: r.id,
+    accountSeq: r.account_seq,
+    name: r.name,
+    type: r.type,
+    description: r.description,
+    status: r.status,
+    settings: JSON.parse(r.settings) as Record<string, unknown>,
+    schemaMode: r.schema_mode,
+    fields: JSON.parse(r.fields) as FieldDefinition[],
+    snapshotsEnabled: r.snapshots_enabled === 1,
+    tokenHash: r.token_hash,
+    lastSeen: r.last_seen,
+    rejectedCount: r.rejected_count,
+    lastRejectionReason: r.last_rejection_reason,
+    lastRejectionAt: r.last_rejection_at,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+// last_seen is the newest reading's time: one index probe, so ingest never has to update the
+// device row. The stored column is the fallback after retention removed every reading.
+const SELECT = `SELECT d.seq, d.id, d.account_seq, d.name, d.type, d.description, d.status, d.settings,
+  d.schema_mode, d.fields, d.snapshots_enabled, d.token_hash,
+  COALESCE((SELECT max(r.time) FROM readings r WHERE r.device_seq = d.seq), d.last_seen) AS last_seen,
+  d.rejected_count, d.last_rejection_reason, d.last_rejection_at, d.created_at, d.updated_at
+  FROM devices d`;
+
+export interface NewDevice {
+  id: string;
+  accountSeq: number;
+  name: string;
+  type: string;
+  description: string;
+  settings: Record<string, unknown>;
+  schemaMode: SchemaMode;
+  fields: FieldDefinition[];
+  snapshotsEnabled: boolean;
+  tokenHash: string;
+  now: number;
+}
+
+export function devicesRepo(db: Db) {
+  const byId = db.prepare<[string], DeviceRow>(`${SELECT} WHERE d.id = ?`);
+  const bySeq = db.prepare<[number], DeviceRow>(`${SELECT} WHERE d.seq = ?`);
+  // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
+  const forAuth = db.prepare<[string], DeviceRow>('SELECT * FROM devices WHERE id = ?');
+  // Devices list in created_at order, stable under offset paging (decisions.md §4).
+  const page = db.prepare<[number, number, number], DeviceRow>(`${SELECT} WHERE d.account_seq = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
+  const pageByStatus = db.prepare<[number, string, number, number], DeviceRow>(`${SELECT} WHERE d.account_seq = ? AND d.status = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
+  const countAll = db.prepare<[number], { n: number }>('SELECT count(*) AS n FROM devices WHERE account_seq = ?');
+  const countByStatus = db.prepare<[number, string], { n: number }>('SELECT count(*) AS n FROM devices WHERE account_seq = ? AND status = ?');
+  const seqsOfAccount = db.prepare<[number], { seq: number }>('SELECT seq FROM devices WHERE account_seq = ?');
+  const insert = db.prepare(`INSERT INTO devices (id, account_seq, name, type, description, settings, schema_mode, fields,
+      snapshots_enabled, token_hash, created_at, updated_at)
+    VALUES (@id, @accountSeq, @name, @type, @description, @settings, @schemaMode, @fields, @snapshotsEnabled, @tokenHash, @now, @now)`);
+  const setStatus = db.prepare('UPDATE devices SET status = ?, updated_at = ? WHERE seq = ?');
+  const setToken = db.prepare('UPDATE devices SET token_hash = ?, updated_at = ? WHERE seq = ?');
+  const update = db.prepare(`UPDATE devices SET name = @name, type = @type, description = @description, settings = @settings,
+    schema_mode = @schemaMode, fields = @fields, snapshots_enabled = @snapshotsEnabled, updated_at = @now WHERE seq = @seq`);
+  const recordRejection = db.prepare('UPDATE devices SET rejected_count = rejected_count + 1, last_rejection_reason = ?, last_rejection_at = ? WHERE seq = ?');
+  const remove = db.prepare('DELETE FROM devices WHERE seq = ?');
+
+  return {
+    findById: (id: string) => toDevice(byId.get(id)),
+    findBySeq: (seq: number) => toDevice(bySeq.get(seq)),
+    /** The device row without last_seen resolved (it holds only the archived value). */
+    findForAuth: (id: string) => toDevice(forAuth.get(id)),
+    listByAccount(accountSeq: number, opts: { limit: number; offset: number; status?: string }) {
+      const rows = opts.status ? pageByStatus.all(accountSeq, opts.status, opts.limit, opts.offset) : page.all(accountSeq, opts.limit, opts.offset);
+      return rows.map((r) => toDevice(r)!);
+    },
+    count: (accountSeq: number, status?: string) => (status ? countByStatus.get(accountSeq, status)! : countAll.get(accountSeq)!).n,
+    seqsOfAccount: (accountSeq: number) => seqsOfAccount.all(accountSeq).map((r) => r.seq),
+    insert: (d: NewDevice) =>
+      insert.run({ ...d, settings: JSON.stringify(d.settings), fields: JSON.stringify(d.fields), snapshotsEnabled: d.snapshotsEnabled ? 1 : 0 }),
+    update: (seq: number, d: Omit<NewDevice, 'id' | 'accountSeq' | 'tokenHash'>) =>
+      update.run({ seq, name: d.name, type: d.type, description: d.description, settings: JSON.stringify(d.settings), schemaMode: d.schemaMode, fields: JSON.stringify(d.fields), snapshotsEnabled: d.snapshotsEnabled ? 1 : 0, now: d.now }),
+    setStatus: (seq: number, status: 'active' | 'paused', now: number) => setStatus.run(status, now, seq),
+    setTokenHash: (seq: number, hash: string, now: number) => setToken.run(hash, now, seq),
+    recordRejection: (seq: number, reason: string, now: number) => recordRejection.run(reason, now, seq),
+    remove: (seq: number) => remove.run(seq),
+  };
+}
+
+export type DevicesRepo = ReturnType<typeof devicesRepo>;

@@ -1,0 +1,58 @@
+import type { Db } from '../db.js';
+import type { StoredReading } from '../../domain/types.js';
+
+interface ReadingRow {
+  seq: number;
+  device_seq: number;
+  time: number;
+  data: string;
+}
+
+const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
+
+export interface PendingReading {
+  deviceSeq: number;
+  time: number;
+  data: string;
+}
+
+export function readingsRepo(db: Db) {
+  const insert = db.prepare<[number, number, string]>('INSERT INTO readings (device_seq, time, data) VALUES (?, ?, ?)');
+  const latest = db.prepare<[number], ReadingRow>('SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1');
+  // Newest first within [since, ∞): a backwards range scan of readings_by_device_time.
+  const history = db.prepare<[number, number, number], ReadingRow>(
+    'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
+  );
+  // Oldest first, for exports that stream a whole range.
+  const rangeAsc = db.prepare<[number, number, number], ReadingRow>(
+    'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? AND time < ? ORDER BY time, seq',
+  );
+  const countSince = db.prepare<[number, number], { n: number }>('SELECT count(*) AS n FROM readings WHERE device_seq = ? AND time >= ?');
+  const deleteBatchOfDevice = db.prepare<[number, number]>(
+    'DELETE FROM readings WHERE seq IN (SELECT seq FROM readings WHERE device_seq = ? LIMIT ?)',
+  );
+  const deleteOlderBatch = db.prepare<[number, number, number]>(
+    'DELETE FROM readings WHERE seq IN (SELECT seq FROM readings WHERE device_seq = ? AND time < ? LIMIT ?)',
+  );
+
+  /** One transaction for a whole batch (group commit); returns the new row ids in order. */
+  const insertBatch = db.transaction((batch: PendingReading[]) => batch.map((r) => Number(insert.run(r.deviceSeq, r.time, r.data).lastInsertRowid)));
+
+  return {
+    insertBatch: (batch: PendingReading[]): number[] => insertBatch.immediate(batch),
+    latest(deviceSeq: number) {
+      const r = latest.get(deviceSeq);
+      return r ? toReading(r) : null;
+    },
+    history: (deviceSeq: number, since: number, limit: number) => history.all(deviceSeq, since, limit).map(toReading),
+    iterateRange: function* (deviceSeq: number, since: number, until: number) {
+      for (const r of rangeAsc.iterate(deviceSeq, since, until)) yield toReading(r);
+    },
+    countSince: (deviceSeqs: number[], since: number) => deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since)!.n, 0),
+    /** Deletes up to `batch` readings of a device; returns how many went (0 when done). */
+    deleteBatchOfDevice: (deviceSeq: number, batch: number) => deleteBatchOfDevice.run(deviceSeq, batch).changes,
+    deleteOlderBatch: (deviceSeq: number, before: number, batch: number) => deleteOlderBatch.run(deviceSeq, before, batch).changes,
+  };
+}
+
+export type ReadingsRepo = ReturnType<typeof readingsRepo>;
