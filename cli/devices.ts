@@ -56,7 +56,8 @@ export function devicesCommand(): Command {
           schemaMode: opts.schema,
           fields,
         });
-        const shown = { id: device.id, access_token: accessToken, ...presentDeviceDetail(device) };
+        const { id, ...detail } = presentDeviceDetail(device);
+        const shown = { id, access_token: accessToken, ...detail };
         print(shown, `created ${human(presentDeviceDetail(device))}\naccess token: ${accessToken}\n(shown once: store it now)`);
       }),
   );
