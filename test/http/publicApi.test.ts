@@ -14,7 +14,7 @@ describe('Public API v1', () => {
   afterAll(() => server.stop());
 
   it('401 without a key, with a malformed key and with an unknown key, body exactly {error}', async () => {
-    for (const headers of [{}, { authorization: 'Bearer ' }, { authorization: 'Basic abc' }, { authorization: 'Bearer tlm_nope' }]) {
+    for (const headers of [{} as Record<string, string>, { authorization: 'Bearer ' }, { authorization: 'Basic abc' }, { authorization: 'Bearer tlm_nope' }]) {
       const res = await server.request('/v1/devices', { headers });
       expect(res.status).toBe(401);
       const body = await res.json();
