@@ -1,0 +1,156 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { CLI, runCliAsync } from '../helpers/cli.js';
+
+/** The real server as a child process (what a user runs), so it can be killed for real. */
+export interface ChildServer {
+  proc: ChildProcess;
+  url: string;
+  port: number;
+  /** Everything the child printed on stdout and stderr so far. */
+  output: () => string;
+  /** Resolves with the exit code (null when killed by a signal) and the signal. */
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+export async function startChildServer(dataDir: string, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<ChildServer> {
+  const proc = spawn(
+    process.execPath,
+    [CLI, 'serve', '--data-dir', dataDir, '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', 'off', '--log-level', 'silent', ...extraArgs],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } },
+  );
+  let out = '';
+  proc.stdout!.on('data', (d) => (out += d));
+  proc.stderr!.on('data', (d) => (out += d));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 20_000);
+    const check = () => {
+      const m = /HTTP listening on [^\s]+:(\d+)/.exec(out);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    };
+    proc.stdout!.on('data', check);
+    void exited.then(() => {
+      clearTimeout(timer);
+      reject(new Error(`server exited before listening: ${out}`));
+    });
+  });
+  return { proc, port, url: `http://127.0.0.1:${port}`, output: () => out, exited };
+}
+
+export interface Seed {
+  accountId: string;
+  key: string;
+  deviceId: string;
+  token: string;
+}
+
+/** An account (business plan: flexible schema, API access), an API key and one device, via the CLI. */
+export async function seedViaCli(dataDir: string, email = `rel-${Math.random().toString(36).slice(2)}@example.com`): Promise<Seed> {
+  const acc = await runCliAsync(['accounts', 'create', '--email', email, '--plan', 'business', '--json'], { dataDir });
+  if (acc.status !== 0) throw new Error(acc.stderr);
+  const key = await runCliAsync(['keys', 'create', '--account', acc.json.id, '--name', 'rel', '--json'], { dataDir });
+  const dev = await runCliAsync(['devices', 'create', '--account', acc.json.id, '--name', 'rel device', '--json'], { dataDir });
+  if (key.status !== 0 || dev.status !== 0) throw new Error(key.stderr + dev.stderr);
+  return { accountId: acc.json.id, key: key.json.key, deviceId: dev.json.id, token: dev.json.access_token };
+}
+
+/**
+ * Keeps `concurrency` ingest requests in flight, each reading carrying a unique `n`, until
+ * `shouldStop()` or `max` requests were started. Returns the numbers acknowledged with 200
+ * and the statuses seen (a connection error counts as status 0: not acknowledged).
+ */
+export async function ingestLoad(opts: {
+  url: string;
+  deviceId: string;
+  token: string;
+  firstN: number;
+  concurrency: number;
+  max: number;
+  shouldStop?: () => boolean;
+  onAck?: (acked: number, inFlight: number) => void;
+}): Promise<{ acked: number[]; statuses: Map<number, number>; started: number }> {
+  const acked: number[] = [];
+  const statuses = new Map<number, number>();
+  let next = opts.firstN;
+  let inFlight = 0;
+  const end = opts.firstN + opts.max;
+  const worker = async () => {
+    while (next < end && !(opts.shouldStop?.() ?? false)) {
+      const n = next++;
+      let status = 0;
+      inFlight++;
+      try {
+        const res = await fetch(`${opts.url}/api/devices/ingest`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ device_id: opts.deviceId, access_token: opts.token, data: { n, temp: 20 + (n % 10) } }),
+        });
+        status = res.status;
+        await res.arrayBuffer();
+      } catch {
+        status = 0;
+      }
+      inFlight--;
+      statuses.set(status, (statuses.get(status) ?? 0) + 1);
+      if (status === 200) {
+        acked.push(n);
+        opts.onAck?.(acked.length, inFlight);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: opts.concurrency }, worker));
+  return { acked, statuses, started: next - opts.firstN };
+}
+
+export const dbFile = (dataDir: string) => path.join(dataDir, 'telemetryd.db');
+
+/** Reads the database read-only (the server may be running: WAL lets readers in). */
+export function withReadonlyDb<T>(dataDir: string, fn: (db: Database.Database) => T): T {
+  const db = new Database(dbFile(dataDir), { readonly: true, fileMustExist: true });
+  try {
+    db.pragma('busy_timeout = 10000');
+    return fn(db);
+  } finally {
+    db.close();
+  }
+}
+
+/** Every stored `n` of one device (duplicates kept, to be counted). */
+export function storedNumbers(dataDir: string, deviceId: string): number[] {
+  return withReadonlyDb(dataDir, (db) =>
+    db
+      .prepare<[string], { n: number }>(
+        "SELECT json_extract(r.data, '$.n') AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.id = ? ORDER BY r.seq",
+      )
+      .all(deviceId)
+      .map((r) => r.n),
+  );
+}
+
+export function integrityCheck(dataDir: string): string {
+  return withReadonlyDb(dataDir, (db) => db.pragma('integrity_check', { simple: true }) as string);
+}
+
+/** A digest of every stored reading: equal before and after means nothing changed. */
+export function readingsDigest(dataDir: string): { count: number; sha256: string } {
+  return withReadonlyDb(dataDir, (db) => {
+    const h = createHash('sha256');
+    let count = 0;
+    for (const r of db.prepare<[], { seq: number; device_seq: number; time: number; data: string }>('SELECT seq, device_seq, time, data FROM readings ORDER BY seq').iterate()) {
+      h.update(`${r.seq}|${r.device_seq}|${r.time}|${r.data}\n`);
+      count++;
+    }
+    return { count, sha256: h.digest('hex') };
+  });
+}
+
+export async function stopChild(server: ChildServer, signal: NodeJS.Signals = 'SIGTERM') {
+  if (server.proc.exitCode === null && server.proc.signalCode === null) server.proc.kill(signal);
+  return server.exited;
+}
