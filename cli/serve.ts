@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { buildServerConfig, ConfigError, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
-import { startServer } from '../src/server.js';
+import { startServer, type RunningServer } from '../src/server.js';
 import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
 
 /** Bound on a clean shutdown (decisions.md §2: exit 0 within 10 seconds). */
@@ -17,13 +17,9 @@ export function serveCommand(): Command {
     } catch (err) {
       fail(err instanceof ConfigError ? err : err);
     }
-    let server;
-    try {
-      server = await startServer(config, { print: (line) => console.log(line) });
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException;
-      fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : e);
-    }
+    // Signal handlers go in before start-up: a SIGTERM that arrives right after the
+    // listening line (a supervisor, a test) must still shut down cleanly, not kill us.
+    let starting: Promise<RunningServer> | null = null;
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) return;
@@ -34,16 +30,26 @@ export function serveCommand(): Command {
         process.exit(1);
       }, SHUTDOWN_GRACE_MS);
       timer.unref();
-      server!.close().then(
-        () => process.exit(0),
-        (err) => {
-          console.error(`shutdown failed: ${(err as Error).message}`);
-          process.exit(1);
-        },
-      );
+      // A server still starting is closed once it has started (migrations finish first).
+      (starting ?? Promise.reject(new Error('not started')))
+        .then((server) => server.close())
+        .then(
+          () => process.exit(0),
+          (err) => {
+            console.error(`shutdown failed: ${(err as Error).message}`);
+            process.exit(1);
+          },
+        );
     };
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
+    starting = startServer(config, { print: (line) => console.log(line) });
+    try {
+      await starting;
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : e);
+    }
   });
   return serve;
 }
