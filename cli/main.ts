@@ -2,6 +2,7 @@ import { Command } from 'commander';
 import { VERSION, COMMIT } from '../src/version.js';
 import { accountsCommand } from './accounts.js';
 import { alertsCommand } from './alerts.js';
+import { backupCommands } from './backup.js';
 import { devicesCommand } from './devices.js';
 import { keysCommand } from './keys.js';
 import { serveCommand } from './serve.js';
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
   program.addCommand(keysCommand());
   program.addCommand(devicesCommand());
   program.addCommand(alertsCommand());
+  for (const cmd of backupCommands()) program.addCommand(cmd);
   program
     .command('version')
     .description('print the version and build commit')

@@ -1,0 +1,65 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { Command } from 'commander';
+import { DATA_DIR_OPTION } from '../src/config.js';
+import { DB_FILE, openDatabase } from '../src/storage/db.js';
+import { createBackup, restoreBackup, type BackupProgress } from '../src/storage/backup.js';
+import { VERSION } from '../src/version.js';
+import { fail, resolveRawOptions, withCommonOptions } from './context.js';
+
+function dataDirOf(cmd: Command): string {
+  const raw = resolveRawOptions(cmd, [DATA_DIR_OPTION]);
+  return path.resolve((raw['data-dir'] as string | undefined) ?? DATA_DIR_OPTION.default!);
+}
+
+/** Progress on stderr, only when it is a terminal (scripts and --json get a quiet stderr). */
+function terminalProgress(): ((p: BackupProgress) => void) | undefined {
+  if (!process.stderr.isTTY) return undefined;
+  return ({ totalPages, remainingPages }) => {
+    const done = totalPages - remainingPages;
+    const pct = totalPages ? Math.floor((100 * done) / totalPages) : 100;
+    process.stderr.write(`\rbackup: database ${pct}% (${done}/${totalPages} pages)`);
+  };
+}
+
+/** `telemetryd backup FILE` and `telemetryd restore FILE` (decisions.md §2; docs/reliability.md). */
+export function backupCommands(): Command[] {
+  const backup = withCommonOptions(
+    new Command('backup')
+      .description('write a consistent backup (database + snapshot files, one .tar.gz) while the server runs')
+      .argument('<file>', 'archive to write (replaced atomically if it exists)'),
+  ).action(async (file: string, opts: { json?: boolean }, cmd: Command) => {
+    try {
+      const dataDir = dataDirOf(cmd);
+      // Never create an empty database just to back it up.
+      if (!existsSync(path.join(dataDir, DB_FILE))) throw new Error(`no database in ${dataDir}`);
+      const db = openDatabase(dataDir);
+      let result;
+      try {
+        const progress = terminalProgress();
+        result = await createBackup(db, dataDir, file, VERSION, progress);
+        if (progress) process.stderr.write('\n');
+      } finally {
+        db.close();
+      }
+      process.stdout.write(opts.json ? JSON.stringify(result) + '\n' : `wrote ${result.file} (${result.bytes} bytes)\n`);
+    } catch (err) {
+      fail(err);
+    }
+  });
+
+  const restore = withCommonOptions(
+    new Command('restore')
+      .description('restore a backup into --data-dir (stop the server first)')
+      .argument('<file>', 'archive written by `telemetryd backup`')
+      .option('--force', 'replace the database already in the data dir'),
+  ).action(async (file: string, opts: { json?: boolean; force?: boolean }, cmd: Command) => {
+    try {
+      const result = await restoreBackup(file, dataDirOf(cmd), { force: Boolean(opts.force) });
+      process.stdout.write(opts.json ? JSON.stringify(result) + '\n' : `restored ${result.file} into ${result.data_dir} (${result.readings} readings)\n`);
+    } catch (err) {
+      fail(err);
+    }
+  });
+  return [backup, restore];
+}

@@ -1,0 +1,179 @@
+import Database from 'better-sqlite3';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import * as tar from 'tar';
+import { DB_FILE, type Db } from './db.js';
+import { loadNativeBinding } from './native.js';
+
+/**
+ * Backup and restore of a data dir (docs/reliability.md "Backup and restore").
+ *
+ * One archive: a gzip'd tar holding `backup.json` (a manifest), `telemetryd.db` (a copy
+ * made with SQLite's online backup API, consistent as of one moment while the server keeps
+ * ingesting) and `snapshots/` (the snapshot image files, when the data dir has them).
+ * The database is copied first, then the snapshot files: a snapshot row in the copy always
+ * has its file unless retention deleted it in between (then retention would delete the row
+ * after restore anyway); files newer than the copy are harmless extras.
+ */
+export const BACKUP_FORMAT = 1;
+export const SNAPSHOTS_DIR = 'snapshots';
+const MANIFEST = 'backup.json';
+
+export interface BackupProgress {
+  totalPages: number;
+  remainingPages: number;
+}
+
+export interface BackupManifest {
+  format: number;
+  version: string;
+  created_at: string;
+  snapshots: boolean;
+}
+
+/**
+ * Copies the live database with SQLite's online backup API. Between steps the event loop
+ * runs (and the server, in another process, keeps writing). A write by another connection
+ * restarts the copy, so each restart doubles the step size: under steady ingest the copy
+ * ends in a few passes instead of restarting forever.
+ */
+export async function copyDatabase(db: Db, dest: string, onProgress?: (p: BackupProgress) => void): Promise<void> {
+  let step = 0;
+  let lastRemaining = Number.POSITIVE_INFINITY;
+  await db.backup(dest, {
+    progress(p: BackupProgress) {
+      if (step === 0) step = Math.max(256, Math.ceil(p.totalPages / 20));
+      else if (p.remainingPages > lastRemaining) step = Math.min(step * 2, 0x7fffffff);
+      lastRemaining = p.remainingPages;
+      onProgress?.(p);
+      return step;
+    },
+  });
+}
+
+/** Writes the archive of a data dir to `file` (atomically: a temp file renamed into place). */
+export async function createBackup(
+  db: Db,
+  dataDir: string,
+  file: string,
+  version: string,
+  onProgress?: (p: BackupProgress) => void,
+): Promise<{ file: string; bytes: number }> {
+  const target = path.resolve(file);
+  const staging = mkdtempSync(path.join(path.dirname(target), '.telemetryd-backup-'));
+  const partial = `${target}.partial-${process.pid}`;
+  try {
+    await copyDatabase(db, path.join(staging, DB_FILE), onProgress);
+    const snapshots = path.join(dataDir, SNAPSHOTS_DIR);
+    const hasSnapshots = existsSync(snapshots);
+    // The snapshot files are archived in place (a link followed by tar), not copied twice.
+    if (hasSnapshots) symlinkSync(snapshots, path.join(staging, SNAPSHOTS_DIR), 'dir');
+    const manifest: BackupManifest = { format: BACKUP_FORMAT, version, created_at: new Date().toISOString(), snapshots: hasSnapshots };
+    writeFileSync(path.join(staging, MANIFEST), JSON.stringify(manifest, null, 2) + '\n');
+    await tar.create(
+      {
+        gzip: true,
+        file: partial,
+        cwd: staging,
+        follow: true,
+        portable: true,
+        // A snapshot file removed by retention while we archive is not an error.
+        onwarn: () => {},
+      },
+      [MANIFEST, DB_FILE, ...(hasSnapshots ? [SNAPSHOTS_DIR] : [])],
+    );
+    // The archive holds password and secret hashes and every reading: owner-only.
+    chmodSync(partial, 0o600);
+    renameSync(partial, target);
+    return { file: target, bytes: statSync(target).size };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+    rmSync(partial, { force: true });
+  }
+}
+
+/**
+ * True while another connection (a running server) has the database open. In WAL mode
+ * every open connection keeps a shared lock on the file; an EXCLUSIVE transaction with no
+ * busy timeout fails at once if any exists.
+ */
+export function databaseInUse(dataDir: string): boolean {
+  const file = path.join(dataDir, DB_FILE);
+  if (!existsSync(file)) return false;
+  const db = new Database(file, { nativeBinding: loadNativeBinding(dataDir) } as Database.Options);
+  try {
+    db.pragma('busy_timeout = 0');
+    db.pragma('locking_mode = EXCLUSIVE');
+    db.exec('BEGIN EXCLUSIVE');
+    db.exec('COMMIT');
+    return false;
+  } catch (err) {
+    if ((err as { code?: string }).code === 'SQLITE_BUSY') return true;
+    throw err;
+  } finally {
+    db.close();
+  }
+}
+
+export class RestoreError extends Error {}
+
+/**
+ * Puts an archive back into a data dir (the server must be stopped). The archive is
+ * unpacked and checked (manifest, integrity_check) in a staging folder inside the data dir
+ * first; only then are the current files replaced, so a bad archive changes nothing.
+ */
+export async function restoreBackup(file: string, dataDir: string, opts: { force: boolean }): Promise<{ file: string; data_dir: string; readings: number }> {
+  const source = path.resolve(file);
+  if (!existsSync(source)) throw new RestoreError(`no backup file ${source}`);
+  const dir = path.resolve(dataDir);
+  const dbPath = path.join(dir, DB_FILE);
+  if (existsSync(dbPath)) {
+    if (!opts.force) throw new RestoreError(`${dir} already holds a database; pass --force to replace it`);
+    if (databaseInUse(dir)) throw new RestoreError(`the database in ${dir} is in use (a running server?); stop it first`);
+  }
+  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const staging = mkdtempSync(path.join(dir, '.restore-'));
+  try {
+    try {
+      await tar.extract({
+        file: source,
+        cwd: staging,
+        // Only regular files and folders: no links, devices or absolute paths from an archive.
+        filter: (_p, entry) => 'type' in entry && (entry.type === 'File' || entry.type === 'Directory'),
+        strict: true,
+      });
+    } catch (err) {
+      throw new RestoreError(`${source} is not a telemetryd backup: ${(err as Error).message}`);
+    }
+    let manifest: BackupManifest;
+    try {
+      manifest = JSON.parse(readFileSync(path.join(staging, MANIFEST), 'utf8')) as BackupManifest;
+    } catch {
+      throw new RestoreError(`${source} is not a telemetryd backup (no ${MANIFEST})`);
+    }
+    if (manifest.format !== BACKUP_FORMAT) throw new RestoreError(`backup format ${manifest.format} is not supported (expected ${BACKUP_FORMAT})`);
+    const restoredDb = path.join(staging, DB_FILE);
+    if (!existsSync(restoredDb)) throw new RestoreError(`${source} holds no ${DB_FILE}`);
+    let readings: number;
+    const check = new Database(restoredDb, { nativeBinding: loadNativeBinding(dir) } as Database.Options);
+    try {
+      const result = check.pragma('integrity_check', { simple: true });
+      if (result !== 'ok') throw new RestoreError(`the database in ${source} is damaged: ${String(result)}`);
+      readings = (check.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
+    } finally {
+      check.close();
+    }
+
+    for (const suffix of ['-wal', '-shm', '']) rmSync(dbPath + suffix, { force: true });
+    renameSync(restoredDb, dbPath);
+    chmodSync(dbPath, 0o600);
+    const snapshots = path.join(dir, SNAPSHOTS_DIR);
+    const restoredSnapshots = path.join(staging, SNAPSHOTS_DIR);
+    if (existsSync(restoredSnapshots) || existsSync(snapshots)) rmSync(snapshots, { recursive: true, force: true });
+    if (existsSync(restoredSnapshots)) renameSync(restoredSnapshots, snapshots);
+    chmodSync(dir, 0o700);
+    return { file: source, data_dir: dir, readings };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,109 @@
+/**
+ * Backup and restore (docs/reliability.md): `telemetryd backup FILE` under ingest load makes
+ * a consistent archive; `telemetryd restore FILE --data-dir NEW` puts it back; the restored
+ * server serves the same data with the same API key.
+ */
+import { mkdirSync, rmSync, statSync, writeFileSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runCliAsync } from '../helpers/cli.js';
+import { tempDir } from '../helpers/server.js';
+import { ingestLoad, integrityCheck, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
+
+const root = tempDir('telemetryd-backup-');
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+describe('backup and restore', () => {
+  it('backs up while the server ingests, restores into a new data dir, and the restored server serves it', async () => {
+    const dataDir = path.join(root, 'live');
+    const seed = await seedViaCli(dataDir);
+    // A snapshot file, as the snapshots feature lays them out under <data-dir>/snapshots/.
+    mkdirSync(path.join(dataDir, 'snapshots', seed.deviceId), { recursive: true });
+    const image = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 1, 2, 3, 4]);
+    writeFileSync(path.join(dataDir, 'snapshots', seed.deviceId, 'a1b2.jpg'), image);
+
+    const server = await startChildServer(dataDir);
+    const archive = path.join(root, 'backup.tar.gz');
+    let backupDone = false;
+    const load = ingestLoad({
+      url: server.url,
+      deviceId: seed.deviceId,
+      token: seed.token,
+      firstN: 0,
+      concurrency: 16,
+      max: 200_000,
+      shouldStop: () => backupDone,
+    });
+    // Start the backup once a few hundred readings are in, while the load keeps running.
+    while (storedNumbers(dataDir, seed.deviceId).length < 300) await new Promise((r) => setTimeout(r, 50));
+    // Everything committed before the backup starts (read from the database itself).
+    const committedBeforeBackup = storedNumbers(dataDir, seed.deviceId);
+    const result = await runCliAsync(['backup', archive, '--json'], { dataDir });
+    backupDone = true;
+    const { acked } = await load;
+    expect(result.status, result.stderr).toBe(0);
+    expect(result.json.file).toBe(archive);
+    expect(result.json.bytes).toBe(statSync(archive).size);
+    expect(statSync(archive).mode & 0o777).toBe(0o600);
+    // Not a terminal: no progress noise on stderr.
+    expect(result.stderr).toBe('');
+    expect(acked.length).toBeGreaterThan(300);
+
+    // Restoring onto the live data dir is refused: it has a database (and a server holds it).
+    const refused = await runCliAsync(['restore', archive, '--json'], { dataDir });
+    expect(refused.status).not.toBe(0);
+    expect(refused.stdout).toBe('');
+    expect(refused.stderr).toMatch(/already holds a database/);
+    const refusedForced = await runCliAsync(['restore', archive, '--force'], { dataDir });
+    expect(refusedForced.status).not.toBe(0);
+    expect(refusedForced.stderr).toMatch(/in use/);
+    expect((await stopChild(server)).code).toBe(0);
+
+    const restoredDir = path.join(root, 'restored');
+    const restored = await runCliAsync(['restore', archive, '--json'], { dataDir: restoredDir });
+    expect(restored.status, restored.stderr).toBe(0);
+    expect(restored.json.data_dir).toBe(restoredDir);
+    expect(integrityCheck(restoredDir)).toBe('ok');
+    const inBackup = storedNumbers(restoredDir, seed.deviceId);
+    expect(inBackup.length, 'no duplicates').toBe(new Set(inBackup).size);
+    expect(restored.json.readings).toBe(inBackup.length);
+    const inBackupSet = new Set(inBackup);
+    expect(committedBeforeBackup.filter((n) => !inBackupSet.has(n)), 'everything committed before the backup began').toEqual([]);
+    // Every reading in the backup was really stored by the live server (a consistent prefix).
+    const live = new Set(storedNumbers(dataDir, seed.deviceId));
+    expect(inBackup.filter((n) => !live.has(n))).toEqual([]);
+    expect(readFileSync(path.join(restoredDir, 'snapshots', seed.deviceId, 'a1b2.jpg'))).toEqual(image);
+    expect(statSync(restoredDir).mode & 0o777).toBe(0o700);
+
+    // The restored server answers the same key with the same device and its readings.
+    const again = await startChildServer(restoredDir);
+    try {
+      const devices = await fetch(`${again.url}/v1/devices`, { headers: { authorization: `Bearer ${seed.key}` } });
+      expect(devices.status).toBe(200);
+      const body = (await devices.json()) as { data: { id: string }[] };
+      expect(body.data.map((d) => d.id)).toEqual([seed.deviceId]);
+      const telemetry = await fetch(`${again.url}/v1/devices/${seed.deviceId}/telemetry?limit=1`, { headers: { authorization: `Bearer ${seed.key}` } });
+      expect(telemetry.status).toBe(200);
+      // A second restore onto it needs --force, and is refused while this server holds it.
+      const busy = await runCliAsync(['restore', archive, '--force'], { dataDir: restoredDir });
+      expect(busy.stderr).toMatch(/in use/);
+    } finally {
+      await stopChild(again);
+    }
+    // Stopped: --force replaces it.
+    const forced = await runCliAsync(['restore', archive, '--force', '--json'], { dataDir: restoredDir });
+    expect(forced.status, forced.stderr).toBe(0);
+  }, 120_000);
+
+  it('refuses a file that is not a backup and leaves the data dir untouched', async () => {
+    const junk = path.join(root, 'junk.tar.gz');
+    writeFileSync(junk, 'this is not an archive');
+    const dir = path.join(root, 'junk-target');
+    const r = await runCliAsync(['restore', junk], { dataDir: dir });
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/not a telemetryd backup/);
+    const b = await runCliAsync(['backup', path.join(root, 'x.tgz')], { dataDir: path.join(root, 'empty') });
+    expect(b.status).not.toBe(0);
+    expect(b.stderr).toMatch(/no database/);
+  });
+});
