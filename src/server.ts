@@ -9,6 +9,7 @@ import { createServices, type Services } from './domain/services.js';
 import { buildApp } from './http/app.js';
 import { VERSION } from './version.js';
 import type { Clock } from './time.js';
+import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 
 export interface RunningServer {
   config: ServerConfig;
@@ -20,6 +21,8 @@ export interface RunningServer {
   httpPort: number;
   /** One-time setup URL while the database has no account; null otherwise. */
   setupUrl: string | null;
+  /** Telemetry retention (decisions.md §4), periodic; tests drive it with runOnce(). */
+  retention: RetentionJob;
   close(): Promise<void>;
 }
 
@@ -27,6 +30,7 @@ export interface StartOptions {
   clock?: Clock;
   /** Prints the start-up lines (listeners, setup URL); the CLI passes console.log. */
   print?: (line: string) => void;
+  retention?: RetentionOptions;
 }
 
 /**
@@ -53,6 +57,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   app = await buildApp({ services, config, logger, version: VERSION, setupToken });
   const watcher = new ChangeWatcher(db, () => services.events.emit('external.change', {}));
   watcher.start();
+  const retention = new RetentionJob(services.repos, services.clock, {
+    onError: (err) => app?.log.error({ err }, 'retention job failed'),
+    ...options.retention,
+  });
+  retention.start();
 
   await app.listen({ host: config.host, port: config.httpPort });
   const address = app.server.address() as AddressInfo;
@@ -71,10 +80,12 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     httpUrl,
     httpPort: address.port,
     setupUrl,
+    retention,
     async close() {
       if (closed) return;
       closed = true;
       watcher.stop();
+      await retention.stop();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       await app!.close();
       services.writer.close();

@@ -92,6 +92,11 @@ export function devicesRepo(db: Db) {
     schema_mode = @schemaMode, fields = @fields, snapshots_enabled = @snapshotsEnabled, updated_at = @now WHERE seq = @seq`);
   const recordRejection = db.prepare('UPDATE devices SET rejected_count = rejected_count + 1, last_rejection_reason = ?, last_rejection_at = ? WHERE seq = ?');
   const remove = db.prepare('DELETE FROM devices WHERE seq = ?');
+  // Keeps the newest reading's time in the row before retention deletes readings, so
+  // last_seen survives the deletion of every reading (the SELECT above falls back to it).
+  const archiveLastSeen = db.prepare<[number]>(`UPDATE devices SET last_seen = max(coalesce(last_seen, 0),
+    coalesce((SELECT max(time) FROM readings WHERE device_seq = devices.seq), 0)) WHERE seq = ?`);
+  const allSeqs = db.prepare<[], { seq: number; account_seq: number }>('SELECT seq, account_seq FROM devices ORDER BY seq');
 
   return {
     findById: (id: string) => toDevice(byId.get(id)),
@@ -112,6 +117,9 @@ export function devicesRepo(db: Db) {
     setTokenHash: (seq: number, hash: string, now: number) => setToken.run(hash, now, seq),
     recordRejection: (seq: number, reason: string, now: number) => recordRejection.run(reason, now, seq),
     remove: (seq: number) => remove.run(seq),
+    archiveLastSeen: (seq: number) => archiveLastSeen.run(seq),
+    /** Every device as (seq, account seq): the retention job walks them. */
+    allSeqs: () => allSeqs.all().map((r) => ({ seq: r.seq, accountSeq: r.account_seq })),
   };
 }
 

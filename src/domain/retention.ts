@@ -1,0 +1,101 @@
+import type { Repositories } from '../storage/index.js';
+import { DAY_MS, HOUR_MS, type Clock } from '../time.js';
+
+export interface RetentionOptions {
+  /** Readings deleted per transaction: short transactions keep the write lock free for ingest. */
+  batchSize?: number;
+  /** How often the job runs (default hourly) and how long after start the first run waits. */
+  intervalMs?: number;
+  firstRunDelayMs?: number;
+  onError?: (err: unknown) => void;
+  /** Test hook: called after each committed batch with the number of rows it deleted. */
+  onBatch?: (deleted: number) => void;
+}
+
+export interface RetentionRun {
+  devices: number;
+  deleted: number;
+  batches: number;
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * Telemetry retention (decisions.md §4 "telemetry retention"): readings older than the
+ * account's plan retention are deleted by this background job. It deletes in small batches,
+ * one short IMMEDIATE transaction each, and yields to the event loop between batches, so
+ * ingest (group commit on the same connection) and admin commands never wait behind it.
+ * Before a device's readings go, its newest reading time is archived in devices.last_seen,
+ * so `last_seen` survives even when every reading is past retention.
+ */
+export class RetentionJob {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<RetentionRun> | null = null;
+  private stopped = false;
+  private readonly batchSize: number;
+
+  constructor(
+    private readonly repos: Repositories,
+    private readonly clock: Clock,
+    private readonly options: RetentionOptions = {},
+  ) {
+    this.batchSize = options.batchSize ?? 1_000;
+  }
+
+  /** Periodic runs on an unref'd timer: the job never keeps the process alive. */
+  start(): void {
+    this.stopped = false;
+    const schedule = (delay: number) => {
+      this.timer = setTimeout(() => {
+        void this.runOnce()
+          .catch((err) => this.options.onError?.(err))
+          .finally(() => {
+            if (!this.stopped) schedule(this.options.intervalMs ?? HOUR_MS);
+          });
+      }, delay);
+      this.timer.unref();
+    };
+    schedule(this.options.firstRunDelayMs ?? 60_000);
+  }
+
+  /** Runs one pass now (or joins the pass in progress). */
+  runOnce(): Promise<RetentionRun> {
+    this.running ??= this.pass().finally(() => (this.running = null));
+    return this.running;
+  }
+
+  /** Stops the timer and waits for a pass in progress to end at its next batch boundary. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await this.running?.catch(() => undefined);
+  }
+
+  private async pass(): Promise<RetentionRun> {
+    const run: RetentionRun = { devices: 0, deleted: 0, batches: 0 };
+    const retentionByAccount = new Map(this.repos.accounts.list().map((a) => [a.seq, a.limits.retentionDays]));
+    const now = this.clock.now();
+    for (const device of this.repos.devices.allSeqs()) {
+      const days = retentionByAccount.get(device.accountSeq);
+      if (days === undefined) continue;
+      const cutoff = now - days * DAY_MS;
+      let touched = false;
+      for (;;) {
+        if (this.stopped) return run;
+        const deleted = this.repos.transaction(() => {
+          this.repos.devices.archiveLastSeen(device.seq);
+          return this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);
+        });
+        if (deleted === 0) break;
+        touched = true;
+        run.deleted += deleted;
+        run.batches++;
+        this.options.onBatch?.(deleted);
+        await yieldToEventLoop();
+      }
+      if (touched) run.devices++;
+    }
+    return run;
+  }
+}
