@@ -1,6 +1,6 @@
 import { Command } from 'commander';
-import { buildServerConfig, ConfigError, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
-import { startServer, type RunningServer } from '../src/server.js';
+import { buildServerConfig, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
+import { startServer } from '../src/server.js';
 import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
 
 /** Bound on a clean shutdown (decisions.md §2: exit 0 within 10 seconds). */
@@ -15,11 +15,10 @@ export function serveCommand(): Command {
     try {
       config = buildServerConfig(resolveRawOptions(cmd, [DATA_DIR_OPTION, ...SERVE_OPTIONS]));
     } catch (err) {
-      fail(err instanceof ConfigError ? err : err);
+      fail(err);
     }
-    // Signal handlers go in before start-up: a SIGTERM that arrives right after the
-    // listening line (a supervisor, a test) must still shut down cleanly, not kill us.
-    let starting: Promise<RunningServer> | null = null;
+    // Signal handlers go in before start-up, so a SIGTERM during start still shuts down cleanly.
+    let server: Awaited<ReturnType<typeof startServer>> | null = null;
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) return;
@@ -30,25 +29,26 @@ export function serveCommand(): Command {
         process.exit(1);
       }, SHUTDOWN_GRACE_MS);
       timer.unref();
-      // A server still starting is closed once it has started (migrations finish first).
-      (starting ?? Promise.reject(new Error('not started')))
-        .then((server) => server.close())
-        .then(
-          () => process.exit(0),
-          (err) => {
-            console.error(`shutdown failed: ${(err as Error).message}`);
-            process.exit(1);
-          },
-        );
+      if (!server) return; // start-up finishes, then sees `stopping`
+      server.close().then(
+        () => process.exit(0),
+        (err) => {
+          console.error(`shutdown failed: ${(err as Error).message}`);
+          process.exit(1);
+        },
+      );
     };
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
-    starting = startServer(config, { print: (line) => console.log(line) });
     try {
-      await starting;
+      server = await startServer(config, { print: (line) => console.log(line) });
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
       fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : e);
+    }
+    if (stopping) {
+      await server.close();
+      process.exit(0);
     }
   });
   return serve;
