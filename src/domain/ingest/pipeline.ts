@@ -46,9 +46,33 @@ export function parsePayload(payload: Buffer): unknown {
   }
 }
 
+/** Deepest nesting of objects/arrays accepted in a reading (docs/reliability.md). */
+export const MAX_DATA_DEPTH = 32;
+
+/**
+ * Bounds what a reading may hold before it is serialized and stored: nesting deeper than
+ * MAX_DATA_DEPTH (JSON.stringify would overflow the stack on thousands of levels: a 500)
+ * and numbers that JSON cannot carry back out (1e400 parses to Infinity and would be
+ * stored as null) are refused with 400. Iterative, so the check itself cannot overflow.
+ */
+function checkShape(data: Record<string, unknown>): void {
+  const stack: [unknown, number][] = [[data, 1]];
+  while (stack.length > 0) {
+    const [value, depth] = stack.pop()!;
+    if (typeof value === 'number') {
+      if (!Number.isFinite(value)) throw badRequest('data holds a number too large to store');
+      continue;
+    }
+    if (value === null || typeof value !== 'object') continue;
+    if (depth > MAX_DATA_DEPTH) throw badRequest(`data is nested deeper than ${MAX_DATA_DEPTH} levels`);
+    for (const child of Array.isArray(value) ? value : Object.values(value)) stack.push([child, depth + 1]);
+  }
+}
+
 export function validateData(data: unknown): Record<string, unknown> {
   if (data === undefined) throw badRequest('data is required');
   if (data === null || typeof data !== 'object' || Array.isArray(data)) throw badRequest('data must be a JSON object');
+  checkShape(data as Record<string, unknown>);
   return data as Record<string, unknown>;
 }
 
