@@ -13,6 +13,9 @@ export function bearerToken(request: FastifyRequest): string | undefined {
 export async function deviceApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
   // Devices and quick curl tests often send JSON without the right Content-Type; ingest
   // parses any body as JSON (with the same prototype-poisoning protection as fastify's).
+  // fastify's built-in text/plain parser would hand the handler a string: drop it here so
+  // text/plain bodies are parsed as JSON too, like every other type.
+  app.removeContentTypeParser('text/plain');
   app.addContentTypeParser('*', { parseAs: 'string', bodyLimit: MAX_INGEST_BYTES }, (_req, body, done) => {
     try {
       done(null, sjson.parse(body as string));
