@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { forbidden, AppError } from '../../errors.js';
+import { badRequest, forbidden, AppError } from '../../errors.js';
 import type { Services } from '../../domain/services.js';
 import type { RateLimitState } from '../../domain/rateLimit.js';
 import { planHasApiAccess } from '../../domain/plans.js';
@@ -18,8 +18,10 @@ declare module 'fastify' {
 const LIMITS = { devices: [50, 100], alerts: [50, 100], history: [50, 100], telemetry: [100, 1000] } as const;
 const clamp = (value: number | undefined, [def, max]: readonly [number, number]) => Math.min(value ?? def, max);
 
-const limitParam = { type: 'integer', minimum: 1 } as const;
-const offsetParam = { type: 'integer', minimum: 0, default: 0 } as const;
+// The maximum matters: an offset past 2^53 reached SQLite as a float (a 500); it is a 400
+// (decisions.md §4). Infinity ("1e309") is refused by the preValidation hook below.
+const limitParam = { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER } as const;
+const offsetParam = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 } as const;
 const idParams = { type: 'object', properties: { id: { type: 'string', maxLength: 200 } }, required: ['id'] } as const;
 
 function bearer(request: FastifyRequest): string | undefined {
@@ -55,6 +57,16 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       throw err as AppError;
     }
     request.account = account;
+  });
+
+  // ajv coerces "1e309" to Infinity and then skips minimum/maximum for non-finite numbers,
+  // so a non-finite limit or offset would pass as an integer: refuse it before validation.
+  app.addHook('preValidation', async (request) => {
+    const query = request.query as Record<string, unknown>;
+    for (const name of ['limit', 'offset']) {
+      const value = query[name];
+      if (typeof value === 'string' && !Number.isFinite(Number(value))) throw badRequest(`${name} must be a non-negative integer`);
+    }
   });
 
   const tags = ['Public API'];
