@@ -6,7 +6,7 @@ import { openDatabase, type Db } from './storage/db.js';
 import { createRepositories } from './storage/index.js';
 import { ChangeWatcher } from './storage/changeWatcher.js';
 import { createServices, type Services } from './domain/services.js';
-import { buildApp } from './http/app.js';
+import { buildApp, type HttpTimeouts } from './http/app.js';
 import { VERSION } from './version.js';
 import type { Clock } from './time.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
@@ -31,6 +31,7 @@ export interface StartOptions {
   /** Prints the start-up lines (listeners, setup URL); the CLI passes console.log. */
   print?: (line: string) => void;
   retention?: RetentionOptions;
+  httpTimeouts?: HttpTimeouts;
 }
 
 /**
@@ -54,7 +55,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
-  app = await buildApp({ services, config, logger, version: VERSION, setupToken });
+  app = await buildApp({ services, config, logger, version: VERSION, setupToken, httpTimeouts: options.httpTimeouts });
   const watcher = new ChangeWatcher(db, () => services.events.emit('external.change', {}));
   watcher.start();
   const retention = new RetentionJob(services.repos, services.clock, {

@@ -17,19 +17,34 @@ export interface AppOptions {
   version: string;
   /** One-time first-run setup token, while no account exists (used by the dashboard). */
   setupToken?: string | null;
+  /** Slow-client bounds (docs/reliability.md); tests shorten them. */
+  httpTimeouts?: HttpTimeouts;
+}
+
+export interface HttpTimeouts {
+  /** All request headers must arrive within this (slowloris). Default 10 s. */
+  headersMs?: number;
+  /** The whole request, body included. Default 30 s. */
+  requestMs?: number;
+  /** How often node checks the two above. Default 1 s. */
+  checkIntervalMs?: number;
 }
 
 /** Builds the HTTP app without listening (style.md §1); server.ts listens, tests may too. */
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const { services, config } = opts;
+  const timeouts = { headersMs: 10_000, requestMs: 30_000, checkIntervalMs: 1_000, ...opts.httpTimeouts };
   const app = Fastify({
     logger: opts.logger ?? false,
     bodyLimit: MAX_INGEST_BYTES,
     // Per-request log lines at ingest rates cost more than the work itself; errors are still logged.
     logController: new LogController({ disableRequestLogging: true }),
     // Bound what a slow or hostile client can hold (reliability: slowloris, huge headers).
-    requestTimeout: 30_000,
+    requestTimeout: timeouts.requestMs,
     connectionTimeout: 60_000,
+    // Node checks headers/request deadlines only every connectionsCheckingInterval (30 s by
+    // default): a client that trickles header bytes is cut off within about headersMs.
+    http: { headersTimeout: timeouts.headersMs, connectionsCheckingInterval: timeouts.checkIntervalMs },
     routerOptions: { maxParamLength: 200 },
     return503OnClosing: true,
     ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false } },
