@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import net from 'node:net';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { CLI, runCliAsync } from '../helpers/cli.js';
@@ -138,11 +139,14 @@ export function integrityCheck(dataDir: string): string {
 }
 
 /** A digest of every stored reading: equal before and after means nothing changed. */
-export function readingsDigest(dataDir: string): { count: number; sha256: string } {
+export function readingsDigest(dataDir: string, excludeDeviceId = ''): { count: number; sha256: string } {
   return withReadonlyDb(dataDir, (db) => {
     const h = createHash('sha256');
     let count = 0;
-    for (const r of db.prepare<[], { seq: number; device_seq: number; time: number; data: string }>('SELECT seq, device_seq, time, data FROM readings ORDER BY seq').iterate()) {
+    const rows = db.prepare<[string], { seq: number; device_seq: number; time: number; data: string }>(
+      'SELECT seq, device_seq, time, data FROM readings WHERE device_seq NOT IN (SELECT seq FROM devices WHERE id = ?) ORDER BY seq',
+    );
+    for (const r of rows.iterate(excludeDeviceId)) {
       h.update(`${r.seq}|${r.device_seq}|${r.time}|${r.data}\n`);
       count++;
     }
@@ -153,4 +157,32 @@ export function readingsDigest(dataDir: string): { count: number; sha256: string
 export async function stopChild(server: ChildServer, signal: NodeJS.Signals = 'SIGTERM') {
   if (server.proc.exitCode === null && server.proc.signalCode === null) server.proc.kill(signal);
   return server.exited;
+}
+
+/**
+ * Sends raw bytes on a TCP connection and returns what came back (the HTTP status line's
+ * code, or 0 when the server closed without answering) once the server closes or
+ * `waitMs` passes.
+ */
+export function rawHttp(port: number, chunks: (string | Buffer)[], waitMs = 3_000): Promise<{ status: number; text: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    let text = '';
+    let done = false;
+    const finish = (closed: boolean) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      socket.destroy();
+      const m = /^HTTP\/1\.[01] (\d{3})/.exec(text);
+      resolve({ status: m ? Number(m[1]) : 0, text, closed });
+    };
+    const timer = setTimeout(() => finish(false), waitMs);
+    socket.on('data', (d) => (text += d.toString('latin1')));
+    socket.on('close', () => finish(true));
+    socket.on('error', () => finish(true));
+    socket.on('connect', () => {
+      for (const c of chunks) socket.write(c);
+    });
+  });
 }
