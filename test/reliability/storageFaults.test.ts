@@ -1,0 +1,75 @@
+/**
+ * Storage faults (decisions.md §5): when the database cannot commit, ingest answers 500 and
+ * acknowledges nothing; when the fault clears, ingest works again without a restart. The
+ * fault is a real SQLite failure: a trigger created from a second connection aborts every
+ * insert into readings (no mocks). The server's prepared statements must survive the schema
+ * change (SQLite re-prepares them).
+ */
+import Database from 'better-sqlite3';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+
+let server: TestServer | null = null;
+afterEach(async () => {
+  await server?.stop();
+  server = null;
+});
+
+describe('database write failures', () => {
+  it('answer 500, store nothing, and recover when the fault clears', async () => {
+    server = await startTestServer();
+    const { device, token, key } = await seedAccount(server);
+    const send = (n: number) => ingest(server!, { device_id: device.id, access_token: token, data: { n } });
+    expect((await send(0)).status).toBe(200);
+
+    const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
+    other.pragma('busy_timeout = 10000');
+    try {
+      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;");
+      // A group of concurrent requests shares one transaction: all fail, none is acknowledged.
+      const failing = await Promise.all([1, 2, 3, 4, 5].map(send));
+      for (const r of failing) {
+        expect(r.status).toBe(500);
+        // 5xx details stay in the log, not in the answer.
+        expect(r.body).toEqual({ success: false, error: 'internal server error' });
+      }
+      const count = () => (other.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
+      expect(count()).toBe(1);
+      // Health still reports the database reachable (reads work; this was a write fault).
+      expect((await server.request('/healthz')).status).toBe(200);
+
+      other.exec('DROP TRIGGER fail_insert');
+      const recovered = await Promise.all([6, 7].map(send));
+      expect(recovered.map((r) => r.status)).toEqual([200, 200]);
+      expect(count()).toBe(3);
+      const stored = other.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[];
+      expect(stored.map((r) => r.n)).toEqual([0, 6, 7]);
+    } finally {
+      other.close();
+    }
+    // Reads were never affected.
+    const latest = await server.request(`/v1/devices/${device.id}/telemetry/latest`, { key });
+    expect(latest.status).toBe(200);
+  });
+
+  it('a database locked by another writer beyond the busy timeout is a 500, then recovers', async () => {
+    server = await startTestServer();
+    const { device, token } = await seedAccount(server);
+    const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
+    try {
+      // Shorten the server's wait so the test does not sit 10 s on the lock.
+      server.db.pragma('busy_timeout = 200');
+      other.exec('BEGIN IMMEDIATE');
+      const locked = await ingest(server, { device_id: device.id, access_token: token, data: { n: 1 } });
+      expect(locked.status).toBe(500);
+      other.exec('COMMIT');
+      const ok = await ingest(server, { device_id: device.id, access_token: token, data: { n: 2 } });
+      expect(ok.status).toBe(200);
+      expect((other.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n).toBe(1);
+    } finally {
+      if (other.inTransaction) other.exec('ROLLBACK');
+      other.close();
+    }
+  });
+});
