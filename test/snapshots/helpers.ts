@@ -11,7 +11,7 @@ export async function upload(server: TestServer, deviceId: string, token: string
   const headers: Record<string, string> = {};
   if (token !== null) headers.authorization = `Bearer ${token}`;
   if (contentType !== null) headers['content-type'] = contentType;
-  const res = await server.request(`/api/devices/${deviceId}/snapshot`, { method: 'POST', headers, body: body ?? undefined });
+  const res = await server.request(`/api/devices/${deviceId}/snapshot`, { method: 'POST', headers, body: (body ?? undefined) as BodyInit | undefined });
   return { status: res.status, body: (await res.json()) as Record<string, any>, headers: res.headers };
 }
 
