@@ -180,16 +180,18 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       const { firstDelayMs = 60_000, intervalMs = 3_600_000, onError = () => {} } = options;
       let running = false;
       let interval: NodeJS.Timeout | null = null;
-      const run = () => {
+      const run = (sweepTemps: boolean) => {
         if (running) return;
         running = true;
-        purgeExpiredSnapshots(clock.now())
+        // After start, also clear temporary files a crash may have left mid-write.
+        (sweepTemps ? files.removeStaleTempFiles(3_600_000) : Promise.resolve(0))
+          .then(() => purgeExpiredSnapshots(clock.now()))
           .catch(onError)
           .finally(() => (running = false));
       };
       const first = setTimeout(() => {
-        run();
-        interval = setInterval(run, intervalMs);
+        run(true);
+        interval = setInterval(() => run(false), intervalMs);
         interval.unref();
       }, firstDelayMs);
       first.unref();

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readFile, rename, rm, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readdir, readFile, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { AppError, unavailable } from '../errors.js';
@@ -83,6 +83,42 @@ export function snapshotFiles(dataDir: string) {
     /** Removes one snapshot file; a file already gone is not an error. */
     async remove(deviceId: string, id: string, contentType: string): Promise<void> {
       await rm(fileOf(deviceId, id, contentType), { force: true });
+    },
+
+    /**
+     * Removes temporary files a crash left behind mid-write (a finished write never leaves
+     * one). Only those older than `olderThanMs`, so writes in progress are never touched.
+     * File times are the file system's, so this uses the wall clock.
+     */
+    async removeStaleTempFiles(olderThanMs: number): Promise<number> {
+      let removed = 0;
+      let devices: string[];
+      try {
+        devices = await readdir(root);
+      } catch {
+        return 0; // no snapshots folder yet
+      }
+      for (const device of devices) {
+        let names: string[];
+        try {
+          names = await readdir(path.join(root, device));
+        } catch {
+          continue;
+        }
+        for (const name of names) {
+          if (!name.startsWith('.') || !name.endsWith('.tmp')) continue;
+          const file = path.join(root, device, name);
+          try {
+            if ((await stat(file)).mtimeMs < Date.now() - olderThanMs) {
+              await unlink(file);
+              removed++;
+            }
+          } catch {
+            // gone already, or not ours to remove
+          }
+        }
+      }
+      return removed;
     },
 
     /** Removes every snapshot file of a device (synchronous: called from a device deletion). */

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
@@ -82,6 +82,13 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
     server.services.accounts.setPlan(acc.account.id, 'starter', { snapshotRetentionDays: 2 });
     const up = await upload(server, acc.device.id, acc.token, tinyJpeg());
     const file = fileOf(acc.device.id, up.body.id, 'jpg');
+    // Temporary files a crash left mid-write: the first run clears old ones, not fresh ones.
+    const staleTemp = path.join(path.dirname(file), '.crashed.0000.tmp');
+    const freshTemp = path.join(path.dirname(file), '.inflight.0000.tmp');
+    writeFileSync(staleTemp, 'partial');
+    writeFileSync(freshTemp, 'partial');
+    const twoHoursAgo = (Date.now() - 2 * 3_600_000) / 1000;
+    utimesSync(staleTemp, twoHoursAgo, twoHoursAgo);
     clock.advance(2 * DAY_MS + 1);
     const stop = server.services.snapshots.scheduleRetention({ firstDelayMs: 1, intervalMs: 50 });
     try {
@@ -90,6 +97,8 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
       stop();
     }
     expect((await fetchSnapshot(server, up.body.url, acc.key)).status).toBe(404);
+    expect(existsSync(staleTemp)).toBe(false);
+    expect(existsSync(freshTemp)).toBe(true);
   });
 
   it('the daily quota resets at midnight UTC, and Retry-After counts down to it', async () => {
