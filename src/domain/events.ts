@@ -6,7 +6,7 @@ import type { Alert, AlertEvent, Device, StoredReading } from './types.js';
 
 export interface DomainEventMap {
   /** A reading was committed. */
-  'reading.stored': { device: Device; reading: StoredReading; parsed: Record<string, unknown> };
+  'reading.stored': { device: Device; reading: StoredReading; parsed: Record<string, unknown>; transport?: Transport };
   /** A reading was refused for good (not stored); the device's rejection count went up. */
   'reading.rejected': { device: Device; reason: string; transport: Transport };
   /** A device's credentials or status changed, or it was deleted: open sessions must be re-checked. */

@@ -113,13 +113,13 @@ export function ingestPipeline(deps: {
     return { seq, ...reading };
   }
 
-  function afterStore(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>) {
+  function afterStore(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>, transport: Transport) {
     try {
       evaluateAlerts(device, account, reading, data);
     } catch {
       // Alert evaluation must never turn a committed reading into an error.
     }
-    events.emit('reading.stored', { device, reading, parsed: data });
+    events.emit('reading.stored', { device, reading, parsed: data, transport });
   }
 
   return {
@@ -138,7 +138,7 @@ export function ingestPipeline(deps: {
         throw err;
       }
       const reading = await store(device, data);
-      afterStore(device, account, reading, data);
+      afterStore(device, account, reading, data, req.transport);
       return reading;
     },
 
