@@ -9,6 +9,7 @@ import { deviceApiRoutes } from './routes/deviceApi.js';
 import { healthRoutes } from './routes/health.js';
 import { snapshotRoutes } from './routes/snapshots.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+import { createMetrics, installMetrics } from './metrics.js';
 
 export interface AppOptions {
   services: Services;
@@ -53,6 +54,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
 
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
   app.setErrorHandler(handleError);
+  installMetrics(app, createMetrics(services));
   app.setNotFoundHandler((request, reply) => reply.code(404).send(errorBody(request.url, 'not found')));
 
   await app.register(swagger, {

@@ -1,0 +1,128 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Services } from '../domain/services.js';
+
+/**
+ * Prometheus metrics (docs/reliability.md "Operations"). One registry per server (tests run
+ * several servers in one process; prom-client's global registry would mix them).
+ * Counters follow the domain events, so HTTP and MQTT ingest are counted at the one place a
+ * reading is stored or refused (the ingest pipeline); gauges are read at scrape time.
+ */
+export interface MetricsSources {
+  /** Open MQTT connections; absent while no broker runs. */
+  mqttConnections?: () => number;
+}
+
+export function createMetrics(services: Services, sources: MetricsSources = {}) {
+  const registry = new Registry();
+  const readings = new Counter({ name: 'telemetryd_ingest_readings_total', help: 'Readings stored, by transport', labelNames: ['transport'], registers: [registry] });
+  const rejected = new Counter({ name: 'telemetryd_ingest_rejected_total', help: 'Readings refused for good (not JSON, not an object, schema, too large), by transport', labelNames: ['transport'], registers: [registry] });
+  const latency = new Histogram({
+    name: 'telemetryd_http_request_duration_seconds',
+    help: 'HTTP request latency, by method, route pattern and status class',
+    labelNames: ['method', 'route', 'status'],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [registry],
+  });
+  // Both transports show up from the first scrape, at 0.
+  for (const t of ['http', 'mqtt']) {
+    readings.inc({ transport: t }, 0);
+    rejected.inc({ transport: t }, 0);
+  }
+  const db = services.repos.db;
+  new Gauge({
+    name: 'telemetryd_database_size_bytes',
+    help: 'Size of the SQLite database (pages in use times page size; the WAL is not counted)',
+    registers: [registry],
+    collect() {
+      const pages = db.pragma('page_count', { simple: true }) as number;
+      const pageSize = db.pragma('page_size', { simple: true }) as number;
+      this.set(pages * pageSize);
+    },
+  });
+  new Gauge({
+    name: 'telemetryd_writer_queue_depth',
+    help: 'Readings waiting for the next group commit',
+    registers: [registry],
+    collect() {
+      this.set(services.writer.depth);
+    },
+  });
+  new Gauge({
+    name: 'telemetryd_writer_max_batch',
+    help: 'Largest group commit so far (readings in one transaction)',
+    registers: [registry],
+    collect() {
+      this.set(services.writer.maxBatch);
+    },
+  });
+  new Gauge({
+    name: 'telemetryd_mqtt_connections',
+    help: 'Open MQTT client connections (TLS and plain)',
+    registers: [registry],
+    collect() {
+      this.set(sources.mqttConnections?.() ?? 0);
+    },
+  });
+
+  const unsubscribe = [
+    services.events.on('reading.stored', ({ transport }) => readings.inc({ transport: transport ?? 'http' })),
+    services.events.on('reading.rejected', ({ transport }) => rejected.inc({ transport })),
+  ];
+
+  return {
+    registry,
+    sources,
+    observeRequest(method: string, route: string, statusCode: number, seconds: number) {
+      latency.observe({ method, route, status: `${Math.floor(statusCode / 100)}xx` }, seconds);
+    },
+    close: () => unsubscribe.forEach((off) => off()),
+  };
+}
+
+export type Metrics = ReturnType<typeof createMetrics>;
+
+/** Loopback peers only: 127.0.0.0/8, ::1 and their IPv4-mapped forms. */
+export function isLoopback(address: string | undefined): boolean {
+  if (!address) return false;
+  const a = address.startsWith('::ffff:') ? address.slice(7) : address;
+  return a === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(a);
+}
+
+/**
+ * Who may scrape: a direct connection from this machine. A request that came through a
+ * reverse proxy (Forwarded / X-Forwarded-For / X-Real-IP present) is refused even though
+ * the proxy connects from loopback, so publishing the dashboard through nginx does not
+ * publish /metrics. Anyone else gets the same 404 as an unknown route.
+ */
+export function mayScrape(request: FastifyRequest): boolean {
+  const h = request.headers;
+  if (h.forwarded !== undefined || h['x-forwarded-for'] !== undefined || h['x-real-ip'] !== undefined) return false;
+  return isLoopback(request.socket.remoteAddress);
+}
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The server's metrics; server.ts plugs in sources that exist outside HTTP (MQTT). */
+    metrics: Metrics;
+  }
+}
+
+/**
+ * GET /metrics plus the latency hook. Called on the root instance before any route plugin
+ * is registered (not registered as a plugin itself), so the hook sees every route.
+ */
+export function installMetrics(app: FastifyInstance, metrics: Metrics): void {
+  app.decorate('metrics', metrics);
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    if (route === '/metrics') return;
+    metrics.observeRequest(request.method, route, reply.statusCode, reply.elapsedTime / 1000);
+  });
+  app.get('/metrics', { schema: { hide: true } }, async (request, reply) => {
+    if (!mayScrape(request)) return reply.code(404).type('application/json').send({ error: 'not found' });
+    const text = await metrics.registry.metrics();
+    return reply.type(metrics.registry.contentType).send(text);
+  });
+  app.addHook('onClose', async () => metrics.close());
+}
