@@ -42,6 +42,8 @@ export class SessionRegistry {
   }
 
   add(session: Session): void {
+    // A socket that closed while CONNECT was being checked never emits 'close' again.
+    if (session.client.closed || session.client.conn.destroyed) return;
     this.byClient.set(session.client, session);
     let set = this.byDevice.get(session.deviceId);
     if (!set) this.byDevice.set(session.deviceId, (set = new Set()));

@@ -66,6 +66,35 @@ describe('MQTT ingestion', () => {
     }
   });
 
+  it('a reading the database cannot commit is not PUBACKed: the client is disconnected and its resend is stored', async () => {
+    const s = await seedAccount(server);
+    // A real SQLite failure on this device's inserts (a temp trigger on the server's own
+    // connection), standing in for a full disk or an I/O error.
+    server.db.exec(`CREATE TEMP TRIGGER fail_${s.device.seq} BEFORE INSERT ON readings WHEN NEW.device_seq = ${s.device.seq} BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`);
+    // A device that reconnects by itself and resends what was not acknowledged (mqtt.js
+    // keeps the message across its automatic reconnects when clean is false).
+    const client = track(await connectTls(server, { username: s.device.id, password: s.token }, { clean: false, clientId: 'resender', reconnectPeriod: 200 }));
+    let acked = false;
+    const gone = closed(client);
+    client.publish(`d/${s.device.id}/t`, '{"attempt":1}', { qos: 1 }, (err) => {
+      if (!err) acked = true;
+    });
+    await gone;
+    expect(acked).toBe(false);
+    expect(storedReadings(server, s.device.seq)).toEqual([]);
+    // Not a rejection: nothing is counted against the device.
+    expect(server.services.devices.getAny(s.device.id).rejectedCount).toBe(0);
+
+    // While the failure lasts, each resend is refused the same way.
+    await new Promise((r) => setTimeout(r, 600));
+    expect(acked).toBe(false);
+    expect(storedReadings(server, s.device.seq)).toEqual([]);
+
+    server.db.exec(`DROP TRIGGER temp.fail_${s.device.seq}`);
+    await until(() => (acked ? true : null));
+    expect(storedReadings(server, s.device.seq)).toEqual([{ attempt: 1 }]);
+  });
+
   it('QoS 0 over the plain port is stored too', async () => {
     const s = await seedAccount(server);
     const client = track(await connectPlain(server, { username: s.device.id, password: s.token }));
