@@ -90,6 +90,9 @@ export function brokerHooks(deps: {
      * Nothing is forwarded either way (authorizeForward below).
      */
     authorizePublish(client, packet, callback) {
+      // aedes publishes a will from here too, once the client is closed: wills are not
+      // readings (nobody can tell when it would be stored) and are dropped (docs/mqtt.md).
+      if (!client || client.closed) return callback(new Error('will messages are not stored'));
       const session = sessions.get(client);
       if (!session) return callback(new Error('not an authenticated MQTT session'));
       if (packet.topic !== telemetryTopic(session.deviceId)) {

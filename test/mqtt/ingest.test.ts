@@ -126,6 +126,18 @@ describe('MQTT ingestion', () => {
     expect(received).toEqual([]);
   });
 
+  it('a will message is not stored when the connection drops', async () => {
+    const s = await seedAccount(server);
+    const client = await connectTls(server, { username: s.device.id, password: s.token }, { will: { topic: `d/${s.device.id}/t`, payload: Buffer.from('{"online":false}'), qos: 1, retain: false } });
+    await client.publishAsync(`d/${s.device.id}/t`, '{"online":true}', { qos: 1 });
+    const gone = closed(client);
+    client.stream.destroy();
+    await gone;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(storedReadings(server, s.device.seq)).toEqual([{ online: true }]);
+    await client.endAsync(true);
+  });
+
   it('a payload that is not JSON is PUBACKed, not stored, counted as rejected (devices list), and the client stays connected', async () => {
     const s = await seedAccount(server, { email: 'nonjson@example.com' });
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
