@@ -29,6 +29,15 @@ export function connackReturnCode(err: unknown): 3 | 4 | 5 {
   return CONNACK.SERVER_UNAVAILABLE;
 }
 
+/**
+ * A permanent refusal of the reading itself (400 not JSON / not an object / schema / field
+ * limit, 413 too large), already counted by the pipeline; not a refusal of the device
+ * (401/403), nor a failure to commit (5xx or not an AppError).
+ */
+function isRejectedReading(err: unknown): boolean {
+  return err instanceof AppError && err.permanent && err.status !== 401 && err.status !== 403;
+}
+
 /** interface.md "MQTT ingestion": the only topic a device publishes to. */
 export const telemetryTopic = (deviceId: string) => `d/${deviceId}/t`;
 const TELEMETRY_TOPIC = /^d\/[^/]+\/t$/;
@@ -106,13 +115,13 @@ export function brokerHooks(deps: {
         services.ingest.ingestReading({ transport: 'mqtt', deviceId: session.deviceId, data: packet.payload }).then(
           () => callback(null),
           (err: unknown) => {
-            if (err instanceof AppError && err.permanent && err.status !== 401 && err.status !== 403) return callback(null);
+            if (isRejectedReading(err)) return callback(null);
             if (!(err instanceof AppError)) log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
             callback(err instanceof Error ? err : new Error(String(err)));
           },
         );
       if (packet.qos === 2 && packet.dup) {
-        alreadyReceived(deps.broker(), client!, packet).then((duplicate) => (duplicate ? callback(null) : ingest()), callback);
+        alreadyReceived(deps.broker(), client, packet).then((duplicate) => (duplicate ? callback(null) : ingest()), callback);
       } else {
         ingest();
       }
