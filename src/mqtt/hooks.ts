@@ -8,6 +8,7 @@ import type { Aedes, AedesOptions, AuthenticateError, Client, PublishPacket } fr
 import { AppError } from '../errors.js';
 import type { Services } from '../domain/services.js';
 import type { SessionRegistry } from './sessions.js';
+import { AuthThrottle } from './authThrottle.js';
 
 /** MQTT 3.1.1 CONNACK return codes (§3.2.2.3) used here. */
 export const CONNACK = {
@@ -52,8 +53,12 @@ export function brokerHooks(deps: {
   sessions: SessionRegistry;
   log: Log;
   broker: () => Aedes;
+  /** Per-address throttle of failed CONNECTs (./authThrottle.ts); one per broker by default. */
+  throttle?: AuthThrottle;
 }): Pick<AedesOptions, 'preConnect' | 'authenticate' | 'authorizePublish' | 'authorizeSubscribe' | 'authorizeForward'> {
   const { services, sessions, log } = deps;
+  const throttle = deps.throttle ?? new AuthThrottle(services.clock);
+  const addressOf = (client: Client) => (client as unknown as { conn?: { remoteAddress?: string } }).conn?.remoteAddress;
 
   return {
     preConnect(_client, packet, callback) {
@@ -69,12 +74,23 @@ export function brokerHooks(deps: {
     },
 
     authenticate(client, username, password, callback) {
+      const address = addressOf(client);
+      if (throttle.lockedFor(address) > 0) {
+        // Too many failures from this address: refused unchecked, as "server unavailable" so
+        // the answer reveals nothing about these credentials and the device retries later.
+        const refusal = new Error('too many failed connection attempts; try again later') as AuthenticateError;
+        refusal.returnCode = CONNACK.SERVER_UNAVAILABLE;
+        return callback(refusal, false);
+      }
       try {
         // Username = device id, password = access token (interface.md "Authentication").
         const { device, account } = services.devices.authenticate(username, password?.toString('utf8'));
         sessions.add({ deviceId: device.id, accountId: account.id, tokenHash: device.tokenHash, client });
+        throttle.recordSuccess(address);
         callback(null, true);
       } catch (err) {
+        // Only wrong credentials count (401); a paused device (403) knew its token.
+        if (err instanceof AppError && err.status === 401) throttle.recordFailure(address);
         if (!(err instanceof AppError)) log.error({ err }, 'MQTT authentication failed');
         const refusal = new Error(err instanceof AppError ? err.message : 'server unavailable') as AuthenticateError;
         refusal.returnCode = connackReturnCode(err);
