@@ -90,6 +90,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     db.close();
     throw err;
   }
+  if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
   if (setupUrl) print(`First run: open ${setupUrl} to create the first account (or: telemetryd accounts create --email you@example.com)`);
 
