@@ -7,18 +7,18 @@
 import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/server.js';
-import { ingestLoad, integrityCheck, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
+import { ingestLoad, integrityCheck, mqttLoad, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
 const ROUNDS = 3;
 const dataDir = tempDir('telemetryd-crash-');
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
 describe('crash safety', () => {
-  it(`keeps every acknowledged reading across ${ROUNDS} SIGKILLs mid-ingest`, async () => {
+  it(`keeps every acknowledged reading (HTTP 200, MQTT PUBACK) across ${ROUNDS} SIGKILLs mid-ingest`, async () => {
     const seed = await seedViaCli(dataDir);
     const allAcked: number[] = [];
     for (let round = 0; round < ROUNDS; round++) {
-      const server = await startChildServer(dataDir);
+      const server = await startChildServer(dataDir, ['--mqtt-plain-port', '0']);
       let killed = false;
       let inFlightAtKill = 0;
       // Kill once a few hundred readings are acknowledged, while 32 more are in flight.
@@ -39,7 +39,18 @@ describe('crash safety', () => {
           }
         },
       });
+      // QoS 1 publishers on the plain MQTT port at the same time (numbers offset by 500,000).
+      const mqttAcks = mqttLoad({
+        port: server.mqttPlainPort!,
+        deviceId: seed.deviceId,
+        token: seed.token,
+        firstN: round * 1_000_000 + 500_000,
+        clients: 4,
+        inFlightPerClient: 8,
+        shouldStop: () => killed,
+      });
       const { acked, statuses } = await load;
+      const { acked: mqttAcked } = await mqttAcks;
       const exit = await server.exited;
       expect(exit.signal).toBe('SIGKILL');
       // The kill really landed mid-way: other requests were in flight at that moment.
@@ -47,7 +58,8 @@ describe('crash safety', () => {
       expect(inFlightAtKill).toBeGreaterThan(0);
       // Only 200s and cut connections: nothing else (no 500) under load.
       expect([...statuses.keys()].filter((s) => s !== 200 && s !== 0)).toEqual([]);
-      allAcked.push(...acked);
+      allAcked.push(...acked, ...mqttAcked);
+      expect(mqttAcked.length).toBeGreaterThan(0);
 
       // Restart on the same data dir: recovery runs, the server serves again.
       const again = await startChildServer(dataDir);

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import net from 'node:net';
+import mqtt from 'mqtt';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { CLI, runCliAsync } from '../helpers/cli.js';
@@ -10,6 +11,8 @@ export interface ChildServer {
   proc: ChildProcess;
   url: string;
   port: number;
+  /** Plain MQTT port when started with --mqtt-plain-port. */
+  mqttPlainPort: number | null;
   /** Everything the child printed on stdout and stderr so far. */
   output: () => string;
   /** Resolves with the exit code (null when killed by a signal) and the signal. */
@@ -26,13 +29,15 @@ export async function startChildServer(dataDir: string, extraArgs: string[] = []
   proc.stdout!.on('data', (d) => (out += d));
   proc.stderr!.on('data', (d) => (out += d));
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-  const port = await new Promise<number>((resolve, reject) => {
+  const wantsMqtt = extraArgs.includes('--mqtt-plain-port');
+  const [port, mqttPlainPort] = await new Promise<[number, number | null]>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 20_000);
     const check = () => {
       const m = /HTTP listening on [^\s]+:(\d+)/.exec(out);
-      if (m) {
+      const mq = /MQTT without TLS listening on [^\s]+:(\d+)/.exec(out);
+      if (m && (!wantsMqtt || mq)) {
         clearTimeout(timer);
-        resolve(Number(m[1]));
+        resolve([Number(m[1]), mq ? Number(mq[1]) : null]);
       }
     };
     proc.stdout!.on('data', check);
@@ -41,7 +46,7 @@ export async function startChildServer(dataDir: string, extraArgs: string[] = []
       reject(new Error(`server exited before listening: ${out}`));
     });
   });
-  return { proc, port, url: `http://127.0.0.1:${port}`, output: () => out, exited };
+  return { proc, port, mqttPlainPort, url: `http://127.0.0.1:${port}`, output: () => out, exited };
 }
 
 export interface Seed {
@@ -185,4 +190,49 @@ export function rawHttp(port: number, chunks: (string | Buffer)[], waitMs = 3_00
       for (const c of chunks) socket.write(c);
     });
   });
+}
+
+/**
+ * MQTT QoS 1 publishers: each message carries a unique `n`; a PUBACK is the acknowledgement.
+ * The clients never reconnect, so nothing is resent after a crash (a resend would be a
+ * legitimate QoS 1 duplicate and blur the "none duplicated" check).
+ */
+export async function mqttLoad(opts: {
+  port: number;
+  deviceId: string;
+  token: string;
+  firstN: number;
+  clients: number;
+  inFlightPerClient: number;
+  shouldStop: () => boolean;
+}): Promise<{ acked: number[] }> {
+  const acked: number[] = [];
+  let next = opts.firstN;
+  const clients = await Promise.all(
+    Array.from({ length: opts.clients }, () =>
+      mqtt.connectAsync(`mqtt://127.0.0.1:${opts.port}`, { username: opts.deviceId, password: opts.token, reconnectPeriod: 0, connectTimeout: 5_000 }, false),
+    ),
+  );
+  await Promise.all(
+    clients.map(async (client) => {
+      const lane = async () => {
+        while (!opts.shouldStop() && client.connected) {
+          const n = next++;
+          try {
+            await client.publishAsync(`d/${opts.deviceId}/t`, JSON.stringify({ n, via: 'mqtt' }), { qos: 1 });
+            acked.push(n);
+          } catch {
+            return;
+          }
+        }
+      };
+      // publishAsync settles only on PUBACK, or rejects when the connection goes away.
+      await Promise.race([
+        Promise.all(Array.from({ length: opts.inFlightPerClient }, lane)),
+        new Promise<void>((resolve) => client.once('close', () => resolve())),
+      ]);
+      client.end(true);
+    }),
+  );
+  return { acked };
 }
