@@ -8,6 +8,7 @@ import { DomainEvents } from './events.js';
 import { ingestPipeline } from './ingest/pipeline.js';
 import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
+import { sessionService } from './sessions.js';
 import { telemetryService } from './telemetry.js';
 import { usageService } from './usage.js';
 
@@ -20,12 +21,14 @@ export function createServices(repos: Repositories, options: { clock?: Clock; on
   const events = new DomainEvents(options.onListenerError);
   const devices = deviceService(repos, events, clock);
   const writer = new ReadingWriter(repos.readings);
+  const accounts = accountService(repos, events, clock);
   return {
     clock,
     events,
     repos,
     writer,
-    accounts: accountService(repos, events, clock),
+    accounts,
+    sessions: sessionService(repos, accounts, clock),
     keys: keyService(repos, clock),
     devices,
     telemetry: telemetryService(repos, clock),
