@@ -58,6 +58,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const address = app.server.address() as AddressInfo;
   const shownHost = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
   const httpUrl = `http://${shownHost}:${address.port}`;
+  // A defaulted public URL on an ephemeral port (tests, --http-port 0) names the bound port.
+  if (/:0$/.test(config.publicUrl)) config.publicUrl = config.publicUrl.replace(/:0$/, `:${address.port}`);
   print(`telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`);
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
   if (setupUrl) print(`First run: open ${setupUrl} to create the first account (or: telemetryd accounts create --email you@example.com)`);
