@@ -215,7 +215,25 @@ export function renderCreated(main: HTMLElement, device: DeviceDetail, token: st
     ),
     h('h2', {}, 'Send data'),
     ...list.map((sn) => h('section', { class: 'card snippet', 'aria-label': sn.title }, h('h3', {}, sn.title), copyable(sn.code, `${sn.title} snippet`, { multiline: true, testid: `snippet-${sn.id}` }))),
-    h('p', {}, h('a', { class: 'button', href: `#/devices/${encodeURIComponent(device.id)}` }, 'Go to the device page')),
+    h(
+      'p',
+      {},
+      h(
+        'a',
+        {
+          class: 'button',
+          href: `#/devices/${encodeURIComponent(device.id)}`,
+          // After "Regenerate token" the address is already the device page: re-render it.
+          onclick: (e: Event) => {
+            if (location.hash === (e.currentTarget as HTMLAnchorElement).getAttribute('href')) {
+              e.preventDefault();
+              window.dispatchEvent(new HashChangeEvent('hashchange'));
+            }
+          },
+        },
+        'Go to the device page',
+      ),
+    ),
   );
   (main.querySelector('h1') as HTMLElement).focus();
 }
