@@ -24,7 +24,12 @@ export function lineChart(title: string, unit: string, points: [number, number][
     return el;
   };
   const fmt = (v: number) => (Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(2).replace(/\.?0+$/, ''));
-  const timeFmt = (t: number) => (rangeMs > 86_400_000 ? new Date(t).toLocaleDateString(undefined, { month: 'short', day: 'numeric' }) : new Date(t).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' }));
+  const timeFmt = (t: number) =>
+    rangeMs > 86_400_000
+      ? new Date(t).toLocaleDateString(undefined, { month: 'short', day: 'numeric' })
+      : rangeMs === 86_400_000
+        ? new Date(t).toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' })
+        : new Date(t).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
   const chart = svg(
     'svg',
     { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': `${title}: ${points.length} readings, from ${fmt(Math.min(...ys))} to ${fmt(Math.max(...ys))} ${unit}` },

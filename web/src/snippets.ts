@@ -13,7 +13,9 @@ export interface SnippetInput {
 
 function sample(fields: { name: string }[]): Record<string, number> {
   const out: Record<string, number> = {};
-  const list = fields.length ? fields : [{ name: 'temperature' }];
+  // *_url fields carry snapshot URLs from an upload, not sensor values: left out of the example.
+  const numeric = fields.filter((f) => !f.name.endsWith('_url'));
+  const list = numeric.length ? numeric : [{ name: 'temperature' }];
   list.forEach((f, i) => (out[f.name] = Math.round((21.5 + i * 10) * 10) / 10));
   return out;
 }

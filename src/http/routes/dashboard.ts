@@ -1,11 +1,12 @@
 import path from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fastifyStatic from '@fastify/static';
+import sjson from 'secure-json-parse';
 import type { Services } from '../../domain/services.js';
 import type { ServerConfig } from '../../config.js';
 import type { ResolvedSession } from '../../domain/sessions.js';
 import { resolveWebRoot } from '../../webRoot.js';
-import { unauthorized } from '../../errors.js';
+import { badRequest, unauthorized } from '../../errors.js';
 import { checkCrossSite, isStateChanging, sessionFromRequest } from '../dashboardSession.js';
 import { dashboardAuthRoutes, type SetupState } from './dashboardAuth.js';
 import { dashboardApiRoutes } from './dashboardApi.js';
@@ -80,6 +81,16 @@ export async function dashboardRoutes(app: FastifyInstance, opts: { services: Se
 
   await app.register(
     async (api) => {
+      // An action without parameters (pause, sign-out) may come with an empty JSON body.
+      api.removeContentTypeParser('application/json');
+      api.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: 1_048_576 }, (_request, body, done) => {
+        if (!String(body).trim()) return done(null, {});
+        try {
+          done(null, sjson.parse(String(body), undefined, { protoAction: 'error', constructorAction: 'error' }));
+        } catch (err) {
+          done(badRequest(`invalid JSON body: ${(err as Error).message}`), undefined);
+        }
+      });
       api.addHook('onRequest', async (request) => {
         request.dashboard = sessionFromRequest(services, request);
         if (isStateChanging(request.method)) checkCrossSite(request, config.publicUrl, request.dashboard);
