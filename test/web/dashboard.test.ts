@@ -13,6 +13,8 @@ import { ingest, startTestServer, type TestServer } from '../helpers/server.js';
 import { newId } from '../../src/ids.js';
 
 const ARTIFACTS = path.resolve('test-artifacts');
+// A 2×2 PNG (red, green, blue, white).
+const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAEklEQVR4nGP4z8DAAMIM/4EAAB/uBfsL2WiLAAAAAElFTkSuQmCC', 'base64');
 const EMAIL = 'owner@example.com';
 const PASSWORD = 'correct horse battery';
 
@@ -117,6 +119,7 @@ describe('dashboard in a browser', () => {
       { name: 'humidity', label: 'Humidity', unit: '%' },
       { name: 'snapshot_url', label: 'Snapshot', unit: '' },
     ];
+    await page.getByLabel(/Allow this device to upload images/).check();
     await page.getByLabel('Import fields from a JSON file').setInputFiles({ name: 'fields.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(fields)) });
     await page.getByLabel('Field 3 name').waitFor();
     expect(await page.getByLabel('Field 2 unit').inputValue()).toBe('%');
@@ -138,6 +141,7 @@ describe('dashboard in a browser', () => {
     expect(device.fields).toEqual(fields);
     expect(device.settings).toMatchObject({ protocol: 'http', data_interval_seconds: 30, network: 'wifi', data_direction: 'send_only' });
     expect(device.description).toBe('north side');
+    expect(device.snapshotsEnabled).toBe(true);
   });
 
   it('shows a reading sent over HTTP on the device page without a reload', async () => {
@@ -153,7 +157,11 @@ describe('dashboard in a browser', () => {
     await page.locator('[data-testid=latest] [data-field=temperature]').getByText('21.5').waitFor({ timeout: 10_000 });
     expect(await page.locator('[data-testid=latest] [data-field=temperature]').textContent()).toContain('°C');
 
-    const snapshotUrl = `${server.config.publicUrl}/api/devices/${state.deviceId}/snapshot/${'0b6f1c2e-3a4d-4e5f-8a9b-0c1d2e3f4a5b'}`;
+    // Upload a snapshot as the device does, then send its URL in a *_url field.
+    const upload = await server.request(`/api/devices/${state.deviceId}/snapshot`, { method: 'POST', headers: { authorization: `Bearer ${state.token}`, 'content-type': 'image/png' }, body: PNG });
+    expect(upload.status).toBe(200);
+    const snapshotUrl = server.config.publicUrl + ((await upload.json()) as { url: string }).url;
+    expect((await fetch(snapshotUrl)).status).toBe(404); // nobody else can read it
     const second = { temperature: 23.25, humidity: 42, snapshot_url: snapshotUrl };
     expect((await ingest(server, { device_id: state.deviceId, data: second }, { authorization: `Bearer ${state.token}` })).status).toBe(200);
     state.readings.push(second);
@@ -164,6 +172,8 @@ describe('dashboard in a browser', () => {
     const thumb = page.locator('[data-testid=readings] a.thumb');
     expect(await thumb.getAttribute('href')).toBe(snapshotUrl);
     expect(await thumb.locator('img').getAttribute('src')).toBe(snapshotUrl);
+    // The image really loads: the snapshot GET accepts the owner's dashboard session.
+    await page.waitForFunction(() => (document.querySelector('[data-testid=readings] a.thumb img') as HTMLImageElement | null)?.naturalWidth === 2);
     expect(await page.locator('svg.chart').count()).toBe(2); // temperature and humidity
     await shot('05-device-page');
   });
@@ -304,10 +314,12 @@ describe('dashboard in a browser', () => {
     await page.getByRole('button', { name: 'Pause' }).click();
     await page.getByRole('button', { name: 'Resume' }).waitFor();
     expect((await ingest(server, { device_id: state.deviceId, access_token: newToken, data: { temperature: 1 } })).status).toBe(403);
-    // A rejected reading shows its reason.
     await page.getByRole('button', { name: 'Resume' }).click();
     await page.getByRole('button', { name: 'Pause' }).waitFor();
-    expect((await ingest(server, { device_id: state.deviceId, access_token: newToken, data: { unknown_field: 1 } })).status).toBe(200);
+    // A rejected reading (more top-level keys than the plan's 20 fields) shows up live with its reason.
+    const tooWide = Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`k${i}`, i]));
+    expect((await ingest(server, { device_id: state.deviceId, access_token: newToken, data: tooWide })).status).toBe(400);
+    await page.getByTestId('rejected').getByText(/^1 · last: /).waitFor();
 
     // Phone-sized screenshot of the device page.
     await page.setViewportSize({ width: 390, height: 844 });
