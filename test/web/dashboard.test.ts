@@ -221,6 +221,7 @@ describe('dashboard in a browser', () => {
     await dlg.getByLabel('Cooldown (seconds)').fill('0');
     await dlg.getByLabel('Webhook (signed HTTP POST)').check();
     await dlg.getByLabel('Webhook URL').fill('http://127.0.0.1:9/hook');
+    await shot('06a-alert-form');
     await dlg.getByRole('button', { name: 'Create alert' }).click();
     await page.locator('[data-testid=alerts] tbody tr').waitFor();
     const [alert] = server.services.alerts.list(server.services.accounts.list()[0]!, 10, 0).alerts;
@@ -326,6 +327,12 @@ describe('dashboard in a browser', () => {
     await shot('08-device-phone');
     await page.setViewportSize({ width: 1200, height: 900 });
 
+    await page.getByRole('link', { name: 'Devices', exact: true }).click();
+    const row = page.locator(`[data-testid=devices] tr[data-device="${state.deviceId}"]`);
+    await row.waitFor();
+    expect(await row.textContent()).toContain('active');
+    await shot('08b-devices');
+    await row.getByRole('link', { name: 'Greenhouse' }).click();
     await page.getByRole('button', { name: 'Delete' }).click();
     const dlg = page.getByRole('dialog');
     const confirm = dlg.getByRole('button', { name: 'Delete permanently' });
