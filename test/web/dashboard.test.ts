@@ -120,6 +120,12 @@ describe('dashboard in a browser', () => {
       { name: 'snapshot_url', label: 'Snapshot', unit: '' },
     ];
     await page.getByLabel(/Allow this device to upload images/).check();
+    // A file over the plan's field limit (starter: 20) or not JSON is refused with a message.
+    const tooMany = Array.from({ length: 21 }, (_, i) => ({ name: `f${i}`, label: `F${i}`, unit: '' }));
+    await page.getByLabel('Import fields from a JSON file').setInputFiles({ name: 'many.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(tooMany)) });
+    await page.getByRole('alert').getByText('21 fields in the file; your plan allows 20 per device').waitFor();
+    await page.getByLabel('Import fields from a JSON file').setInputFiles({ name: 'bad.json', mimeType: 'application/json', buffer: Buffer.from('{nope') });
+    await page.getByRole('alert').getByText(/not valid JSON/).waitFor();
     await page.getByLabel('Import fields from a JSON file').setInputFiles({ name: 'fields.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(fields)) });
     await page.getByLabel('Field 3 name').waitFor();
     expect(await page.getByLabel('Field 2 unit').inputValue()).toBe('%');
@@ -244,6 +250,15 @@ describe('dashboard in a browser', () => {
     const [event] = server.services.alerts.history(alert!, 10);
     expect(event!.acknowledged).toBe(true);
     expect(event!.acknowledgedAt).not.toBeNull();
+
+    // Edit: the form comes back filled in; change the threshold.
+    await page.getByRole('button', { name: 'Edit' }).click();
+    const edit = page.getByRole('dialog');
+    expect(await edit.getByLabel('Field', { exact: true }).inputValue()).toBe('temperature');
+    await edit.getByLabel('Value').fill('25.5');
+    await edit.getByRole('button', { name: 'Save alert' }).click();
+    await page.locator('[data-testid=alerts]').getByText('temperature > 25.5').waitFor();
+    expect(server.services.alerts.getAny(alert!.id).value).toBe(25.5);
 
     // Disable from the list.
     await page.getByLabel('Enable Too hot').uncheck();
