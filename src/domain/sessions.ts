@@ -3,7 +3,7 @@
  * database keeps only its SHA-256 hash, with an expiry and a per-session CSRF token that the
  * dashboard's JS sends back in a header on every state-changing request (docs/dashboard.md).
  */
-import { randomBase62, hashSecret } from '../ids.js';
+import { randomBase62, hashSecret, sameHash } from '../ids.js';
 import { badRequest, rateLimited, unauthorized } from '../errors.js';
 import { DAY_MS, HOUR_MS, MINUTE_MS, type Clock } from '../time.js';
 import type { Repositories } from '../storage/index.js';
@@ -134,7 +134,7 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
      * account exists. The caller forgets the token once this succeeds.
      */
     async completeSetup(expectedToken: string | null, presentedToken: string, email: string, password: string) {
-      if (!expectedToken || !presentedToken || hashSecret(presentedToken) !== hashSecret(expectedToken) || accounts.count() > 0) {
+      if (!expectedToken || !presentedToken || !sameHash(hashSecret(presentedToken), hashSecret(expectedToken)) || accounts.count() > 0) {
         throw unauthorized('this setup link is no longer valid');
       }
       const account = await accounts.create({ email, password: password ?? '' });

@@ -3,6 +3,7 @@ import type { Services } from '../../domain/services.js';
 import type { ServerConfig } from '../../config.js';
 import { presentAccount } from '../../domain/presenters.js';
 import { unauthorized } from '../../errors.js';
+import { hashSecret, sameHash } from '../../ids.js';
 import { clearSessionCookie, setSessionCookie } from '../dashboardSession.js';
 
 export interface SetupState {
@@ -42,7 +43,8 @@ export async function dashboardAuthRoutes(app: FastifyInstance, { services, conf
 
   /** Whether the setup link in the address bar can still be used (the page asks first). */
   app.get<{ Querystring: { token?: string } }>('/setup', { config: { dashboardPublic: true } }, async (request) => {
-    const valid = !!setup.token && request.query.token === setup.token && services.accounts.count() === 0;
+    // Compared as hashes in constant time, like every secret (docs/reliability.md "Security").
+    const valid = !!setup.token && sameHash(hashSecret(String(request.query.token ?? '')), hashSecret(setup.token)) && services.accounts.count() === 0;
     return { valid };
   });
 
