@@ -40,7 +40,7 @@ export interface BackupManifest {
 export async function copyDatabase(db: Db, dest: string, onProgress?: (p: BackupProgress) => void): Promise<void> {
   let step = 0;
   let lastRemaining = Number.POSITIVE_INFINITY;
-  await db.backup(dest, {
+  const done = await db.backup(dest, {
     progress(p: BackupProgress) {
       if (step === 0) step = Math.max(256, Math.ceil(p.totalPages / 20));
       else if (p.remainingPages > lastRemaining) step = Math.min(step * 2, 0x7fffffff);
@@ -49,6 +49,8 @@ export async function copyDatabase(db: Db, dest: string, onProgress?: (p: Backup
       return step;
     },
   });
+  // The last step is not reported by better-sqlite3: report completion.
+  onProgress?.({ totalPages: done.totalPages, remainingPages: 0 });
 }
 
 /** Writes the archive of a data dir to `file` (atomically: a temp file renamed into place). */
@@ -79,6 +81,9 @@ export async function createBackup(
         portable: true,
         // A snapshot file removed by retention while we archive is not an error.
         onwarn: () => {},
+        // Temporary files of uploads in progress (.<id>.<random>.tmp, docs/snapshots.md) are
+        // not snapshots yet: leave them out.
+        filter: (p: string) => !/(^|\/)\.[^/]*\.tmp$/.test(p),
       },
       [MANIFEST, DB_FILE, ...(hasSnapshots ? [SNAPSHOTS_DIR] : [])],
     );

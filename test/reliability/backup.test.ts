@@ -3,10 +3,11 @@
  * a consistent archive; `telemetryd restore FILE --data-dir NEW` puts it back; the restored
  * server serves the same data with the same API key.
  */
-import { mkdirSync, rmSync, statSync, writeFileSync, readFileSync } from 'node:fs';
+import { existsSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCliAsync } from '../helpers/cli.js';
+import { spawnSync } from 'node:child_process';
+import { CLI, runCliAsync } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
 import { ingestLoad, integrityCheck, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
@@ -17,12 +18,20 @@ describe('backup and restore', () => {
   it('backs up while the server ingests, restores into a new data dir, and the restored server serves it', async () => {
     const dataDir = path.join(root, 'live');
     const seed = await seedViaCli(dataDir);
-    // A snapshot file, as the snapshots feature lays them out under <data-dir>/snapshots/.
-    mkdirSync(path.join(dataDir, 'snapshots', seed.deviceId), { recursive: true });
-    const image = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 1, 2, 3, 4]);
-    writeFileSync(path.join(dataDir, 'snapshots', seed.deviceId, 'a1b2.jpg'), image);
-
+    const cam = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'cam', '--snapshots', '--json'], { dataDir });
+    expect(cam.status, cam.stderr).toBe(0);
     const server = await startChildServer(dataDir);
+    // A real snapshot, uploaded through the Device API before the backup.
+    const image = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0]), Buffer.alloc(3_000, 9)]);
+    const upload = await fetch(`${server.url}/api/devices/${cam.json.id}/snapshot`, {
+      method: 'POST',
+      headers: { 'content-type': 'image/jpeg', authorization: `Bearer ${cam.json.access_token}` },
+      body: image,
+    });
+    expect(upload.status).toBe(200);
+    const snapshotUrl = ((await upload.json()) as { url: string }).url;
+    // A temporary file of an upload in progress is not part of a backup.
+    writeFileSync(path.join(dataDir, 'snapshots', cam.json.id, '.half-written.1234.tmp'), 'partial');
     const archive = path.join(root, 'backup.tar.gz');
     let backupDone = false;
     const load = ingestLoad({
@@ -72,7 +81,7 @@ describe('backup and restore', () => {
     // Every reading in the backup was really stored by the live server (a consistent prefix).
     const live = new Set(storedNumbers(dataDir, seed.deviceId));
     expect(inBackup.filter((n) => !live.has(n))).toEqual([]);
-    expect(readFileSync(path.join(restoredDir, 'snapshots', seed.deviceId, 'a1b2.jpg'))).toEqual(image);
+    expect(existsSync(path.join(restoredDir, 'snapshots', cam.json.id, '.half-written.1234.tmp'))).toBe(false);
     expect(statSync(restoredDir).mode & 0o777).toBe(0o700);
 
     // The restored server answers the same key with the same device and its readings.
@@ -81,7 +90,11 @@ describe('backup and restore', () => {
       const devices = await fetch(`${again.url}/v1/devices`, { headers: { authorization: `Bearer ${seed.key}` } });
       expect(devices.status).toBe(200);
       const body = (await devices.json()) as { data: { id: string }[] };
-      expect(body.data.map((d) => d.id)).toEqual([seed.deviceId]);
+      expect(body.data.map((d) => d.id)).toEqual([seed.deviceId, cam.json.id]);
+      // The snapshot is served from the restored files, byte for byte.
+      const snap = await fetch(new URL(snapshotUrl, again.url), { headers: { authorization: `Bearer ${seed.key}` } });
+      expect(snap.status).toBe(200);
+      expect(Buffer.from(await snap.arrayBuffer())).toEqual(image);
       const telemetry = await fetch(`${again.url}/v1/devices/${seed.deviceId}/telemetry?limit=1`, { headers: { authorization: `Bearer ${seed.key}` } });
       expect(telemetry.status).toBe(200);
       // A second restore onto it needs --force, and is refused while this server holds it.
@@ -94,6 +107,17 @@ describe('backup and restore', () => {
     const forced = await runCliAsync(['restore', archive, '--force', '--json'], { dataDir: restoredDir });
     expect(forced.status, forced.stderr).toBe(0);
   }, 120_000);
+
+  it.skipIf(spawnSync('script', ['--version']).status !== 0)('shows progress on stderr when it is a terminal', async () => {
+    const dataDir = path.join(root, 'tty');
+    await seedViaCli(dataDir);
+    const file = path.join(root, 'tty.tar.gz');
+    // util-linux `script` gives the command a pseudo-terminal, as an operator's shell would.
+    const r = spawnSync('script', ['-qec', `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} backup ${JSON.stringify(file)} --data-dir ${JSON.stringify(dataDir)}`, '/dev/null'], { encoding: 'utf8' });
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/backup: database 100% \(\d+\/\d+ pages\)/);
+    expect(r.stdout).toContain(`wrote ${file}`);
+  });
 
   it('refuses a file that is not a backup and leaves the data dir untouched', async () => {
     const junk = path.join(root, 'junk.tar.gz');
