@@ -11,6 +11,7 @@ import { snapshotRoutes } from './routes/snapshots.js';
 import { dashboardRoutes } from './routes/dashboard.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
 import { createMetrics, installMetrics } from './metrics.js';
+import { parseJsonBody } from './jsonBody.js';
 
 export interface AppOptions {
   services: Services;
@@ -53,6 +54,16 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false } },
   });
 
+  // fastify's JSON parser, plus a nesting limit (./jsonBody.ts); plugins may override it.
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (_request, body, done) => {
+    if (body === '') return done(Object.assign(new Error('request body is empty'), { statusCode: 400 }), undefined);
+    try {
+      done(null, parseJsonBody(body as string));
+    } catch (err) {
+      done(err as Error, undefined);
+    }
+  });
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
   app.setErrorHandler(handleError);
   installMetrics(app, createMetrics(services));

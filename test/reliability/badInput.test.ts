@@ -15,12 +15,15 @@ const dataDir = tempDir('telemetryd-badinput-');
 let server: ChildServer;
 let seed: Seed;
 let fuzzDevice: { id: string; token: string };
+let cam: { id: string; token: string };
 let digestBefore: ReturnType<typeof readingsDigest>;
 
 beforeAll(async () => {
   seed = await seedViaCli(dataDir);
   const fuzz = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'fuzz target', '--json'], { dataDir });
   fuzzDevice = { id: fuzz.json.id, token: fuzz.json.access_token };
+  const camera = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'cam', '--snapshots', '--json'], { dataDir });
+  cam = { id: camera.json.id, token: camera.json.access_token };
   server = await startChildServer(dataDir);
   // Some real data that must survive everything below unchanged.
   for (let i = 0; i < 20; i++) {
@@ -159,10 +162,66 @@ function publicApiCases(): Case[] {
   ];
 }
 
+const JPEG = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0]), Buffer.alloc(64, 1)]);
+
+function snapshotCases(): Case[] {
+  const up = (name: string, headers: Record<string, string>, body: string | Buffer | undefined, status: number | number[], deviceId = cam.id): Case => ({
+    name: `snapshot upload: ${name}`,
+    method: 'POST',
+    path: `/api/devices/${deviceId}/snapshot`,
+    headers,
+    body,
+    status,
+  });
+  const auth = { authorization: `Bearer ${cam.token}` };
+  const get = (name: string, path: string, status: number | number[]): Case => ({ name: `snapshot read: ${name}`, path, headers: auth, status });
+  return [
+    up('no content type', auth, JPEG, 400),
+    up('text/plain', { ...auth, 'content-type': 'text/plain' }, JPEG, 400),
+    up('JSON', { ...auth, 'content-type': 'application/json' }, '{"a":1}', 400),
+    up('PNG declared, JPEG sent', { ...auth, 'content-type': 'image/png' }, JPEG, 400),
+    up('HTML declared as JPEG', { ...auth, 'content-type': 'image/jpeg' }, '<html><script>alert(1)</script></html>', 400),
+    up('empty body', { ...auth, 'content-type': 'image/jpeg' }, '', 400),
+    up('no token', { 'content-type': 'image/jpeg' }, JPEG, 401),
+    up('wrong token', { authorization: `Bearer ${cam.token}x`, 'content-type': 'image/jpeg' }, JPEG, 401),
+    up("another device's token", { authorization: `Bearer ${seed.token}`, 'content-type': 'image/jpeg' }, JPEG, 401),
+    up('snapshots not enabled', { authorization: `Bearer ${seed.token}`, 'content-type': 'image/jpeg' }, JPEG, 403, seed.deviceId),
+    up('traversal in the device id', { ...auth, 'content-type': 'image/jpeg' }, JPEG, [401, 404], '..%2F..%2Fetc'),
+    up('512,001 bytes', { ...auth, 'content-type': 'image/jpeg' }, Buffer.concat([JPEG, Buffer.alloc(512_001 - JPEG.length)]), 413),
+    get('traversal to the database', `/api/devices/${cam.id}/snapshot/..%2F..%2Ftelemetryd.db`, 404),
+    get('double-encoded traversal', `/api/devices/${cam.id}/snapshot/%252e%252e%252ftelemetryd.db`, 404),
+    get('dot-dot id', `/api/devices/${cam.id}/snapshot/..`, 404),
+    get('__proto__ id', `/api/devices/${cam.id}/snapshot/__proto__`, 404),
+    get('an unknown uuid', `/api/devices/${cam.id}/snapshot/00000000-0000-4000-8000-000000000000`, 404),
+    get('NUL in the id', `/api/devices/${cam.id}/snapshot/%00`, 404),
+    get('traversal in the device id', `/api/devices/..%2F${cam.id}/snapshot/x`, 404),
+  ];
+}
+
+function dashboardCases(): Case[] {
+  const json = { 'content-type': 'application/json', 'x-csrf-token': 'x' };
+  const signIn = (name: string, body: string, status: number | number[], headers: Record<string, string> = json): Case => ({ name: `sign-in: ${name}`, method: 'POST', path: '/ui/api/sign-in', headers, body, status });
+  return [
+    signIn('broken JSON', '{"email":', 400),
+    signIn('deep JSON', '{"email":' + '['.repeat(20_000) + ']'.repeat(20_000) + '}', [400, 401]),
+    signIn('__proto__', '{"__proto__":{"admin":true},"email":"a@b.c","password":"x"}', 400),
+    signIn('email an object', '{"email":{"$gt":""},"password":"x"}', [400, 401]),
+    signIn('a 60 KB password', JSON.stringify({ email: 'nobody@example.com', password: 'p'.repeat(60_000) }), [400, 401, 413]),
+    signIn('no CSRF header', '{"email":"a@b.c","password":"x"}', 403, { 'content-type': 'application/json' }),
+    signIn('cross-site Origin', '{"email":"a@b.c","password":"x"}', 403, { ...json, origin: 'https://evil.example' }),
+    signIn('a form post', 'email=a&password=b', [403, 415, 400], { 'content-type': 'application/x-www-form-urlencoded' }),
+    { name: 'dashboard API without a session', path: '/ui/api/devices', status: 401 },
+    { name: 'dashboard API with a forged session', path: '/ui/api/devices', headers: { cookie: 'telemetryd_session=forged' }, status: 401 },
+    { name: 'dashboard API traversal', path: '/ui/api/devices/..%2F..%2Fetc%2Fpasswd', status: [401, 404] },
+    { name: 'export without a session', path: `/ui/api/devices/${seed.deviceId}/export?format=csv`, status: 401 },
+    { name: 'setup with a wrong token', method: 'POST', path: '/ui/api/setup', headers: json, body: '{"token":"guess","email":"x@y.z","password":"longenough1"}', status: 401 },
+  ];
+}
+
 describe('bad input sweep (HTTP)', () => {
   it('answers every malformed or hostile request with its 4xx and changes nothing', async () => {
     const failures: string[] = [];
-    for (const c of [...ingestCases(), ...publicApiCases()]) {
+    for (const c of [...ingestCases(), ...publicApiCases(), ...snapshotCases(), ...dashboardCases()]) {
       const headers = new Headers(c.headers);
       if (c.key) headers.set('authorization', `Bearer ${seed.key}`);
       let status: number;
@@ -185,6 +244,26 @@ describe('bad input sweep (HTTP)', () => {
     expect(failures).toEqual([]);
     await expectAlive();
     expect(readingsDigest(dataDir)).toEqual(digestBefore);
+  }, 60_000);
+
+  it('throttles a flood of failed dashboard sign-ins and stays up', async () => {
+    const statuses: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const res = await fetch(`${server.url}/ui/api/sign-in`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-csrf-token': 'x' },
+        body: JSON.stringify({ email: i % 2 ? 'victim@example.com' : `random${i}@example.com`, password: `guess${i}` }),
+      });
+      statuses.push(res.status);
+      if (res.status === 429) expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
+      await res.arrayBuffer();
+    }
+    // Wrong credentials first, then locked out (per email and per address); never a 5xx.
+    expect(statuses.slice(0, 5).every((s) => s === 401 || s === 400)).toBe(true);
+    expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(5);
+    expect(statuses.filter((s) => s >= 500)).toEqual([]);
+    await expectAlive();
+    expect(readingsDigest(dataDir, fuzzDevice.id)).toEqual(digestBefore);
   }, 60_000);
 
   it('refuses malformed HTTP at the socket level and stays up', async () => {

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fastifyStatic from '@fastify/static';
-import sjson from 'secure-json-parse';
+import { parseJsonBody } from '../jsonBody.js';
 import type { Services } from '../../domain/services.js';
 import type { ServerConfig } from '../../config.js';
 import type { ResolvedSession } from '../../domain/sessions.js';
@@ -86,9 +86,10 @@ export async function dashboardRoutes(app: FastifyInstance, opts: { services: Se
       api.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: 1_048_576 }, (_request, body, done) => {
         if (!String(body).trim()) return done(null, {});
         try {
-          done(null, sjson.parse(String(body), undefined, { protoAction: 'error', constructorAction: 'error' }));
+          // Depth-limited: a deeply nested email or settings value was a 500 (docs/reliability.md).
+          done(null, parseJsonBody(String(body)));
         } catch (err) {
-          done(badRequest(`invalid JSON body: ${(err as Error).message}`), undefined);
+          done(badRequest((err as Error).message), undefined);
         }
       });
       api.addHook('onRequest', async (request) => {

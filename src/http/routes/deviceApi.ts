@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import sjson from 'secure-json-parse';
+import { parseJsonBody } from '../jsonBody.js';
 import { badRequest } from '../../errors.js';
 import type { Services } from '../../domain/services.js';
 import { MAX_INGEST_BYTES } from '../../domain/ingest/pipeline.js';
@@ -18,9 +18,9 @@ export async function deviceApiRoutes(app: FastifyInstance, { services }: { serv
   app.removeContentTypeParser('text/plain');
   app.addContentTypeParser('*', { parseAs: 'string', bodyLimit: MAX_INGEST_BYTES }, (_req, body, done) => {
     try {
-      done(null, sjson.parse(body as string));
+      done(null, parseJsonBody(body as string));
     } catch (err) {
-      done(Object.assign(new Error(`invalid JSON body: ${(err as Error).message}`), { statusCode: 400 }), undefined);
+      done(err as Error, undefined);
     }
   });
 
