@@ -27,6 +27,8 @@ export interface StartOptions {
   clock?: Clock;
   /** Prints the start-up lines (listeners, setup URL); the CLI passes console.log. */
   print?: (line: string) => void;
+  /** Webhook retry schedule (ms between attempts); tests shorten the default minute. */
+  webhookRetryDelaysMs?: readonly number[];
 }
 
 /**
@@ -45,6 +47,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const services = createServices(createRepositories(db), {
     clock: options.clock,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
+    notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
+    logAlert: (message, details) => app?.log.warn(details, message),
   });
 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
@@ -78,6 +82,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       await app!.close();
       services.writer.close();
+      // Stops webhook retries; outcomes of deliveries still running are recorded as failed.
+      await services.alertEvaluation.close();
       db.close();
     },
   };
