@@ -4,8 +4,11 @@
  *
  * - Fast path: the device's enabled alerts come from an in-memory map, filled by a prepared
  *   statement on `alerts_by_device` and dropped whenever an alert changes here
- *   ('alert.changed') or another process (the admin CLI) commits ('external.change'). A
- *   device without alerts costs one Map lookup per reading.
+ *   ('alert.changed') or another process (the admin CLI) commits. The change watcher reports
+ *   such commits only every 250 ms, so the evaluator also reads PRAGMA data_version itself,
+ *   at most once per event-loop turn (one group-commit batch): an alert created or disabled
+ *   with the CLI applies to the very next reading (decisions.md §2 "at once"). A device
+ *   without alerts costs one Map lookup per reading.
  * - Race-free cooldown: the check, the event insert and the cached `last_triggered` update
  *   happen in one synchronous step, so readings of one device committed in the same batch
  *   are seen one after the other and at most one of them passes a cooldown.
@@ -61,6 +64,18 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   let closed = false;
 
   const dropCache = () => enabledByDevice.clear();
+  let seenDataVersion = repos.dataVersion();
+  let versionCheckedThisTurn = false;
+  function dropCacheIfChangedElsewhere() {
+    if (versionCheckedThisTurn) return;
+    versionCheckedThisTurn = true;
+    setImmediate(() => (versionCheckedThisTurn = false));
+    const version = repos.dataVersion();
+    if (version !== seenDataVersion) {
+      seenDataVersion = version;
+      dropCache();
+    }
+  }
   events.on('alert.changed', dropCache);
   events.on('external.change', dropCache);
   events.on('device.changed', dropCache);
@@ -167,6 +182,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     /** The pipeline's AlertEvaluator: called once per committed reading. */
     evaluate(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>): void {
       if (closed) return;
+      dropCacheIfChangedElsewhere();
       const alerts = enabledAlerts(device.seq);
       for (const alert of alerts) {
         const value = conditionValue(data, alert);
