@@ -40,7 +40,7 @@ interface ReceivedHook {
 }
 
 /** A real HTTP listener; `answer` decides each response (status), may hold it back. */
-async function startReceiver(answer: (n: number, res: ServerResponse) => void | Promise<void> = (_n, res) => res.writeHead(200).end('ok')) {
+async function startReceiver(answer: (n: number, res: ServerResponse) => unknown = (_n, res) => res.writeHead(200).end('ok')) {
   const hooks: ReceivedHook[] = [];
   const server: Server = createServer((req, res) => {
     let body = '';
