@@ -1,4 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServices } from '../../src/domain/services.js';
+import { openDatabase } from '../../src/storage/db.js';
+import { createRepositories } from '../../src/storage/index.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { history, send } from './helpers.js';
@@ -57,6 +60,25 @@ describe('telemetryd alerts (CLI) against a running server', () => {
     expect(disabled.json.enabled).toBe(false);
     await send(server, s.device, s.token, { t: -8 });
     expect((await history(server, s.key, id)).body.data).toHaveLength(1);
+  });
+
+  it('a change committed by another connection applies to the very next reading, before the change watcher polls', async () => {
+    // The admin CLI is another connection to the same file; open one here so the reading can
+    // follow the commit within milliseconds (the CLI's process exit alone takes longer than
+    // the watcher's 250 ms poll).
+    const db = openDatabase(server.dataDir);
+    try {
+      const admin = createServices(createRepositories(db));
+      const alert = server.services.alerts.create(s.device, { name: 'second connection', field: 'q', operator: '>', value: 0, cooldown: 0 });
+      await send(server, s.device, s.token, { q: 1 });
+      admin.alerts.setEnabled(admin.alerts.getAny(alert.id), false);
+      await send(server, s.device, s.token, { q: 2 });
+      admin.alerts.setEnabled(admin.alerts.getAny(alert.id), true);
+      await send(server, s.device, s.token, { q: 3 });
+      expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value)).toEqual([3, 1]);
+    } finally {
+      db.close();
+    }
   });
 
   it('refuses invalid definitions with one line on stderr and nothing on stdout', async () => {
