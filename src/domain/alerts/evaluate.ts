@@ -4,17 +4,24 @@
  */
 import type { AlertOperator } from '../types.js';
 
+/** "env.temp" → ["env", "temp"]; split once per alert, not once per reading. */
+export const fieldPath = (field: string): readonly string[] => field.split('.');
+
 /**
- * The numeric value at `path` ("temp", "env.temp") in a reading, or null when the reading
- * does not have it or it is not a finite JSON number. decisions.md §4: "a reading without
- * that field, or with a non-numeric value there, does not meet the condition". A numeric
- * string such as "21.5" is a string, not a number, so it does not count (docs/alerts.md);
- * neither do booleans or null. Only own properties are walked, never the prototype chain.
+ * The numeric value at `path` (["temp"], ["env", "temp"]) in a reading, or null when the
+ * reading does not have it or it is not a finite JSON number. decisions.md §4: "a reading
+ * without that field, or with a non-numeric value there, does not meet the condition". A
+ * numeric string such as "21.5" is a string, not a number, so it does not count
+ * (docs/alerts.md); neither do booleans or null. Only own properties are walked, never the
+ * prototype chain.
  */
-export function numericValueAt(data: unknown, path: string): number | null {
+export function numericValueAt(data: unknown, path: readonly string[]): number | null {
   let node: unknown = data;
-  for (const segment of path.split('.')) {
-    if (node === null || typeof node !== 'object' || !Object.hasOwn(node, segment)) return null;
+  for (let i = 0; i < path.length; i++) {
+    const segment = path[i]!;
+    if (node === null || typeof node !== 'object' || !Object.prototype.hasOwnProperty.call(node, segment)) return null;
+    // In a JSON array only element indexes are data (its own `length` is not).
+    if (Array.isArray(node) && !/^(0|[1-9]\d*)$/.test(segment)) return null;
     node = (node as Record<string, unknown>)[segment];
   }
   return typeof node === 'number' && Number.isFinite(node) ? node : null;
@@ -39,8 +46,8 @@ export function compare(actual: number, operator: AlertOperator, threshold: numb
 }
 
 /** The value that met the condition, or null when the reading does not meet it. */
-export function conditionValue(data: unknown, condition: { field: string; operator: AlertOperator; value: number }): number | null {
-  const actual = numericValueAt(data, condition.field);
+export function conditionValue(data: unknown, path: readonly string[], condition: { operator: AlertOperator; value: number }): number | null {
+  const actual = numericValueAt(data, path);
   return actual !== null && compare(actual, condition.operator, condition.value) ? actual : null;
 }
 
