@@ -142,6 +142,22 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     expect(shown.data).toMatchObject({ enabled: false, condition: { field: 't', operator: '>', value: 100 } });
   });
 
+  it('an alert deleted between evaluation and recording does not cost the other triggers', async () => {
+    const s = await fresh();
+    const doomed = server.services.alerts.create(s.device, { name: 'doomed', field: 'v', operator: '>', value: 0 });
+    const kept = server.services.alerts.create(s.device, { name: 'kept', field: 'v', operator: '>', value: 0 });
+    // 'reading.stored' runs right after evaluation, before the triggers are written.
+    const off = server.services.events.on('reading.stored', () => {
+      off();
+      server.services.alerts.remove(doomed);
+    });
+    await send(server, s.device, s.token, { v: 1 });
+    expect((await history(server, s.key, kept.id)).body.data.map((e) => e.condition_value)).toEqual([1]);
+    expect((await server.request(`/v1/alerts/${doomed.id}`, { key: s.key })).status).toBe(404);
+    await send(server, s.device, s.token, { v: 2 });
+    expect((await history(server, s.key, kept.id)).body.data).toHaveLength(1);
+  });
+
   it('alerts of another device are not evaluated against this device', async () => {
     const s = await fresh();
     const other = server.services.devices.create(s.account, { name: 'other' });

@@ -140,13 +140,20 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (queued.length === 0) return;
     const batch = queued;
     queued = [];
-    let seqs: number[];
+    let seqs: (number | null)[];
     try {
       seqs = repos.transaction(() =>
         batch.map((t) => {
-          const seq = repos.alerts.insertEvent(t.event);
-          repos.alerts.setLastTriggered(t.alert.seq, t.event.triggeredAt);
-          return seq;
+          // One failed insert (the alert was deleted after this reading was evaluated: the
+          // foreign key refuses it) is rolled back alone and must not take the batch with it.
+          try {
+            const seq = repos.alerts.insertEvent(t.event);
+            repos.alerts.setLastTriggered(t.alert.seq, t.event.triggeredAt);
+            return seq;
+          } catch (err) {
+            log('could not record an alert trigger', { err, alert: t.alert.id });
+            return null;
+          }
         }),
       );
     } catch (err) {
@@ -156,7 +163,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       return;
     }
     batch.forEach((t, i) => {
-      const event: AlertEvent = { seq: seqs[i]!, ...t.event };
+      const seq = seqs[i];
+      if (seq == null) return;
+      const event: AlertEvent = { seq, ...t.event };
       events.emit('alert.triggered', { alert: t.alert, event, reading: t.reading });
       runActions(t.alert, t.account, t.device, event, t.reading);
     });
