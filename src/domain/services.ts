@@ -12,6 +12,9 @@ import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
 import { telemetryService } from './telemetry.js';
 import { usageService } from './usage.js';
+import { snapshotService } from './snapshots.js';
+import { snapshotFiles } from '../storage/snapshotFiles.js';
+import path from 'node:path';
 
 /**
  * The domain layer, assembled once per process over one set of repositories. Transports
@@ -20,6 +23,7 @@ import { usageService } from './usage.js';
 export interface ServiceOptions {
   clock?: Clock;
   onListenerError?: (err: unknown, event: string) => void;
+  dataDir?: string;
   /** Alert action settings (the server passes --smtp-url/--smtp-from); the CLI sends nothing. */
   notify?: NotifySettings;
   /** Where failed alert deliveries are reported. */
@@ -39,6 +43,13 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     notifier: createNotifier(options.notify ?? { smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
     log: options.logAlert,
   });
+  // Snapshot files live beside the database unless told otherwise (decisions.md §1 data dir).
+  const snapshots = snapshotService(repos, devices, snapshotFiles(options.dataDir ?? path.dirname(repos.db.name)), clock);
+  // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
+  // admin CLI); the rows go by ON DELETE CASCADE.
+  events.on('device.changed', ({ deviceId, change }) => {
+    if (change === 'deleted') snapshots.removeDeviceFiles(deviceId);
+  });
   return {
     clock,
     events,
@@ -53,6 +64,7 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     alertEvaluation,
     rateLimiter: new RateLimiter(clock),
     ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate }),
+    snapshots,
   };
 }
 

@@ -4,6 +4,7 @@ import { apiKeysRepo } from './repos/apiKeys.js';
 import { devicesRepo } from './repos/devices.js';
 import { readingsRepo } from './repos/readings.js';
 import { alertsRepo } from './repos/alerts.js';
+import { snapshotsRepo } from './repos/snapshots.js';
 
 /** Every repository over one connection: what the domain layer is given. */
 export function createRepositories(db: Db) {
@@ -16,6 +17,7 @@ export function createRepositories(db: Db) {
     devices: devicesRepo(db),
     readings: readingsRepo(db),
     alerts: alertsRepo(db),
+    snapshots: snapshotsRepo(db),
     dataVersion: (): number => dataVersion.get()!,
     /** Runs fn in one synchronous transaction (never spans an await). */
     // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the
