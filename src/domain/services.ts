@@ -10,6 +10,7 @@ import { DomainEvents } from './events.js';
 import { ingestPipeline } from './ingest/pipeline.js';
 import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
+import { sessionService } from './sessions.js';
 import { telemetryService } from './telemetry.js';
 import { usageService } from './usage.js';
 import { snapshotService } from './snapshots.js';
@@ -56,6 +57,7 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     repos,
     writer,
     accounts,
+    sessions: sessionService(repos, accounts, clock),
     keys: keyService(repos, clock),
     devices,
     telemetry: telemetryService(repos, clock),

@@ -4,6 +4,7 @@ import { apiKeysRepo } from './repos/apiKeys.js';
 import { devicesRepo } from './repos/devices.js';
 import { readingsRepo } from './repos/readings.js';
 import { alertsRepo } from './repos/alerts.js';
+import { sessionsRepo } from './repos/sessions.js';
 import { snapshotsRepo } from './repos/snapshots.js';
 
 /** Every repository over one connection: what the domain layer is given. */
@@ -17,6 +18,7 @@ export function createRepositories(db: Db) {
     devices: devicesRepo(db),
     readings: readingsRepo(db),
     alerts: alertsRepo(db),
+    sessions: sessionsRepo(db),
     snapshots: snapshotsRepo(db),
     dataVersion: (): number => dataVersion.get()!,
     /** Runs fn in one synchronous transaction (never spans an await). */
