@@ -2,7 +2,7 @@ import { newId } from '../ids.js';
 import { badRequest, notFound } from '../errors.js';
 import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
-import { presentAlertEvent } from './presenters.js';
+import { presentAlertEventDetail } from './presenters.js';
 import type { Repositories } from '../storage/index.js';
 import { ALERT_ACTIONS, ALERT_OPERATORS, ALERT_SEVERITIES, type Account, type Alert, type AlertAction, type AlertOperator, type Device } from './types.js';
 
@@ -129,10 +129,7 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
      * the interface.md fields.
      */
     historyWithDeliveries: (alert: Alert, limit: number) =>
-      repos.alerts.history(alert.seq, limit).map((e) => ({
-        ...presentAlertEvent(e),
-        deliveries: e.deliveries.map((d) => ({ action: d.action, status: d.status, detail: d.detail ?? null, attempts: d.attempts ?? null, at: new Date(d.at).toISOString() })),
-      })),
+      repos.alerts.history(alert.seq, limit).map(presentAlertEventDetail),
 
     /** Sets acknowledged and acknowledged_at = now (decisions.md §4); idempotent. */
     acknowledge(account: Account, eventId: string) {

@@ -77,21 +77,10 @@ const toEvent = (r: EventRow | undefined): AlertEvent | null =>
 
 const SELECT = 'SELECT a.*, d.id AS device_id FROM alerts a JOIN devices d ON d.seq = a.device_seq';
 
-export interface NewAlert {
-  id: string;
-  accountSeq: number;
-  deviceSeq: number;
-  name: string;
-  field: string;
-  operator: AlertOperator;
-  value: number;
-  actions: AlertAction[];
-  webhookUrl: string | null;
-  severity: string;
-  enabled: boolean;
-  cooldown: number;
-  now: number;
-}
+export type NewAlert = Pick<
+  Alert,
+  'id' | 'accountSeq' | 'deviceSeq' | 'name' | 'field' | 'operator' | 'value' | 'actions' | 'webhookUrl' | 'severity' | 'enabled' | 'cooldown'
+> & { now: number };
 
 export function alertsRepo(db: Db) {
   const byId = db.prepare<[string], AlertRow>(`${SELECT} WHERE a.id = ?`);
