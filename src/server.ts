@@ -38,6 +38,8 @@ export interface StartOptions {
   print?: (line: string) => void;
   retention?: RetentionOptions;
   httpTimeouts?: HttpTimeouts;
+  /** Webhook retry schedule (ms between attempts); tests shorten the default minute. */
+  webhookRetryDelaysMs?: readonly number[];
 }
 
 /**
@@ -57,6 +59,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     clock: options.clock,
     dataDir: config.dataDir,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
+    notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
+    logAlert: (message, details) => app?.log.warn(details, message),
   });
 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
@@ -118,6 +122,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       await app!.close();
       services.writer.close();
+      // Stops webhook retries; outcomes of deliveries still running are recorded as failed.
+      await services.alertEvaluation.close();
       db.close();
     },
   };
