@@ -91,6 +91,9 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   } catch (err) {
     await app.close();
     watcher.stop();
+    // The background jobs must not wake up later on a closed database.
+    stopSnapshotRetention();
+    await retention.stop();
     db.close();
     throw err;
   }
