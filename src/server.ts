@@ -67,7 +67,12 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
   app = await buildApp({ services, config, logger, version: VERSION, setupToken, httpTimeouts: options.httpTimeouts });
-  const watcher = new ChangeWatcher(db, () => services.events.emit('external.change', {}));
+  const watcher = new ChangeWatcher(
+    db,
+    () => services.events.emit('external.change', {}),
+    250,
+    (err) => app?.log.error({ err }, 'database change check failed'),
+  );
   watcher.start();
   // Telemetry retention (decisions.md §4): batched, shortly after start, then hourly.
   const retention = new RetentionJob(services.repos, services.clock, {

@@ -13,6 +13,7 @@ export class ChangeWatcher {
     private readonly db: Db,
     private readonly onChange: () => void,
     private readonly intervalMs = 250,
+    private readonly onError: (err: unknown) => void = () => {},
   ) {
     this.last = this.version();
   }
@@ -22,7 +23,19 @@ export class ChangeWatcher {
   }
 
   start(): void {
-    this.timer = setInterval(() => this.check(), this.intervalMs);
+    // A throw from a timer callback is an uncaught exception that ends the process: a
+    // database that fails to answer (I/O error, closed) must show in /healthz, not kill us.
+    // Reported once per failing spell, not every 250 ms.
+    let failing = false;
+    this.timer = setInterval(() => {
+      try {
+        this.check();
+        failing = false;
+      } catch (err) {
+        if (!failing) this.onError(err);
+        failing = true;
+      }
+    }, this.intervalMs);
     this.timer.unref();
   }
 
