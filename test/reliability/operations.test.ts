@@ -67,5 +67,9 @@ describe('/healthz', () => {
     const down = await server.request('/healthz');
     expect(down.status).toBe(503);
     expect(await down.json()).toMatchObject({ status: 'unavailable' });
+    // The background timers (change watcher every 250 ms) hit the dead database too: the
+    // process must keep answering, not die of an uncaught exception.
+    await new Promise((r) => setTimeout(r, 800));
+    expect((await server.request('/healthz')).status).toBe(503);
   });
 });
