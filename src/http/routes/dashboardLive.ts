@@ -165,7 +165,18 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
       }),
     ];
     // The heartbeat also re-checks the session: a signed-out session stops receiving data.
-    const heartbeat = setInterval(() => (services.sessions.resolve(sessionId) ? res.write(': ping\n\n') : end()), HEARTBEAT_MS);
+    // A database error here must not escape the timer (an uncaught exception ends the
+    // process): the stream ends and the browser's EventSource reconnects.
+    const heartbeat = setInterval(() => {
+      let valid = false;
+      try {
+        valid = services.sessions.resolve(sessionId) !== null;
+      } catch {
+        valid = false;
+      }
+      if (valid) res.write(': ping\n\n');
+      else end();
+    }, HEARTBEAT_MS);
     function end() {
       clearInterval(heartbeat);
       for (const off of unsubscribe) off();
