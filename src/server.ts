@@ -12,6 +12,9 @@ import { startMqtt, type RunningMqtt } from './mqtt/broker.js';
 import type { Clock } from './time.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 
+/** How long close() waits for in-flight HTTP requests before cutting their connections. */
+const HTTP_DRAIN_MS = 5_000;
+
 export interface RunningServer {
   config: ServerConfig;
   db: Db;
@@ -128,7 +131,14 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.
       await mqtt?.close();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
+      // A client that stalls mid-request (a body never finished) would hold the drain until
+      // its request timeout, past the 10 s bound of decisions.md §2: after HTTP_DRAIN_MS its
+      // connection is cut. Nothing of it was acknowledged; committed writes resolve in
+      // milliseconds, so no acknowledged reading is cut off.
+      const forceClose = setTimeout(() => app!.server.closeAllConnections(), HTTP_DRAIN_MS);
+      forceClose.unref();
       await app!.close();
+      clearTimeout(forceClose);
       services.writer.close();
       // Stops webhook retries; outcomes of deliveries still running are recorded as failed.
       await services.alertEvaluation.close();
