@@ -4,6 +4,7 @@
  * cleanly (WAL checkpointed and removed) and exits 0 within 10 seconds.
  */
 import { existsSync, rmSync } from 'node:fs';
+import net from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/server.js';
 import { dbFile, ingestLoad, integrityCheck, mqttLoad, seedViaCli, startChildServer, storedNumbers } from './helpers.js';
@@ -63,5 +64,23 @@ describe('graceful shutdown', () => {
     const exit = await server.exited;
     expect(exit.code).toBe(0);
     expect(existsSync(dbFile(dataDir) + '-wal')).toBe(false);
+  }, 30_000);
+});
+
+describe('graceful shutdown with a stalled client', () => {
+  it('a request whose body never finishes does not hold SIGTERM past the bound', async () => {
+    const server = await startChildServer(dataDir);
+    const socket = net.connect(server.port, '127.0.0.1');
+    await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
+    socket.on('error', () => undefined);
+    // Headers complete, body promised but never sent: an in-flight request, not an idle socket.
+    socket.write('POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"device_id":');
+    await new Promise((r) => setTimeout(r, 300));
+    const start = Date.now();
+    server.proc.kill('SIGTERM');
+    const exit = await server.exited;
+    socket.destroy();
+    expect(exit.code).toBe(0);
+    expect(Date.now() - start).toBeLessThan(10_000);
   }, 30_000);
 });
