@@ -200,7 +200,7 @@ run(targetArch === 'arm64' && cross ? 'aarch64-linux-gnu-strip' : 'strip', [tmpO
 run(process.execPath, [
   path.join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmpOut, 'NODE_SEA_BLOB', blob,
   '--sentinel-fuse', SEA_FUSE,
-], { stdio: ['ignore', 'ignore', 'inherit'] });
+], {}, true);
 renameSync(tmpOut, output);
 const mb = (statSync(output).size / 1024 / 1024).toFixed(1);
 step(`built ${path.relative(root, output)} (${mb} MB, Node ${NODE_VERSION} linux-${targetArch}, ${files.length} dashboard files)`);
