@@ -82,11 +82,13 @@ export function extractWebRoot(sea: SeaApi, dataDir: string): string | null {
   const dir = path.join(root, `web-${manifest.hash.slice(0, 16)}`);
   if (existsSync(path.join(dir, 'index.html'))) return dir;
   const tmp = path.join(root, `.web-${manifest.hash.slice(0, 16)}.${process.pid}.tmp`);
+  // The manifest is written by our own build, but a path never escapes the directory.
+  for (const rel of manifest.files) {
+    if (!path.join(tmp, rel).startsWith(tmp + path.sep)) throw new Error(`bad dashboard asset path: ${rel}`);
+  }
   rmSync(tmp, { recursive: true, force: true });
   for (const rel of manifest.files) {
     const target = path.join(tmp, rel);
-    // The manifest is written by our own build, but a path never escapes the directory.
-    if (!target.startsWith(tmp + path.sep)) throw new Error(`bad dashboard asset path: ${rel}`);
     mkdirSync(path.dirname(target), { recursive: true, mode: 0o700 });
     writeFileSync(target, Buffer.from(sea.getRawAsset(SEA_ASSET.webPrefix + rel)));
   }
