@@ -1,6 +1,8 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
+import type { TLSSocket } from 'node:tls';
+import mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/server.js';
 
@@ -18,6 +20,7 @@ if (!haveBinary) {
   console.warn(`test/binary/smoke.test.ts SKIPPED: ${BINARY} not built (npm run build:binary)`);
 }
 const dashboardBuilt = existsSync('dist/web/index.html');
+const hasMqtt = existsSync('src/mqtt');
 
 describe.skipIf(!haveBinary)('single executable smoke test', () => {
   let dir: string;
@@ -105,7 +108,7 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
         const check = () => {
           // The data dir is new: the setup URL line follows the listener lines.
           const m = /HTTP listening on [^\s]+:(\d+)/.exec(output);
-          if (m && /First run:.*\n/.test(output)) {
+          if (m && /First run:.*\n/.test(output) && (!hasMqtt || /MQTT over TLS listening.*\n/.test(output))) {
             clearTimeout(timer);
             resolve(m[1]);
           }
@@ -153,6 +156,32 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
       const body = (await latest.json()) as { data: { data: unknown; time: string } };
       expect(body.data.data).toEqual({ temperature: 21.5, env: { rh: 40 } });
       expect(body.data.time).toMatch(/Z$/);
+    });
+
+    it.skipIf(!hasMqtt)('accepts a reading published over MQTT with TLS (mqtt.js), pinned to the printed certificate', async () => {
+      const m = /MQTT over TLS listening on [^\s]+:(\d+) \(.*certificate (\S+), SHA-256 fingerprint ([0-9A-Fa-f:]+)\)/.exec(output);
+      expect(m, output).toBeTruthy();
+      const [, port, certPath, fingerprint] = m!;
+      const account = runJson(['accounts', 'create', '--email', 'mqtt@example.com']);
+      const key = runJson(['keys', 'create', '--account', account.id, '--name', 'mqtt']);
+      const device = runJson(['devices', 'create', '--account', account.id, '--name', 'meter', '--schema', 'flexible']);
+      const client = await mqtt.connectAsync(`mqtts://127.0.0.1:${port}`, {
+        username: device.id,
+        password: device.access_token,
+        ca: readFileSync(path.resolve(dir, certPath)),
+        rejectUnauthorized: true,
+        reconnectPeriod: 0,
+      }, false);
+      try {
+        const socket = (client as unknown as { stream: TLSSocket }).stream;
+        expect(socket.getPeerCertificate().fingerprint256.replace(/:/g, '').toLowerCase()).toBe(fingerprint.replace(/:/g, '').toLowerCase());
+        await client.publishAsync(`d/${device.id}/t`, JSON.stringify({ kwh: 12.5 }), { qos: 1 });
+      } finally {
+        await client.endAsync();
+      }
+      const latest = await fetch(`${base}/v1/devices/${device.id}/telemetry/latest`, { headers: { authorization: `Bearer ${key.key}` } });
+      expect(latest.status).toBe(200);
+      expect(((await latest.json()) as { data: { data: unknown } }).data.data).toEqual({ kwh: 12.5 });
     });
 
     it.skipIf(!dashboardBuilt)('serves the dashboard page from its SEA assets', async () => {
