@@ -30,6 +30,14 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
 
   const runExe = (args: string[], input?: string) =>
     spawnSync(exe, args, { cwd: dir, env, encoding: 'utf8', input, timeout: 30_000 });
+  const runExeAsync = (args: string[]) =>
+    new Promise<{ status: number | null; stdout: string }>((resolve, reject) => {
+      const child = spawn(exe, args, { cwd: dir, env, stdio: ['ignore', 'pipe', 'inherit'] });
+      let stdout = '';
+      child.stdout.on('data', (d) => (stdout += d));
+      child.on('error', reject);
+      child.on('close', (status) => resolve({ status, stdout }));
+    });
   const runJson = (args: string[]) => {
     const r = runExe([...args, '--json', '--data-dir', 'data']);
     expect(r.stderr).toBe('');
@@ -62,24 +70,27 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
     expect(runExe(['version']).stdout).toBe(`telemetryd ${pkg.version} (${v.commit})\n`);
   });
 
-  it('has complete help: every command and subcommand has a description and its own help', () => {
+  it('has complete help: every command and subcommand has a description and its own help', async () => {
     const seen: string[] = [];
-    const visit = (cmdPath: string[]) => {
-      const r = runExe([...cmdPath, '--help']);
+    // Each level's helps run at once: one start of a 100 MB executable is slow on a busy machine.
+    const visit = async (cmdPath: string[]): Promise<void> => {
+      const r = await runExeAsync([...cmdPath, '--help']);
       expect(r.status, `${cmdPath.join(' ')} --help`).toBe(0);
       expect(r.stdout).toMatch(/^Usage: telemetryd/);
       seen.push(cmdPath.join(' '));
       const commands = r.stdout.split(/\nCommands:\n/)[1];
       if (!commands) return;
+      const children: string[] = [];
       // "  name [options] ARGS   description" lines; continuation lines are indented deeper.
       for (const line of commands.split('\n')) {
         const m = /^ {2}([a-z][a-z-]*)(.*?)(?: {2,}(\S.*))?$/.exec(line);
         if (!m || m[1] === 'help') continue;
         expect(m[3], `description of "${[...cmdPath, m[1]].join(' ')}"`).toBeTruthy();
-        visit([...cmdPath, m[1]]);
+        children.push(m[1]);
       }
+      await Promise.all(children.map((child) => visit([...cmdPath, child])));
     };
-    visit([]);
+    await visit([]);
     for (const expected of ['serve', 'accounts create', 'keys create', 'devices create', 'alerts create', 'version']) {
       expect(seen).toContain(expected);
     }
