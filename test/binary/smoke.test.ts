@@ -19,6 +19,16 @@ if (!haveBinary) {
   if (process.env.TELEMETRYD_REQUIRE_BINARY === '1') throw new Error(`${BINARY} is missing: run npm run build:binary first`);
   console.warn(`test/binary/smoke.test.ts SKIPPED: ${BINARY} not built (npm run build:binary)`);
 }
+/**
+ * An emulator to run the executable with, for the arm64 build on an x64 machine:
+ * TELEMETRYD_BINARY=dist/telemetryd-linux-arm64 TELEMETRYD_BINARY_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu".
+ * Resolved here to an absolute path: the executable runs with an empty PATH.
+ */
+const runner = (process.env.TELEMETRYD_BINARY_RUNNER ?? '').split(' ').filter(Boolean);
+if (runner.length > 0) runner[0] = spawnSync('sh', ['-c', `command -v ${runner[0]}`], { encoding: 'utf8' }).stdout.trim() || runner[0];
+/** Emulation makes each start take seconds. */
+const slow = runner.length > 0 ? 4 : 1;
+const command = (exe: string, args: string[]): [string, string[]] => (runner.length > 0 ? [runner[0], [...runner.slice(1), exe, ...args]] : [exe, args]);
 const dashboardBuilt = existsSync('dist/web/index.html');
 const hasMqtt = existsSync('src/mqtt');
 
@@ -29,10 +39,10 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
   let env: NodeJS.ProcessEnv;
 
   const runExe = (args: string[], input?: string) =>
-    spawnSync(exe, args, { cwd: dir, env, encoding: 'utf8', input, timeout: 30_000 });
+    spawnSync(...command(exe, args), { cwd: dir, env, encoding: 'utf8', input, timeout: 30_000 * slow });
   const runExeAsync = (args: string[]) =>
     new Promise<{ status: number | null; stdout: string }>((resolve, reject) => {
-      const child = spawn(exe, args, { cwd: dir, env, stdio: ['ignore', 'pipe', 'inherit'] });
+      const child = spawn(...command(exe, args), { cwd: dir, env, stdio: ['ignore', 'pipe', 'inherit'] });
       let stdout = '';
       child.stdout.on('data', (d) => (stdout += d));
       child.on('error', reject);
@@ -99,7 +109,7 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
     for (const flag of ['--data-dir', '--http-port', '--mqtt-port', '--mqtt-plain-port', '--host', '--public-url', '--tls-cert', '--tls-key', '--smtp-url', '--smtp-from', '--durability', '--config']) {
       expect(serveHelp).toContain(flag);
     }
-  });
+  }, 120_000 * slow);
 
   describe('serve', () => {
     let server: ChildProcess;
@@ -107,7 +117,7 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
     let base: string;
 
     beforeAll(async () => {
-      server = spawn(exe, ['serve', '--data-dir', 'data', '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', '0'], {
+      server = spawn(...command(exe, ['serve', '--data-dir', 'data', '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', '0']), {
         cwd: dir,
         env,
         stdio: ['ignore', 'pipe', 'pipe'],
@@ -115,7 +125,7 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
       server.stdout!.on('data', (d) => (output += d));
       server.stderr!.on('data', (d) => (output += d));
       const port = await new Promise<string>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no listening line in:\n${output}`)), 20_000);
+        const timer = setTimeout(() => reject(new Error(`no listening line in:\n${output}`)), 20_000 * slow);
         const check = () => {
           // The data dir is new: the setup URL line follows the listener lines.
           const m = /HTTP listening on [^\s]+:(\d+)/.exec(output);
@@ -128,7 +138,7 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
         server.on('exit', (code) => reject(new Error(`serve exited with ${code}:\n${output}`)));
       });
       base = `http://127.0.0.1:${port}`;
-    });
+    }, 60_000 * slow);
 
     afterAll(async () => {
       if (server.exitCode === null) {
