@@ -119,6 +119,45 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
       CREATE INDEX alert_events_by_alert ON alert_events(alert_seq, triggered_at);
     `,
   },
+  {
+    version: 2,
+    name: 'snapshots',
+    // Camera snapshots (interface.md "POST /api/devices/{device_id}/snapshot"). The bytes live
+    // in files under <data-dir>/snapshots/ (src/storage/snapshotFiles.ts); this is their index.
+    // Rows go with their device (ON DELETE CASCADE); the files are removed by the domain.
+    sql: `
+      CREATE TABLE snapshots (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        device_seq INTEGER NOT NULL REFERENCES devices(seq) ON DELETE CASCADE,
+        content_type TEXT NOT NULL CHECK (content_type IN ('image/jpeg', 'image/png')),
+        size INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      -- "how many snapshots has this device uploaded since UTC midnight" (the daily quota).
+      CREATE INDEX snapshots_by_device_time ON snapshots(device_seq, created_at);
+      -- Retention walks the oldest snapshots first.
+      CREATE INDEX snapshots_by_time ON snapshots(created_at);
+    `,
+  },
+  {
+    version: 3,
+    name: 'dashboard sessions',
+    // Only a SHA-256 hash of the session id is stored (a stolen database file holds no usable
+    // cookie); the CSRF token is per session and sent by the dashboard's JS in a header.
+    sql: `
+      CREATE TABLE sessions (
+        id_hash TEXT PRIMARY KEY,
+        account_seq INTEGER NOT NULL REFERENCES accounts(seq) ON DELETE CASCADE,
+        csrf_token TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_used_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+      );
+      CREATE INDEX sessions_by_account ON sessions(account_seq);
+      CREATE INDEX sessions_by_expiry ON sessions(expires_at);
+    `,
+  },
 ];
 
 /**
