@@ -33,6 +33,8 @@ export interface StartOptions {
   clock?: Clock;
   /** Prints the start-up lines (listeners, setup URL); the CLI passes console.log. */
   print?: (line: string) => void;
+  /** Webhook retry schedule (ms between attempts); tests shorten the default minute. */
+  webhookRetryDelaysMs?: readonly number[];
 }
 
 /**
@@ -52,6 +54,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     clock: options.clock,
     dataDir: config.dataDir,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
+    notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
+    logAlert: (message, details) => app?.log.warn(details, message),
   });
 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
@@ -104,6 +108,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       await app!.close();
       services.writer.close();
+      // Stops webhook retries; outcomes of deliveries still running are recorded as failed.
+      await services.alertEvaluation.close();
       db.close();
     },
   };

@@ -1,6 +1,8 @@
 import { newId } from '../ids.js';
 import { badRequest, notFound } from '../errors.js';
 import type { Clock } from '../time.js';
+import type { DomainEvents } from './events.js';
+import { presentAlertEventDetail } from './presenters.js';
 import type { Repositories } from '../storage/index.js';
 import { ALERT_ACTIONS, ALERT_OPERATORS, ALERT_SEVERITIES, type Account, type Alert, type AlertAction, type AlertOperator, type Device } from './types.js';
 
@@ -60,7 +62,14 @@ export function validateAlertInput(input: AlertInput, existing?: Alert) {
   };
 }
 
-export function alertService(repos: Repositories, clock: Clock) {
+/**
+ * Alert CRUD for the dashboard and the CLI. Every change emits 'alert.changed' so the
+ * evaluator (alerts/evaluator.ts) drops its cache; a change made by the CLI, another
+ * process, reaches it as 'external.change' instead.
+ */
+export function alertService(repos: Repositories, clock: Clock, events?: DomainEvents) {
+  const changed = (alertId: string, change: 'created' | 'updated' | 'enabled' | 'disabled' | 'deleted') => events?.emit('alert.changed', { alertId, change });
+
   function getOwned(account: Account, id: string): Alert {
     const alert = repos.alerts.findById(id);
     if (!alert || alert.accountSeq !== account.seq) throw notFound('alert not found');
@@ -81,27 +90,46 @@ export function alertService(repos: Repositories, clock: Clock) {
       total: repos.alerts.count(account.seq),
     }),
 
+    /** Alerts of one device, oldest first (dashboard device page). */
+    listForDevice: (device: Device) => repos.alerts.listByDevice(device.seq),
+
     create(device: Device, input: AlertInput): Alert {
       const values = validateAlertInput(input);
       const id = newId('alert');
       repos.alerts.insert({ id, accountSeq: device.accountSeq, deviceSeq: device.seq, ...values, now: clock.now() });
+      changed(id, 'created');
       return repos.alerts.findById(id)!;
     },
 
     update(alert: Alert, input: Partial<AlertInput>): Alert {
       const values = validateAlertInput(input as AlertInput, alert);
       repos.alerts.update(alert.seq, { ...values, now: clock.now() });
+      changed(alert.id, 'updated');
       return repos.alerts.findById(alert.id)!;
     },
 
     setEnabled(alert: Alert, enabled: boolean): Alert {
       repos.alerts.setEnabled(alert.seq, enabled, clock.now());
+      changed(alert.id, enabled ? 'enabled' : 'disabled');
       return repos.alerts.findById(alert.id)!;
     },
 
-    remove: (alert: Alert) => void repos.alerts.remove(alert.seq),
+    /** Deletes the alert and its trigger history. */
+    remove(alert: Alert): void {
+      repos.alerts.remove(alert.seq);
+      changed(alert.id, 'deleted');
+    },
 
+    /** Trigger events, newest first (decisions.md §4 "list order"). */
     history: (alert: Alert, limit: number) => repos.alerts.history(alert.seq, limit),
+
+    /**
+     * The Alert trigger event shape plus each action's delivery outcome (pending, sent,
+     * failed with a reason, not_configured), for the dashboard; the Public API shows only
+     * the interface.md fields.
+     */
+    historyWithDeliveries: (alert: Alert, limit: number) =>
+      repos.alerts.history(alert.seq, limit).map(presentAlertEventDetail),
 
     /** Sets acknowledged and acknowledged_at = now (decisions.md §4); idempotent. */
     acknowledge(account: Account, eventId: string) {

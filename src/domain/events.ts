@@ -2,7 +2,7 @@
  * In-process domain events. Listeners are isolated: one that throws is logged and the
  * others still run (style.md §10), so an alert action can never break ingest.
  */
-import type { Alert, AlertEvent, Device, StoredReading } from './types.js';
+import type { ActionDelivery, Alert, AlertAction, AlertEvent, Device, StoredReading } from './types.js';
 
 export interface DomainEventMap {
   /** A reading was committed. */
@@ -16,6 +16,10 @@ export interface DomainEventMap {
   /** Another process (the admin CLI) committed to the database: caches must be dropped. */
   'external.change': Record<string, never>;
   'alert.triggered': { alert: Alert; event: AlertEvent; reading: StoredReading };
+  /** An alert was created, changed, enabled/disabled or deleted: evaluation caches must be dropped. */
+  'alert.changed': { alertId: string; change: 'created' | 'updated' | 'enabled' | 'disabled' | 'deleted' };
+  /** One action of a trigger event finished (sent, failed); `event.deliveries` is the new state. */
+  'alert.delivery': { event: AlertEvent; action: AlertAction; status: ActionDelivery['status'] };
 }
 
 export type Transport = 'http' | 'mqtt';

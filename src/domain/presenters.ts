@@ -74,6 +74,14 @@ export function presentAlertEvent(e: AlertEvent) {
   };
 }
 
+/** The event plus each action's delivery outcome: the owner's view (dashboard), not /v1. */
+export function presentAlertEventDetail(e: AlertEvent) {
+  return {
+    ...presentAlertEvent(e),
+    deliveries: e.deliveries.map((d) => ({ action: d.action, status: d.status, detail: d.detail ?? null, attempts: d.attempts ?? null, at: iso(d.at) })),
+  };
+}
+
 export function presentApiKey(k: ApiKey) {
   return {
     id: k.id,

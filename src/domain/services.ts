@@ -3,6 +3,8 @@ import { ReadingWriter } from '../storage/readingWriter.js';
 import { systemClock, type Clock } from '../time.js';
 import { accountService } from './accounts.js';
 import { alertService } from './alerts.js';
+import { alertEvaluator } from './alerts/evaluator.js';
+import { createNotifier, type NotifySettings } from '../notify/index.js';
 import { deviceService } from './devices.js';
 import { DomainEvents } from './events.js';
 import { ingestPipeline } from './ingest/pipeline.js';
@@ -19,15 +21,29 @@ import path from 'node:path';
  * The domain layer, assembled once per process over one set of repositories. Transports
  * (HTTP routes, MQTT hooks, CLI commands) call these services and nothing below them.
  */
-export function createServices(
-  repos: Repositories,
-  options: { clock?: Clock; onListenerError?: (err: unknown, event: string) => void; dataDir?: string } = {},
-) {
+export interface ServiceOptions {
+  clock?: Clock;
+  onListenerError?: (err: unknown, event: string) => void;
+  dataDir?: string;
+  /** Alert action settings (the server passes --smtp-url/--smtp-from); the CLI sends nothing. */
+  notify?: NotifySettings;
+  /** Where failed alert deliveries are reported. */
+  logAlert?: (message: string, details: Record<string, unknown>) => void;
+}
+
+export function createServices(repos: Repositories, options: ServiceOptions = {}) {
   const clock = options.clock ?? systemClock;
   const events = new DomainEvents(options.onListenerError);
   const devices = deviceService(repos, events, clock);
   const writer = new ReadingWriter(repos.readings);
   const accounts = accountService(repos, events, clock);
+  const alertEvaluation = alertEvaluator({
+    repos,
+    events,
+    accounts,
+    notifier: createNotifier(options.notify ?? { smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
+    log: options.logAlert,
+  });
   // Snapshot files live beside the database unless told otherwise (decisions.md §1 data dir).
   const snapshots = snapshotService(repos, devices, snapshotFiles(options.dataDir ?? path.dirname(repos.db.name)), clock);
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
@@ -46,9 +62,10 @@ export function createServices(
     devices,
     telemetry: telemetryService(repos, clock),
     usage: usageService(repos, clock),
-    alerts: alertService(repos, clock),
+    alerts: alertService(repos, clock, events),
+    alertEvaluation,
     rateLimiter: new RateLimiter(clock),
-    ingest: ingestPipeline({ devices, sink: writer, events, clock }),
+    ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate }),
     snapshots,
   };
 }

@@ -93,7 +93,11 @@ export interface Alert {
 export interface ActionDelivery {
   action: AlertAction;
   status: 'pending' | 'sent' | 'failed' | 'not_configured';
+  /** Why it failed or was not attempted. */
   detail?: string;
+  /** Webhook attempts made (retries included). */
+  attempts?: number;
+  /** When the status was last set (epoch ms). */
   at: number;
 }
 

@@ -9,6 +9,8 @@ import { snapshotsRepo } from './repos/snapshots.js';
 
 /** Every repository over one connection: what the domain layer is given. */
 export function createRepositories(db: Db) {
+  // Changes only when another connection (the admin CLI) commits; see changeWatcher.ts.
+  const dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
   return {
     db,
     accounts: accountsRepo(db),
@@ -18,6 +20,7 @@ export function createRepositories(db: Db) {
     alerts: alertsRepo(db),
     sessions: sessionsRepo(db),
     snapshots: snapshotsRepo(db),
+    dataVersion: (): number => dataVersion.get()!,
     /** Runs fn in one synchronous transaction (never spans an await). */
     // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the
     // server) waits on busy_timeout instead of failing with SQLITE_BUSY on lock upgrade.

@@ -1,10 +1,9 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Services } from '../../domain/services.js';
-import { presentAccount, presentAlertDetail, presentAlertEvent, presentApiKey, presentDeviceDetail, presentReading } from '../../domain/presenters.js';
+import { presentAccount, presentAlertDetail, presentAlertEventDetail, presentApiKey, presentDeviceDetail, presentReading } from '../../domain/presenters.js';
 import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
-import type { ActionDelivery, Account, AlertEvent } from '../../domain/types.js';
+import type { Account } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';
-import { iso } from '../../time.js';
 
 /** Dashboard-side device settings (interface.md "Device"): informational, kept in `settings`. */
 export const DATA_DIRECTIONS = ['send_only', 'receive_only', 'send_and_receive'] as const;
@@ -54,8 +53,6 @@ function deviceSettings(body: DeviceBody) {
   };
 }
 
-const presentDelivery = (d: ActionDelivery) => ({ action: d.action, status: d.status, detail: d.detail ?? null, at: iso(d.at) });
-const presentEventDetail = (e: AlertEvent) => ({ ...presentAlertEvent(e), deliveries: e.deliveries.map(presentDelivery) });
 
 export function parseRange(value: unknown): RangeName {
   const range = (value ?? '24h') as RangeName;
@@ -163,10 +160,10 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
 
   app.get<IdParams>('/alerts/:id/history', async (request) => {
     const alert = alerts.getOwned(account(request), request.params.id);
-    return { data: alerts.history(alert, 100).map(presentEventDetail) };
+    return { data: alerts.historyWithDeliveries(alert, 100) };
   });
 
-  app.post<IdParams>('/alert-events/:id/acknowledge', async (request) => ({ data: presentEventDetail(alerts.acknowledge(account(request), request.params.id)) }));
+  app.post<IdParams>('/alert-events/:id/acknowledge', async (request) => ({ data: presentAlertEventDetail(alerts.acknowledge(account(request), request.params.id)) }));
 
   // ---- API keys and account
   app.get('/keys', async (request) => ({ data: keys.list(account(request)).map(presentApiKey) }));

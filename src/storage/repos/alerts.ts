@@ -77,21 +77,10 @@ const toEvent = (r: EventRow | undefined): AlertEvent | null =>
 
 const SELECT = 'SELECT a.*, d.id AS device_id FROM alerts a JOIN devices d ON d.seq = a.device_seq';
 
-export interface NewAlert {
-  id: string;
-  accountSeq: number;
-  deviceSeq: number;
-  name: string;
-  field: string;
-  operator: AlertOperator;
-  value: number;
-  actions: AlertAction[];
-  webhookUrl: string | null;
-  severity: string;
-  enabled: boolean;
-  cooldown: number;
-  now: number;
-}
+export type NewAlert = Pick<
+  Alert,
+  'id' | 'accountSeq' | 'deviceSeq' | 'name' | 'field' | 'operator' | 'value' | 'actions' | 'webhookUrl' | 'severity' | 'enabled' | 'cooldown'
+> & { now: number };
 
 export function alertsRepo(db: Db) {
   const byId = db.prepare<[string], AlertRow>(`${SELECT} WHERE a.id = ?`);
@@ -99,7 +88,9 @@ export function alertsRepo(db: Db) {
   const page = db.prepare<[number, number, number], AlertRow>(`${SELECT} WHERE a.account_seq = ? ORDER BY a.created_at, a.seq LIMIT ? OFFSET ?`);
   const countAll = db.prepare<[number], { n: number }>('SELECT count(*) AS n FROM alerts WHERE account_seq = ?');
   const countEnabled = db.prepare<[number], { n: number }>('SELECT count(*) AS n FROM alerts WHERE account_seq = ? AND enabled = 1');
+  // Uses alerts_by_device: the evaluator's cache is filled from here, never by a scan.
   const enabledOfDevice = db.prepare<[number], AlertRow>(`${SELECT} WHERE a.device_seq = ? AND a.enabled = 1`);
+  const ofDevice = db.prepare<[number], AlertRow>(`${SELECT} WHERE a.device_seq = ? ORDER BY a.created_at, a.seq`);
   const insert = db.prepare(`INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, actions, webhook_url,
       severity, enabled, cooldown, created_at, updated_at)
     VALUES (@id, @accountSeq, @deviceSeq, @name, @field, @operator, @value, @actions, @webhookUrl, @severity, @enabled, @cooldown, @now, @now)`);
@@ -137,6 +128,7 @@ export function alertsRepo(db: Db) {
     count: (accountSeq: number) => countAll.get(accountSeq)!.n,
     countEnabled: (accountSeq: number) => countEnabled.get(accountSeq)!.n,
     enabledOfDevice: (deviceSeq: number) => enabledOfDevice.all(deviceSeq).map((r) => toAlert(r)!),
+    listByDevice: (deviceSeq: number) => ofDevice.all(deviceSeq).map((r) => toAlert(r)!),
     insert: (a: NewAlert) => insert.run({ id: a.id, accountSeq: a.accountSeq, deviceSeq: a.deviceSeq, ...alertParams(a) }),
     update: (seq: number, a: Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'>) => update.run({ seq, ...alertParams(a) }),
     setEnabled: (seq: number, enabled: boolean, now: number) => setEnabled.run(enabled ? 1 : 0, now, seq),

@@ -1,0 +1,43 @@
+/**
+ * Outbound alert actions (email, webhook) behind one small interface, built from the
+ * server's settings (`--smtp-url`, `--smtp-from`). The domain decides what to send and
+ * records the outcome; this module only talks SMTP and HTTP.
+ */
+import { createEmailSender, type EmailMessage } from './email.js';
+import { deliverWebhook, type WebhookResult } from './webhook.js';
+
+export interface NotifySettings {
+  smtpUrl: string | null;
+  smtpFrom: string;
+  /** Waits between webhook attempts; tests shorten it (default: webhook.ts). */
+  webhookRetryDelaysMs?: readonly number[];
+  webhookAttemptTimeoutMs?: number;
+}
+
+export interface AlertNotifier {
+  /** Null when no SMTP server is configured: the email action is then "not_configured". */
+  sendEmail: ((message: EmailMessage) => Promise<void>) | null;
+  postWebhook(url: string, body: string, secret: string): Promise<WebhookResult>;
+  /** Stops retries and waiting attempts (shutdown). */
+  close(): void;
+}
+
+export type { EmailMessage, WebhookResult };
+
+export function createNotifier(settings: NotifySettings): AlertNotifier {
+  const email = settings.smtpUrl ? createEmailSender(settings.smtpUrl, settings.smtpFrom) : null;
+  const shutdown = new AbortController();
+  return {
+    sendEmail: email ? (message) => email.send(message) : null,
+    postWebhook: (url, body, secret) =>
+      deliverWebhook(url, body, secret, {
+        retryDelaysMs: settings.webhookRetryDelaysMs,
+        attemptTimeoutMs: settings.webhookAttemptTimeoutMs,
+        signal: shutdown.signal,
+      }),
+    close() {
+      shutdown.abort();
+      email?.close();
+    },
+  };
+}
