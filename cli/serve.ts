@@ -1,6 +1,6 @@
 import { Command } from 'commander';
 import { buildServerConfig, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
-import { startServer } from '../src/server.js';
+import type { startServer as StartServer } from '../src/server.js';
 import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
 
 /** Bound on a clean shutdown (decisions.md §2: exit 0 within 10 seconds). */
@@ -18,7 +18,7 @@ export function serveCommand(): Command {
       fail(err);
     }
     // Signal handlers go in before start-up, so a SIGTERM during start still shuts down cleanly.
-    let server: Awaited<ReturnType<typeof startServer>> | null = null;
+    let server: Awaited<ReturnType<typeof StartServer>> | null = null;
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) return;
@@ -41,6 +41,8 @@ export function serveCommand(): Command {
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
     try {
+      // Imported here so admin commands (accounts, keys, …) do not load fastify and aedes.
+      const { startServer } = await import('../src/server.js');
       server = await startServer(config, { print: (line) => console.log(line) });
     } catch (err) {
       const e = err as NodeJS.ErrnoException;

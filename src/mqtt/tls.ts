@@ -3,7 +3,6 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from '
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { isIP } from 'node:net';
-import { generate } from 'selfsigned';
 import type { ServerConfig } from '../config.js';
 
 export interface TlsMaterial {
@@ -70,6 +69,8 @@ async function generateSelfSigned(config: ServerConfig): Promise<{ cert: string;
   const notBeforeDate = new Date(Date.now() - 60_000);
   const notAfterDate = new Date(notBeforeDate);
   notAfterDate.setUTCFullYear(notAfterDate.getUTCFullYear() + SELF_SIGNED_YEARS);
+  // Loaded only on a first start without a certificate: it pulls in a whole ASN.1/X.509 stack.
+  const { generate } = await import('selfsigned');
   const pems = await generate([{ name: 'commonName', value: 'telemetryd' }], {
     keyType: 'ec',
     curve: 'P-256',

@@ -4,7 +4,7 @@
  * decisions.md §2). One attempt; an unreachable server is a failed delivery with its reason,
  * never an ingest error.
  */
-import nodemailer from 'nodemailer';
+import type { Transporter } from 'nodemailer';
 
 export interface EmailMessage {
   to: string;
@@ -20,16 +20,22 @@ export interface EmailSender {
 export function createEmailSender(smtpUrl: string, from: string): EmailSender {
   // nodemailer's own timeouts are minutes long; an alert email that cannot be handed over
   // within these is reported as failed instead of holding a connection open.
-  const transport = nodemailer.createTransport({
-    url: smtpUrl,
-    connectionTimeout: 10_000,
-    greetingTimeout: 10_000,
-    socketTimeout: 30_000,
-  });
+  // nodemailer is loaded with the first alert email, not at start-up.
+  let transport: Promise<Transporter> | null = null;
+  const getTransport = () =>
+    (transport ??= import('nodemailer').then(({ default: nodemailer }) =>
+      nodemailer.createTransport({
+        url: smtpUrl,
+        connectionTimeout: 10_000,
+        greetingTimeout: 10_000,
+        socketTimeout: 30_000,
+      }),
+    ));
   return {
     async send(message) {
-      await transport.sendMail({ from, envelope: { from, to: message.to }, to: message.to, subject: message.subject, text: message.text });
+      const t = await getTransport();
+      await t.sendMail({ from, envelope: { from, to: message.to }, to: message.to, subject: message.subject, text: message.text });
     },
-    close: () => transport.close(),
+    close: () => void transport?.then((t) => t.close()),
   };
 }

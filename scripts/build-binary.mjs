@@ -1,0 +1,206 @@
+// Builds the single executable dist/telemetryd with Node's built-in Single Executable
+// Applications (SEA), offline apart from the npm registry (docs/executable.md):
+//   1. `npm run build`: the one CommonJS bundle dist/telemetryd.cjs (and dist/web if built);
+//   2. the pinned base Node binary, from the npm package node-linux-<arch> (cached);
+//   3. better-sqlite3's addon compiled for exactly that Node, node-gyp --nodedir (cached);
+//   4. the SEA blob (bundle + addon + dashboard files as assets), made by that same Node;
+//   5. copy the base binary, strip it, inject the blob with postject.
+// pkg / pkg-fetch cannot work here: they download base binaries from the internet.
+//
+// Usage: node scripts/build-binary.mjs [--arch x64|arm64] [--skip-bundle]
+import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import {
+  chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync,
+  statSync, writeFileSync,
+} from 'node:fs';
+import { arch as hostArch } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The base Node of the executable: a current LTS, pinned exactly (the blob must match it). */
+const NODE_VERSION = '22.23.3';
+const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
+// Asset names: the same strings as SEA_ASSET in src/sea.ts.
+const ASSET_ADDON = 'better_sqlite3.node';
+const ASSET_WEB_MANIFEST = 'web-manifest.json';
+const ASSET_WEB_PREFIX = 'web/';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const args = process.argv.slice(2);
+const argValue = (name) => {
+  const i = args.indexOf(name);
+  return i >= 0 ? args[i + 1] : undefined;
+};
+const targetArch = argValue('--arch') ?? 'x64';
+if (!['x64', 'arm64'].includes(targetArch)) fail(`--arch must be x64 or arm64, got ${targetArch}`);
+const cross = targetArch !== hostArch();
+const cacheDir = path.join(root, '.cache');
+const distDir = path.join(root, 'dist');
+const output = path.join(distDir, targetArch === 'x64' ? 'telemetryd' : `telemetryd-linux-${targetArch}`);
+
+const started = Date.now();
+const step = (what) => console.log(`[build-binary +${((Date.now() - started) / 1000).toFixed(1)}s] ${what}`);
+
+function fail(message) {
+  console.error(`build-binary: ${message}`);
+  process.exit(1);
+}
+
+/**
+ * Runs a command, inheriting output (or, with quiet, keeping it and showing its tail only on
+ * failure: the compiler's warnings about better-sqlite3 are noise); fails the build with the
+ * command line on error.
+ */
+function run(cmd, cmdArgs, opts = {}, quiet = false) {
+  const r = spawnSync(cmd, cmdArgs, {
+    stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit', cwd: root, maxBuffer: 256 * 1024 * 1024, ...opts,
+  });
+  if (r.error) fail(`${cmd}: ${r.error.message}`);
+  if (r.status !== 0) {
+    if (quiet) process.stderr.write(`${r.stdout}\n${r.stderr}`.split('\n').slice(-60).join('\n') + '\n');
+    fail(`${cmd} ${cmdArgs.join(' ')} exited with ${r.status ?? r.signal}`);
+  }
+}
+
+/** npm may set npm_config_nodedir (for the host Node): the addon build must not see it. */
+function cleanEnv(extra = {}) {
+  const env = { ...process.env, ...extra };
+  for (const key of Object.keys(env)) if (/^npm_config_(nodedir|arch|target|runtime|dist_url)$/i.test(key)) delete env[key];
+  return env;
+}
+
+/** The official Node binary and headers for one arch, from the npm package node-linux-<arch>. */
+function baseNode(nodeArch) {
+  const dir = path.join(cacheDir, `node-${NODE_VERSION}-linux-${nodeArch}`);
+  const pkgDir = path.join(dir, 'package');
+  if (existsSync(path.join(pkgDir, 'bin', 'node')) && existsSync(path.join(pkgDir, 'include', 'node', 'node.h'))) return pkgDir;
+  step(`fetching node-linux-${nodeArch}@${NODE_VERSION} with npm pack`);
+  rmSync(dir, { recursive: true, force: true });
+  const tmp = `${dir}.${process.pid}.tmp`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  // npm pack only downloads the tarball: the package's install scripts never run.
+  run('npm', ['pack', `node-linux-${nodeArch}@${NODE_VERSION}`, '--silent', '--pack-destination', tmp], { env: cleanEnv() });
+  const tgz = readdirSync(tmp).find((f) => f.endsWith('.tgz'));
+  if (!tgz) fail(`npm pack node-linux-${nodeArch}@${NODE_VERSION} produced no tarball`);
+  run('tar', ['xzf', path.join(tmp, tgz), '-C', tmp]);
+  rmSync(path.join(tmp, tgz));
+  renameSync(tmp, dir);
+  return pkgDir;
+}
+
+/** better-sqlite3's addon compiled for exactly NODE_VERSION; cached by the versions. */
+function addon(nodeDir) {
+  const bsDir = path.join(root, 'node_modules', 'better-sqlite3');
+  const bsVersion = JSON.parse(readFileSync(path.join(bsDir, 'package.json'), 'utf8')).version;
+  const key = `better-sqlite3-${bsVersion}-node-${NODE_VERSION}-linux-${targetArch}`;
+  const cached = path.join(cacheDir, 'addon', key, 'better_sqlite3.node');
+  if (existsSync(cached)) return cached;
+  step(`compiling better-sqlite3 ${bsVersion} for Node ${NODE_VERSION} linux-${targetArch} (cached afterwards in .cache/addon/)`);
+  // Build in a copy: rebuilding node_modules/better-sqlite3 in place would break it for the
+  // host Node that runs the tests.
+  const work = path.join(cacheDir, 'addon', `${key}.${process.pid}.build`);
+  rmSync(work, { recursive: true, force: true });
+  cpSync(bsDir, work, { recursive: true, filter: (src) => path.basename(src) !== 'build' || path.dirname(src) !== bsDir });
+  const gyp = process.env.npm_config_node_gyp || findOnPath('node-gyp');
+  if (!gyp) fail('node-gyp not found: run this through npm (npm run build:binary), which ships node-gyp');
+  const gypArgs = ['rebuild', '--release', `--nodedir=${nodeDir}`, `--arch=${targetArch}`, '--jobs=max'];
+  const crossEnv = targetArch === 'arm64' && cross
+    ? { CC: 'aarch64-linux-gnu-gcc', CXX: 'aarch64-linux-gnu-g++', LINK: 'aarch64-linux-gnu-g++', AR: 'aarch64-linux-gnu-ar' }
+    : {};
+  if (gyp.endsWith('.js')) run(process.execPath, [gyp, ...gypArgs], { cwd: work, env: cleanEnv(crossEnv) }, true);
+  else run(gyp, gypArgs, { cwd: work, env: cleanEnv(crossEnv) }, true);
+  mkdirSync(path.dirname(cached), { recursive: true });
+  copyFileSync(path.join(work, 'build', 'Release', 'better_sqlite3.node'), `${cached}.tmp`);
+  renameSync(`${cached}.tmp`, cached);
+  rmSync(work, { recursive: true, force: true });
+  return cached;
+}
+
+function findOnPath(name) {
+  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
+    const file = path.join(dir, name);
+    if (dir && existsSync(file)) return file;
+  }
+  return null;
+}
+
+/** Every file under dist/web, as paths relative to it (sorted: the manifest hash is stable). */
+function webFiles(webDir) {
+  if (!existsSync(path.join(webDir, 'index.html'))) return [];
+  const out = [];
+  const walk = (rel) => {
+    for (const entry of readdirSync(path.join(webDir, rel), { withFileTypes: true })) {
+      const child = rel ? `${rel}/${entry.name}` : entry.name;
+      if (entry.isDirectory()) walk(child);
+      else if (entry.isFile()) out.push(child);
+    }
+  };
+  walk('');
+  return out.sort();
+}
+
+// 1. The bundle (and the dashboard, when `npm run build` builds it).
+if (!args.includes('--skip-bundle')) {
+  step('npm run build');
+  run('npm', ['run', '--silent', 'build']);
+}
+const bundle = path.join(distDir, 'telemetryd.cjs');
+if (!existsSync(bundle)) fail('dist/telemetryd.cjs is missing');
+
+// 2. Base Node binaries: the target's, and for a cross build the host's of the same version
+// (the blob must be made by exactly the base binary's version).
+const targetNode = baseNode(targetArch);
+const blobNode = cross ? baseNode(hostArch()) : targetNode;
+
+// 3. The addon.
+const addonFile = addon(targetNode);
+
+// 4. The SEA blob.
+step('making the SEA blob');
+const seaDir = path.join(cacheDir, 'sea', `linux-${targetArch}`);
+rmSync(seaDir, { recursive: true, force: true });
+mkdirSync(seaDir, { recursive: true });
+// The SEA main script is wrapped like a CommonJS module: a leading #! line would not parse.
+const main = path.join(seaDir, 'main.cjs');
+writeFileSync(main, readFileSync(bundle, 'utf8').replace(/^#!.*\n/, ''));
+const assets = { [ASSET_ADDON]: addonFile };
+const webDir = path.join(distDir, 'web');
+const files = webFiles(webDir);
+if (files.length === 0) console.warn('build-binary: dist/web/index.html not found: the executable will have no dashboard');
+const webHash = createHash('sha256');
+for (const rel of files) {
+  assets[ASSET_WEB_PREFIX + rel] = path.join(webDir, rel);
+  webHash.update(`${rel}\0`).update(readFileSync(path.join(webDir, rel))).update('\0');
+}
+const manifestFile = path.join(seaDir, ASSET_WEB_MANIFEST);
+writeFileSync(manifestFile, JSON.stringify({ hash: webHash.digest('hex'), files }));
+assets[ASSET_WEB_MANIFEST] = manifestFile;
+const blob = path.join(seaDir, 'sea-prep.blob');
+const seaConfig = path.join(seaDir, 'sea-config.json');
+writeFileSync(seaConfig, JSON.stringify({
+  main,
+  output: blob,
+  disableExperimentalSEAWarning: true,
+  // V8's code cache is architecture specific: it is rejected on another arch.
+  useCodeCache: !cross,
+  useSnapshot: false,
+  assets,
+}, null, 2));
+run(path.join(blobNode, 'bin', 'node'), ['--experimental-sea-config', seaConfig], { cwd: seaDir, env: cleanEnv() });
+
+// 5. The executable.
+step('injecting the blob into a stripped copy of node');
+const tmpOut = `${output}.${process.pid}.tmp`;
+copyFileSync(path.join(targetNode, 'bin', 'node'), tmpOut);
+chmodSync(tmpOut, 0o755);
+run(targetArch === 'arm64' && cross ? 'aarch64-linux-gnu-strip' : 'strip', [tmpOut]);
+// postject prints "Can't find string offset for section name" warnings: harmless.
+run(process.execPath, [
+  path.join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmpOut, 'NODE_SEA_BLOB', blob,
+  '--sentinel-fuse', SEA_FUSE,
+], {}, true);
+renameSync(tmpOut, output);
+const mb = (statSync(output).size / 1024 / 1024).toFixed(1);
+step(`built ${path.relative(root, output)} (${mb} MB, Node ${NODE_VERSION} linux-${targetArch}, ${files.length} dashboard files)`);

@@ -1,0 +1,75 @@
+import { existsSync, readdirSync, readFileSync, statSync, truncateSync, utimesSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { extractAssetFile, extractWebRoot, SEA_ASSET } from '../../src/sea.js';
+import { tempDir } from '../helpers/server.js';
+
+/**
+ * The extraction of SEA assets (src/sea.ts) against an in-memory asset table shaped like
+ * node:sea, so it runs in every `npm test`; the smoke test exercises the real executable.
+ */
+function fakeSea(assets: Record<string, string | Buffer>) {
+  return {
+    isSea: () => true,
+    getRawAsset(name: string): ArrayBuffer {
+      const value = assets[name];
+      if (value === undefined) throw new Error(`No asset named ${name}`);
+      const buf = Buffer.from(value);
+      return buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength) as ArrayBuffer;
+    },
+  };
+}
+
+const webAssets = (hash: string, files: Record<string, string>) => {
+  const table: Record<string, string> = { [SEA_ASSET.webManifest]: JSON.stringify({ hash, files: Object.keys(files) }) };
+  for (const [rel, content] of Object.entries(files)) table[SEA_ASSET.webPrefix + rel] = content;
+  return table;
+};
+
+describe('SEA asset extraction', () => {
+  it('extracts the dashboard once into <data-dir>/.cache/web-<hash>/ with every file', () => {
+    const dataDir = tempDir();
+    const sea = fakeSea(webAssets('ab'.repeat(32), { 'index.html': '<html>one</html>', 'assets/app.js': 'run()' }));
+    const dir = extractWebRoot(sea, dataDir)!;
+    expect(dir).toBe(path.join(dataDir, '.cache', `web-${'ab'.repeat(8)}`));
+    expect(readFileSync(path.join(dir, 'index.html'), 'utf8')).toBe('<html>one</html>');
+    expect(readFileSync(path.join(dir, 'assets', 'app.js'), 'utf8')).toBe('run()');
+    // No temp directory left behind.
+    expect(readdirSync(path.join(dataDir, '.cache'))).toEqual([`web-${'ab'.repeat(8)}`]);
+    // A second start reuses the files: nothing is rewritten.
+    utimesSync(path.join(dir, 'index.html'), new Date(0), new Date(0));
+    expect(extractWebRoot(sea, dataDir)).toBe(dir);
+    expect(statSync(path.join(dir, 'index.html')).mtimeMs).toBe(0);
+  });
+
+  it('a new executable with other dashboard files gets its own directory', () => {
+    const dataDir = tempDir();
+    const first = extractWebRoot(fakeSea(webAssets('11'.repeat(32), { 'index.html': 'old' })), dataDir)!;
+    const second = extractWebRoot(fakeSea(webAssets('22'.repeat(32), { 'index.html': 'new' })), dataDir)!;
+    expect(second).not.toBe(first);
+    expect(readFileSync(path.join(second, 'index.html'), 'utf8')).toBe('new');
+  });
+
+  it('returns null when the executable has no dashboard, and refuses paths escaping the directory', () => {
+    const dataDir = tempDir();
+    expect(extractWebRoot(fakeSea({}), dataDir)).toBeNull();
+    expect(extractWebRoot(fakeSea(webAssets('33'.repeat(32), { 'app.js': 'x' })), dataDir)).toBeNull();
+    const evil = fakeSea(webAssets('44'.repeat(32), { 'index.html': 'x', '../../escape.txt': 'x' }));
+    expect(() => extractWebRoot(evil, dataDir)).toThrow(/bad dashboard asset path/);
+    expect(existsSync(path.join(dataDir, 'escape.txt'))).toBe(false);
+    expect(readdirSync(path.join(dataDir, '.cache'))).toEqual([]); // nothing half-written
+  });
+
+  it('extracts the addon once, by content hash, and replaces a truncated copy', () => {
+    const dataDir = tempDir();
+    const sea = fakeSea({ [SEA_ASSET.addon]: Buffer.alloc(4096, 7) });
+    const file = extractAssetFile(sea, dataDir, SEA_ASSET.addon, 'better_sqlite3.node', 0o700);
+    expect(path.dirname(path.dirname(file))).toBe(path.join(dataDir, '.cache'));
+    expect(statSync(file).size).toBe(4096);
+    expect(statSync(file).mode & 0o777).toBe(0o700);
+    truncateSync(file, 10);
+    expect(extractAssetFile(sea, dataDir, SEA_ASSET.addon, 'better_sqlite3.node', 0o700)).toBe(file);
+    expect(readFileSync(file)).toEqual(Buffer.alloc(4096, 7));
+    expect(readdirSync(path.dirname(file))).toEqual(['better_sqlite3.node']);
+  });
+});
