@@ -27,8 +27,9 @@ for (let i = 0; i < cfg.devices; i++) {
 // Readings: interleaved over all devices in time order, as real ingest writes them.
 const generatedAt = Date.now();
 if (cfg.rows > 0) {
-  const indexes = db.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'readings' AND sql IS NOT NULL").all();
-  for (const ix of indexes) db.exec(`DROP INDEX ${ix.name}`);
+  // Indexes and triggers of readings go during the load and come back after it.
+  const indexes = db.prepare("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name = 'readings' AND sql IS NOT NULL").all();
+  for (const ix of indexes) db.exec(`DROP ${ix.type.toUpperCase()} ${ix.name}`);
   db.pragma('synchronous = OFF');
   const insert = db.prepare('INSERT INTO readings (device_seq, time, data) VALUES (?, ?, ?)');
   const start = generatedAt - cfg.spanMs;
@@ -43,7 +44,7 @@ if (cfg.rows > 0) {
   });
   for (let from = 0; from < cfg.rows; from += chunk) insertChunk(from, Math.min(cfg.rows, from + chunk));
   for (const ix of indexes) db.exec(ix.sql);
-  // Derived tables a migration fills from readings are refilled the same way.
+  // Tables the triggers keep (reading_counts) are refilled from readings the way migration 7 does.
   if (typeof services.repos.readings.rebuildDerived === 'function') services.repos.readings.rebuildDerived();
   db.pragma('wal_checkpoint(TRUNCATE)');
 }

@@ -1,5 +1,8 @@
 import type { Db } from '../db.js';
 import type { StoredReading } from '../../domain/types.js';
+import { REBUILD_READING_COUNTS } from '../migrations.js';
+
+const HOUR_MS = 3_600_000;
 
 interface ReadingRow {
   seq: number;
@@ -28,6 +31,15 @@ export function readingsRepo(db: Db) {
     'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? AND time < ? ORDER BY time, seq',
   );
   const countSince = db.prepare<[number, number], { n: number }>('SELECT count(*) AS n FROM readings WHERE device_seq = ? AND time >= ?');
+  // An account's readings since T (migration 7): whole hours from reading_counts, and the
+  // partial first hour [T, next hour) from the readings index. Both are joins from the
+  // account's current devices, so a deleted device's leftovers never count.
+  const countHoursOfAccount = db.prepare<[number, number], { n: number }>(
+    'SELECT coalesce(sum(c.n), 0) AS n FROM devices d JOIN reading_counts c ON c.device_seq = d.seq AND c.hour >= ? WHERE d.account_seq = ?',
+  );
+  const countRangeOfAccount = db.prepare<[number, number, number], { n: number }>(
+    'SELECT count(*) AS n FROM devices d JOIN readings r ON r.device_seq = d.seq AND r.time >= ? AND r.time < ? WHERE d.account_seq = ?',
+  );
   const deleteBatchOfDevice = db.prepare<[number, number]>(
     'DELETE FROM readings WHERE seq IN (SELECT seq FROM readings WHERE device_seq = ? LIMIT ?)',
   );
@@ -48,6 +60,14 @@ export function readingsRepo(db: Db) {
     iterateRange: function* (deviceSeq: number, since: number, until: number) {
       for (const r of rangeAsc.iterate(deviceSeq, since, until)) yield toReading(r);
     },
+    /** Readings of an account's devices with time >= since (usage's data_points_24h). */
+    countSinceForAccount(accountSeq: number, since: number): number {
+      const firstWholeHour = Math.ceil(since / HOUR_MS);
+      const edge = countRangeOfAccount.get(since, firstWholeHour * HOUR_MS, accountSeq)!.n;
+      return edge + countHoursOfAccount.get(firstWholeHour, accountSeq)!.n;
+    },
+    /** Recomputes tables derived from readings, after a bulk load that bypassed triggers. */
+    rebuildDerived: () => db.exec(REBUILD_READING_COUNTS),
     countSince: (deviceSeqs: number[], since: number) => deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since)!.n, 0),
     /** Deletes up to `batch` readings of a device; returns how many went (0 when done). */
     deleteBatchOfDevice: (deviceSeq: number, batch: number) => deleteBatchOfDevice.run(deviceSeq, batch).changes,
