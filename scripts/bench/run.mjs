@@ -4,9 +4,11 @@
 // machine. Usage: npm run bench [-- --quick] [-- --json] [-- --no-build]
 //   --quick  reduced run (300k-row database, short phases): under two minutes
 //   --json   print one JSON object with every figure as the last stdout line
+//   --rows=N  size of the big database (default 10 M, 300 k with --quick)
 // The full run writes BENCHMARKS.md (its generated section); --quick writes
 // .cache/bench/BENCHMARKS-quick.md, so test runs never rewrite the committed figures.
 import { spawn, execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { build } from 'esbuild';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir, totalmem, cpus } from 'node:os';
@@ -24,13 +26,16 @@ const DAY_MS = 86_400_000;
 const P = QUICK
   ? { rows: 300_000, devices: 1_000, httpS: 4, httpWarmS: 1, rounds: 1, mqttS: 4, mqttWarmS: 1, sustainedS: 4, historyN: 200, usageN: 50, starts: 3 }
   : { rows: 10_000_000, devices: 1_000, httpS: 10, httpWarmS: 2, rounds: 2, mqttS: 10, mqttWarmS: 2, sustainedS: 15, historyN: 500, usageN: 100, starts: 5 };
+const ROWS_ARG = [...args].find((a) => a.startsWith('--rows='));
+if (ROWS_ARG) P.rows = Number(ROWS_ARG.slice(7));
 const HTTP_CONNECTIONS = 50;
 const MQTT_CLIENTS = 10;
 const MQTT_INFLIGHT = 50;
 const MQTT_PROCS = 2;
 // Readings span this many days ending at generation; a cache older than MAX_CACHE_AGE is
 // regenerated so "the last 24 h" still holds ≥ 1,000 readings of each device at 10 M rows.
-const SPAN_MS = 5 * DAY_MS;
+// The quick set spans 12 h, so all its readings stay in the history window (300 per device).
+const SPAN_MS = QUICK ? DAY_MS / 2 : 5 * DAY_MS;
 const MAX_CACHE_AGE_MS = DAY_MS / 2;
 
 const log = (line) => process.stderr.write(`[bench] ${line}\n`);
@@ -133,13 +138,14 @@ const CLI = path.join(ROOT, 'dist', 'telemetryd.cjs');
 const BINARY = path.join(ROOT, 'dist', 'telemetryd');
 const { createRequire } = await import('node:module');
 const internals = createRequire(import.meta.url)(BUNDLE);
-const SCHEMA_VERSION = Math.max(...internals.MIGRATIONS.map((m) => m.version));
+// Cached databases are keyed by schema: the last migration and a digest of all of them.
+const SCHEMA_VERSION = `${Math.max(...internals.MIGRATIONS.map((m) => m.version))}-${createHash('sha256').update(internals.MIGRATIONS.map((m) => m.sql).join('\n')).digest('hex').slice(0, 8)}`;
 const HAS_MQTT = existsSync(path.join(ROOT, 'src', 'mqtt'));
 
 // ---------------------------------------------------------------------------- data sets
 /** A cached data dir with `rows` readings over 1,000 devices; copied per use. */
 async function dataset(rows) {
-  const dir = path.join(CACHE, `db-${rows}-v${SCHEMA_VERSION}`);
+  const dir = path.join(CACHE, `db-${rows}-span${SPAN_MS / 3_600_000}h-v${SCHEMA_VERSION}`);
   const metaFile = path.join(dir, 'bench.json');
   if (existsSync(metaFile)) {
     const meta = JSON.parse(readFileSync(metaFile, 'utf8'));
@@ -342,19 +348,23 @@ async function startAndIdle() {
 }
 
 // ---------------------------------------------------------------------------- run
+// --only=start,http,mqtt,big runs a subset while developing (figures of the rest are null);
+// a subset never writes a report.
+const ONLY = [...args].find((a) => a.startsWith('--only='))?.slice(7).split(',');
+const want = (name) => !ONLY || ONLY.includes(name);
 const t0 = performance.now();
 const date = new Date().toISOString();
-await startAndIdle();
-await httpIngest();
-await mqttIngest();
-await bigDatabase();
+if (want('start')) await startAndIdle();
+if (want('http')) await httpIngest();
+if (want('mqtt')) await mqttIngest();
+if (want('big')) await bigDatabase();
 results.duration_s = round((performance.now() - t0) / 1000, 0);
 results.machine = { nproc: cpus().length, memory_gb: round(totalmem() / 2 ** 30, 1), node: process.version, platform: `${process.platform} ${process.arch}` };
 results.command = `npm run bench${QUICK || JSON_OUT ? ' --' : ''}${QUICK ? ' --quick' : ''}${JSON_OUT ? ' --json' : ''}`;
 results.date = date;
 results.quick = QUICK;
 
-writeReport(QUICK ? path.join(CACHE, 'BENCHMARKS-quick.md') : path.join(ROOT, 'BENCHMARKS.md'));
+if (!ONLY) writeReport(QUICK ? path.join(CACHE, 'BENCHMARKS-quick.md') : path.join(ROOT, 'BENCHMARKS.md'));
 log(`done in ${results.duration_s} s`);
 if (JSON_OUT) process.stdout.write(`${JSON.stringify(results)}\n`);
 process.exit(0);

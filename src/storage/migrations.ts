@@ -1,20 +1,28 @@
 import type { Database } from 'better-sqlite3';
 
-/** Keep reading_counts equal to the readings table (migration 7). */
+/**
+ * Keep reading_counts equal to the readings table (migration 7): one row per account and UTC
+ * minute. A zero row is dropped so retention leaves no trail behind.
+ */
 export const READING_COUNTS_TRIGGERS = `
   CREATE TRIGGER reading_counts_insert AFTER INSERT ON readings BEGIN
-    INSERT INTO reading_counts (device_seq, hour, n) VALUES (NEW.device_seq, NEW.time / 3600000, 1)
-      ON CONFLICT (device_seq, hour) DO UPDATE SET n = n + 1;
+    INSERT INTO reading_counts (account_seq, minute, n)
+      VALUES ((SELECT account_seq FROM devices WHERE seq = NEW.device_seq), NEW.time / 60000, 1)
+      ON CONFLICT (account_seq, minute) DO UPDATE SET n = n + 1;
   END;
   CREATE TRIGGER reading_counts_delete AFTER DELETE ON readings BEGIN
-    UPDATE reading_counts SET n = n - 1 WHERE device_seq = OLD.device_seq AND hour = OLD.time / 3600000;
+    UPDATE reading_counts SET n = n - 1
+      WHERE account_seq = (SELECT account_seq FROM devices WHERE seq = OLD.device_seq) AND minute = OLD.time / 60000;
+    DELETE FROM reading_counts
+      WHERE account_seq = (SELECT account_seq FROM devices WHERE seq = OLD.device_seq) AND minute = OLD.time / 60000 AND n <= 0;
   END;`;
 
 /** Recomputes reading_counts from readings (migration 7; bulk loads that bypass the triggers). */
 export const REBUILD_READING_COUNTS = `
   DELETE FROM reading_counts;
-  INSERT INTO reading_counts (device_seq, hour, n)
-    SELECT device_seq, time / 3600000, count(*) FROM readings GROUP BY device_seq, time / 3600000;`;
+  INSERT INTO reading_counts (account_seq, minute, n)
+    SELECT d.account_seq, r.time / 60000, count(*) FROM readings r JOIN devices d ON d.seq = r.device_seq
+    GROUP BY d.account_seq, r.time / 60000;`;
 
 /**
  * Numbered migrations, applied in order inside one transaction each before the server
@@ -137,17 +145,17 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   },
   {
     // Benchmarks (issue 8): /v1/account/usage counted one account's last 24 h from the
-    // readings index, ~2 M index entries at 10 M rows. Hourly counts per device, kept exact
-    // by triggers (whoever inserts or deletes readings: ingest, retention, device deletion),
-    // leave only the partial first hour to count from the index. See BENCHMARKS.md.
+    // readings index, ~2 M index entries at 10 M rows. Counts per account and minute, kept
+    // exact by triggers (whoever inserts or deletes readings: ingest, retention, device
+    // deletion), leave only the partial first minute to count from the index. BENCHMARKS.md.
     version: 7,
     name: 'reading_counts',
     sql: `
       CREATE TABLE reading_counts (
-        device_seq INTEGER NOT NULL,
-        hour INTEGER NOT NULL, -- time / 3600000 (UTC hours since the epoch)
+        account_seq INTEGER NOT NULL,
+        minute INTEGER NOT NULL, -- time / 60000 (UTC minutes since the epoch)
         n INTEGER NOT NULL,
-        PRIMARY KEY (device_seq, hour)
+        PRIMARY KEY (account_seq, minute)
       ) WITHOUT ROWID;
       ${READING_COUNTS_TRIGGERS}
       ${REBUILD_READING_COUNTS}

@@ -42,7 +42,7 @@ describe('readings count of an account (reading_counts, migration 7)', () => {
     // Every 7 minutes over 30 hours, for three devices of two accounts.
     for (let t = NOW - 30 * HOUR; t <= NOW; t += 7 * 60_000) for (const d of [a, b, x]) batch.push({ deviceSeq: d.seq, time: t, data: '{"v":1}' });
     repos.readings.insertBatch(batch);
-    const sinces = [NOW - 24 * HOUR, Math.floor((NOW - 24 * HOUR) / HOUR) * HOUR, NOW - 90 * 60_000, NOW - 1, NOW + 1];
+    const sinces = [NOW - 24 * HOUR, Math.floor((NOW - 24 * HOUR) / 60_000) * 60_000, NOW - 90 * 60_000, NOW - 1, NOW + 1];
     for (const since of sinces) {
       expect(repos.readings.countSinceForAccount(account.seq, since)).toBe(brute(account.seq, since));
       expect(repos.readings.countSinceForAccount(other.seq, since)).toBe(brute(other.seq, since));

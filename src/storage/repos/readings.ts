@@ -2,7 +2,7 @@ import type { Db } from '../db.js';
 import type { StoredReading } from '../../domain/types.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
 
-const HOUR_MS = 3_600_000;
+const MINUTE_MS = 60_000;
 
 interface ReadingRow {
   seq: number;
@@ -31,11 +31,10 @@ export function readingsRepo(db: Db) {
     'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? AND time < ? ORDER BY time, seq',
   );
   const countSince = db.prepare<[number, number], { n: number }>('SELECT count(*) AS n FROM readings WHERE device_seq = ? AND time >= ?');
-  // An account's readings since T (migration 7): whole hours from reading_counts, and the
-  // partial first hour [T, next hour) from the readings index. Both are joins from the
-  // account's current devices, so a deleted device's leftovers never count.
-  const countHoursOfAccount = db.prepare<[number, number], { n: number }>(
-    'SELECT coalesce(sum(c.n), 0) AS n FROM devices d JOIN reading_counts c ON c.device_seq = d.seq AND c.hour >= ? WHERE d.account_seq = ?',
+  // An account's readings since T (migration 7): whole minutes from reading_counts, and the
+  // partial first minute [T, next minute) from the readings index.
+  const countMinutesOfAccount = db.prepare<[number, number], { n: number }>(
+    'SELECT coalesce(sum(n), 0) AS n FROM reading_counts WHERE account_seq = ? AND minute >= ?',
   );
   const countRangeOfAccount = db.prepare<[number, number, number], { n: number }>(
     'SELECT count(*) AS n FROM devices d JOIN readings r ON r.device_seq = d.seq AND r.time >= ? AND r.time < ? WHERE d.account_seq = ?',
@@ -62,9 +61,9 @@ export function readingsRepo(db: Db) {
     },
     /** Readings of an account's devices with time >= since (usage's data_points_24h). */
     countSinceForAccount(accountSeq: number, since: number): number {
-      const firstWholeHour = Math.ceil(since / HOUR_MS);
-      const edge = countRangeOfAccount.get(since, firstWholeHour * HOUR_MS, accountSeq)!.n;
-      return edge + countHoursOfAccount.get(firstWholeHour, accountSeq)!.n;
+      const firstWholeMinute = Math.ceil(since / MINUTE_MS);
+      const edge = countRangeOfAccount.get(since, firstWholeMinute * MINUTE_MS, accountSeq)!.n;
+      return edge + countMinutesOfAccount.get(accountSeq, firstWholeMinute)!.n;
     },
     /** Recomputes tables derived from readings, after a bulk load that bypassed triggers. */
     rebuildDerived: () => db.exec(REBUILD_READING_COUNTS),
