@@ -4,14 +4,18 @@ import { apiKeysRepo } from './repos/apiKeys.js';
 import { devicesRepo } from './repos/devices.js';
 import { readingsRepo } from './repos/readings.js';
 import { alertsRepo } from './repos/alerts.js';
+import { TableChanges } from './readCache.js';
 
 /** Every repository over one connection: what the domain layer is given. */
 export function createRepositories(db: Db) {
+  // Device authentication and its account are looked up on every reading: cached, and
+  // dropped on any change to either table by anyone (readCache.ts).
+  const authTables = new TableChanges(db, ['devices', 'accounts']);
   return {
     db,
-    accounts: accountsRepo(db),
+    accounts: accountsRepo(db, authTables),
     apiKeys: apiKeysRepo(db),
-    devices: devicesRepo(db),
+    devices: devicesRepo(db, authTables),
     readings: readingsRepo(db),
     alerts: alertsRepo(db),
     /** Runs fn in one synchronous transaction (never spans an await). */
