@@ -1,6 +1,6 @@
 import type { Db } from '../db.js';
 import type { StoredReading } from '../../domain/types.js';
-import { REBUILD_READING_COUNTS } from '../migrations.js';
+import { COUNT_INSERTED_READINGS, REBUILD_READING_COUNTS } from '../migrations.js';
 
 const MINUTE_MS = 60_000;
 
@@ -46,8 +46,18 @@ export function readingsRepo(db: Db) {
     'DELETE FROM readings WHERE seq IN (SELECT seq FROM readings WHERE device_seq = ? AND time < ? LIMIT ?)',
   );
 
-  /** One transaction for a whole batch (group commit); returns the new row ids in order. */
-  const insertBatch = db.transaction((batch: PendingReading[]) => batch.map((r) => Number(insert.run(r.deviceSeq, r.time, r.data).lastInsertRowid)));
+  const countInserted = db.prepare<[number, number]>(COUNT_INSERTED_READINGS);
+
+  /**
+   * One transaction for a whole batch (group commit); returns the new row ids in order.
+   * The usage counts (migration 7) take one statement for the batch: the only place
+   * readings are inserted, so they stay exact.
+   */
+  const insertBatch = db.transaction((batch: PendingReading[]) => {
+    const seqs = batch.map((r) => Number(insert.run(r.deviceSeq, r.time, r.data).lastInsertRowid));
+    if (seqs.length > 0) countInserted.run(seqs[0]!, seqs[seqs.length - 1]!);
+    return seqs;
+  });
 
   return {
     insertBatch: (batch: PendingReading[]): number[] => insertBatch.immediate(batch),
