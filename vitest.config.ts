@@ -5,8 +5,9 @@ export default defineConfig({
     include: ['test/**/*.test.ts'],
     // Builds dist/telemetryd.cjs once: CLI tests run the real bundle in child processes.
     globalSetup: ['test/helpers/globalSetup.ts'],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // Generous: a guard against hangs, not a speed check (the machine is shared and noisy).
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
     // Two cores: files run in parallel forks, but not so many that timing-sensitive
     // protocol tests starve.
     pool: 'forks',

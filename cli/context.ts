@@ -56,7 +56,7 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
     const dataDir = (raw['data-dir'] as string | undefined) ?? DATA_DIR_OPTION.default!;
     const db = openDatabase(dataDir);
     try {
-      const services = createServices(createRepositories(db));
+      const services = createServices(createRepositories(db), { dataDir });
       await fn({
         services,
         json,

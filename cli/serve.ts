@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { buildServerConfig, ConfigError, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
+import { buildServerConfig, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
 import { startServer } from '../src/server.js';
 import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
 
@@ -15,15 +15,10 @@ export function serveCommand(): Command {
     try {
       config = buildServerConfig(resolveRawOptions(cmd, [DATA_DIR_OPTION, ...SERVE_OPTIONS]));
     } catch (err) {
-      fail(err instanceof ConfigError ? err : err);
+      fail(err);
     }
-    let server;
-    try {
-      server = await startServer(config, { print: (line) => console.log(line) });
-    } catch (err) {
-      const e = err as NodeJS.ErrnoException;
-      fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : e);
-    }
+    // Signal handlers go in before start-up, so a SIGTERM during start still shuts down cleanly.
+    let server: Awaited<ReturnType<typeof startServer>> | null = null;
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) return;
@@ -34,7 +29,8 @@ export function serveCommand(): Command {
         process.exit(1);
       }, SHUTDOWN_GRACE_MS);
       timer.unref();
-      server!.close().then(
+      if (!server) return; // start-up finishes, then sees `stopping`
+      server.close().then(
         () => process.exit(0),
         (err) => {
           console.error(`shutdown failed: ${(err as Error).message}`);
@@ -44,6 +40,16 @@ export function serveCommand(): Command {
     };
     process.on('SIGINT', () => stop('SIGINT'));
     process.on('SIGTERM', () => stop('SIGTERM'));
+    try {
+      server = await startServer(config, { print: (line) => console.log(line) });
+    } catch (err) {
+      const e = err as NodeJS.ErrnoException;
+      fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : e);
+    }
+    if (stopping) {
+      await server.close();
+      process.exit(0);
+    }
   });
   return serve;
 }

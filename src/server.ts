@@ -44,6 +44,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   let app: FastifyInstance | null = null;
   const services = createServices(createRepositories(db), {
     clock: options.clock,
+    dataDir: config.dataDir,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
   });
 
@@ -53,6 +54,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   app = await buildApp({ services, config, logger, version: VERSION, setupToken });
   const watcher = new ChangeWatcher(db, () => services.events.emit('external.change', {}));
   watcher.start();
+  // Snapshot retention (decisions.md §4): shortly after start, then hourly.
+  const stopSnapshotRetention = services.snapshots.scheduleRetention({ onError: (err) => app?.log.error({ err }, 'snapshot retention failed') });
 
   await app.listen({ host: config.host, port: config.httpPort });
   const address = app.server.address() as AddressInfo;
@@ -75,6 +78,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       if (closed) return;
       closed = true;
       watcher.stop();
+      stopSnapshotRetention();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       await app!.close();
       services.writer.close();

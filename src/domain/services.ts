@@ -10,16 +10,29 @@ import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
 import { telemetryService } from './telemetry.js';
 import { usageService } from './usage.js';
+import { snapshotService } from './snapshots.js';
+import { snapshotFiles } from '../storage/snapshotFiles.js';
+import path from 'node:path';
 
 /**
  * The domain layer, assembled once per process over one set of repositories. Transports
  * (HTTP routes, MQTT hooks, CLI commands) call these services and nothing below them.
  */
-export function createServices(repos: Repositories, options: { clock?: Clock; onListenerError?: (err: unknown, event: string) => void } = {}) {
+export function createServices(
+  repos: Repositories,
+  options: { clock?: Clock; onListenerError?: (err: unknown, event: string) => void; dataDir?: string } = {},
+) {
   const clock = options.clock ?? systemClock;
   const events = new DomainEvents(options.onListenerError);
   const devices = deviceService(repos, events, clock);
   const writer = new ReadingWriter(repos.readings);
+  // Snapshot files live beside the database unless told otherwise (decisions.md §1 data dir).
+  const snapshots = snapshotService(repos, devices, snapshotFiles(options.dataDir ?? path.dirname(repos.db.name)), clock);
+  // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
+  // admin CLI); the rows go by ON DELETE CASCADE.
+  events.on('device.changed', ({ deviceId, change }) => {
+    if (change === 'deleted') snapshots.removeDeviceFiles(deviceId);
+  });
   return {
     clock,
     events,
@@ -33,6 +46,7 @@ export function createServices(repos: Repositories, options: { clock?: Clock; on
     alerts: alertService(repos, clock),
     rateLimiter: new RateLimiter(clock),
     ingest: ingestPipeline({ devices, sink: writer, events, clock }),
+    snapshots,
   };
 }
 

@@ -7,6 +7,7 @@ import { SHARED_SCHEMAS } from './schemas.js';
 import { publicApiRoutes } from './routes/publicApi.js';
 import { deviceApiRoutes } from './routes/deviceApi.js';
 import { healthRoutes } from './routes/health.js';
+import { snapshotRoutes } from './routes/snapshots.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
 
 export interface AppOptions {
@@ -52,5 +53,6 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(healthRoutes, { services, version: opts.version });
   await app.register(publicApiRoutes, { prefix: '/v1', services });
   await app.register(deviceApiRoutes, { prefix: '/api/devices', services });
+  await app.register(snapshotRoutes, { prefix: '/api/devices', services });
   return app;
 }

@@ -4,6 +4,7 @@ import { apiKeysRepo } from './repos/apiKeys.js';
 import { devicesRepo } from './repos/devices.js';
 import { readingsRepo } from './repos/readings.js';
 import { alertsRepo } from './repos/alerts.js';
+import { snapshotsRepo } from './repos/snapshots.js';
 import { TableChanges } from './readCache.js';
 
 /** Every repository over one connection: what the domain layer is given. */
@@ -18,6 +19,7 @@ export function createRepositories(db: Db) {
     devices: devicesRepo(db, authTables),
     readings: readingsRepo(db),
     alerts: alertsRepo(db),
+    snapshots: snapshotsRepo(db),
     /** Runs fn in one synchronous transaction (never spans an await). */
     // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the
     // server) waits on busy_timeout instead of failing with SQLITE_BUSY on lock upgrade.

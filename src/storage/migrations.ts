@@ -148,6 +148,27 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     `,
   },
   {
+    version: 2,
+    name: 'snapshots',
+    // Camera snapshots (interface.md "POST /api/devices/{device_id}/snapshot"). The bytes live
+    // in files under <data-dir>/snapshots/ (src/storage/snapshotFiles.ts); this is their index.
+    // Rows go with their device (ON DELETE CASCADE); the files are removed by the domain.
+    sql: `
+      CREATE TABLE snapshots (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        device_seq INTEGER NOT NULL REFERENCES devices(seq) ON DELETE CASCADE,
+        content_type TEXT NOT NULL CHECK (content_type IN ('image/jpeg', 'image/png')),
+        size INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      -- "how many snapshots has this device uploaded since UTC midnight" (the daily quota).
+      CREATE INDEX snapshots_by_device_time ON snapshots(device_seq, created_at);
+      -- Retention walks the oldest snapshots first.
+      CREATE INDEX snapshots_by_time ON snapshots(created_at);
+    `,
+  },
+  {
     // Benchmarks (issue 8): /v1/account/usage counted one account's last 24 h from the
     // readings index, ~2 M index entries at 10 M rows. Counts per account and minute (the
     // writer adds each batch, a trigger follows deletions by retention and device deletion)

@@ -1,0 +1,206 @@
+import { randomUUID } from 'node:crypto';
+import { badRequest, forbidden, notFound, payloadTooLarge, rateLimited } from '../errors.js';
+import { DAY_MS, type Clock } from '../time.js';
+import type { Repositories } from '../storage/index.js';
+import type { SnapshotFiles } from '../storage/snapshotFiles.js';
+import type { SnapshotRecord } from '../storage/repos/snapshots.js';
+import type { DeviceService } from './devices.js';
+
+/** "500 KB" is 512,000 bytes: that size is accepted, one byte more is 413 (decisions.md §4). */
+export const MAX_SNAPSHOT_BYTES = 512_000;
+
+/** Accepted types and the leading bytes each must start with (decisions.md §4 "snapshot bytes"). */
+const IMAGE_TYPES: Record<string, { name: string; magic: number[] }> = {
+  'image/jpeg': { name: 'JPEG', magic: [0xff, 0xd8, 0xff] },
+  'image/png': { name: 'PNG', magic: [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a] },
+};
+export const SNAPSHOT_CONTENT_TYPES = Object.keys(IMAGE_TYPES);
+
+export interface SnapshotUpload {
+  deviceId: string | undefined;
+  token: string | undefined;
+  /** The Content-Type header as sent (parameters such as "; charset" are ignored). */
+  contentType: string | undefined;
+  /** The raw body: bytes, or a stream of chunks that is read only up to the limit. */
+  body: Uint8Array | AsyncIterable<Uint8Array> | undefined;
+  /** Content-Length when the client declared one: lets an oversize upload fail unread. */
+  declaredLength?: number;
+}
+
+/**
+ * Who is asking to read a snapshot: a device (by its token) may read its own snapshots, an
+ * account (API key, dashboard session) those of all its devices (decisions.md §4 "snapshot reads").
+ */
+export type SnapshotReader = { deviceSeq: number } | { accountSeq: number };
+
+export interface StoredSnapshot {
+  id: string;
+  contentType: string;
+  size: number;
+  createdAt: number;
+  bytes: Buffer;
+}
+
+/** The relative URL a client puts into a `*_url` telemetry field (interface.md). */
+export const snapshotUrl = (deviceId: string, id: string) => `/api/devices/${deviceId}/snapshot/${id}`;
+
+const startOfUtcDay = (ms: number) => ms - (((ms % DAY_MS) + DAY_MS) % DAY_MS);
+
+function normalizeType(header: string | undefined): string | undefined {
+  return header?.split(';')[0].trim().toLowerCase() || undefined;
+}
+
+/** Reads the body, refusing (413) as soon as it passes the limit: nothing past it is kept. */
+async function readLimited(body: SnapshotUpload['body'], limit: number): Promise<Buffer> {
+  if (body === undefined) return Buffer.alloc(0);
+  if (body instanceof Uint8Array) {
+    if (body.byteLength > limit) throw tooLarge();
+    return Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+  }
+  const chunks: Buffer[] = [];
+  let received = 0;
+  for await (const chunk of body) {
+    received += chunk.byteLength;
+    if (received > limit) throw tooLarge();
+    chunks.push(Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+  }
+  return Buffer.concat(chunks, received);
+}
+
+const tooLarge = () => payloadTooLarge(`image is larger than 500 KB (${MAX_SNAPSHOT_BYTES} bytes)`);
+
+function startsWith(bytes: Buffer, magic: number[]): boolean {
+  return bytes.length >= magic.length && magic.every((b, i) => bytes[i] === b);
+}
+
+export function snapshotService(repos: Repositories, devices: DeviceService, files: SnapshotFiles, clock: Clock) {
+  const quotaError = (limit: number, now: number) =>
+    rateLimited(`daily snapshot quota of ${limit} used up for this device; it resets at midnight UTC`, Math.max(1, Math.ceil((startOfUtcDay(now) + DAY_MS - now) / 1000)));
+
+  /** Expired = older than the owning account's snapshot retention (decisions.md §4). */
+  function isExpired(snapshot: SnapshotRecord, now: number): boolean {
+    const account = repos.accounts.findBySeq(snapshot.accountSeq);
+    return !account || snapshot.createdAt < now - account.limits.snapshotRetentionDays * DAY_MS;
+  }
+
+  /**
+   * Deletes snapshots older than their account's snapshot retention at `now` (files first,
+   * then rows, so a failure never leaves a file without its row). Works in small batches,
+   * each its own short transaction, yielding to the event loop in between. Returns how many
+   * were deleted.
+   */
+  async function purgeExpiredSnapshots(now: number = clock.now(), batchSize = 200): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const batch = repos.snapshots.expiredBatch(now, batchSize);
+      if (batch.length === 0) return total;
+      for (const s of batch) await files.remove(s.deviceId, s.id, s.contentType);
+      total += repos.transaction(() => repos.snapshots.removeMany(batch.map((s) => s.seq)));
+      if (batch.length < batchSize) return total;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  return {
+    /**
+     * POST /api/devices/{device_id}/snapshot. Checks run in this order (the order is not part
+     * of the contract, decisions.md §2, but cheap refusals come before reading the body):
+     * 400 type, 401 credentials, 403 paused / suspended / snapshots off, 413 size,
+     * 400 empty or not the declared type, 429 daily quota, 503 storage.
+     */
+    async upload(input: SnapshotUpload): Promise<{ id: string; url: string }> {
+      const contentType = normalizeType(input.contentType);
+      const type = contentType ? IMAGE_TYPES[contentType] : undefined;
+      if (!contentType || !type) {
+        throw badRequest(`unsupported content type${contentType ? ` "${contentType}"` : ''}: send Content-Type image/jpeg or image/png`);
+      }
+      if (!input.deviceId) throw badRequest('device id is missing');
+      const { device, account } = devices.authenticate(input.deviceId, input.token);
+      if (!device.snapshotsEnabled) throw forbidden('snapshots are not enabled for this device');
+
+      if (input.declaredLength !== undefined && input.declaredLength > MAX_SNAPSHOT_BYTES) throw tooLarge();
+      const bytes = await readLimited(input.body, MAX_SNAPSHOT_BYTES);
+      if (bytes.length === 0) throw badRequest('request body is empty: send the raw image bytes');
+      if (!startsWith(bytes, type.magic)) throw badRequest(`body is not a ${type.name} image (Content-Type is ${contentType})`);
+
+      // Quota per device per UTC day (decisions.md §4). Checked before writing so a device
+      // over quota costs no disk work, and again when the row goes in (below).
+      const limit = account.limits.snapshotsPerDay;
+      const dayStart = startOfUtcDay(clock.now());
+      if (repos.snapshots.countSince(device.seq, dayStart) >= limit) throw quotaError(limit, clock.now());
+
+      // UUIDs are never reused, so a URL always names the same bytes (immutable caching).
+      const id = randomUUID();
+      await files.write(device.id, id, contentType, bytes);
+      try {
+        // Count and insert in one write transaction: concurrent uploads cannot both take
+        // the last slot of the day.
+        repos.transaction(() => {
+          const now = clock.now();
+          if (repos.snapshots.countSince(device.seq, startOfUtcDay(now)) >= limit) throw quotaError(limit, now);
+          repos.snapshots.insert({ id, deviceSeq: device.seq, contentType, size: bytes.length, now });
+        });
+      } catch (err) {
+        await files.remove(device.id, id, contentType).catch(() => {});
+        throw err;
+      }
+      return { id, url: snapshotUrl(device.id, id) };
+    },
+
+    /**
+     * GET /api/devices/{device_id}/snapshot/{id}. Every refusal is the same 404, whether the
+     * snapshot is missing, expired, of another device, or the reader may not see it: the
+     * answer reveals nothing (decisions.md §4 "snapshot reads").
+     */
+    async read(deviceId: string, id: string, readers: SnapshotReader[]): Promise<StoredSnapshot> {
+      const missing = () => notFound('snapshot not found');
+      const snapshot = repos.snapshots.findById(id);
+      if (!snapshot || snapshot.deviceId !== deviceId) throw missing();
+      const allowed = readers.some((r) => ('deviceSeq' in r ? r.deviceSeq === snapshot.deviceSeq : r.accountSeq === snapshot.accountSeq));
+      // Past retention it is gone for readers even before the background job removes it.
+      if (!allowed || isExpired(snapshot, clock.now())) throw missing();
+      const bytes = await files.read(snapshot.deviceId, snapshot.id, snapshot.contentType);
+      if (!bytes) throw missing();
+      return { id: snapshot.id, contentType: snapshot.contentType, size: bytes.length, createdAt: snapshot.createdAt, bytes };
+    },
+
+    purgeExpiredSnapshots,
+
+    /** Removes a deleted device's files (its rows go by ON DELETE CASCADE). */
+    removeDeviceFiles(deviceId: string): void {
+      files.removeDevice(deviceId);
+    },
+
+    /**
+     * Runs the retention job once shortly after start, then every `intervalMs`, on the
+     * injected clock. Timers are unref'd so they never keep the process alive; call the
+     * returned function on shutdown.
+     */
+    scheduleRetention(options: { firstDelayMs?: number; intervalMs?: number; onError?: (err: unknown) => void } = {}): () => void {
+      const { firstDelayMs = 60_000, intervalMs = 3_600_000, onError = () => {} } = options;
+      let running = false;
+      let interval: NodeJS.Timeout | null = null;
+      const run = (sweepTemps: boolean) => {
+        if (running) return;
+        running = true;
+        // After start, also clear temporary files a crash may have left mid-write.
+        (sweepTemps ? files.removeStaleTempFiles(3_600_000) : Promise.resolve(0))
+          .then(() => purgeExpiredSnapshots(clock.now()))
+          .catch(onError)
+          .finally(() => (running = false));
+      };
+      const first = setTimeout(() => {
+        run(true);
+        interval = setInterval(() => run(false), intervalMs);
+        interval.unref();
+      }, firstDelayMs);
+      first.unref();
+      return () => {
+        clearTimeout(first);
+        if (interval) clearInterval(interval);
+      };
+    },
+  };
+}
+
+export type SnapshotService = ReturnType<typeof snapshotService>;

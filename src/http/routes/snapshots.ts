@@ -1,0 +1,97 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Readable } from 'node:stream';
+import type { Services } from '../../domain/services.js';
+import type { SnapshotReader } from '../../domain/snapshots.js';
+import { API_KEY_PREFIX } from '../../ids.js';
+import { bearerToken } from './deviceApi.js';
+
+/**
+ * Works out who is asking to read a snapshot, from one kind of credential. Returns null when
+ * the request does not carry that credential or it is not valid: the route then answers 404
+ * unless another resolver recognises the caller (decisions.md §4 "snapshot reads").
+ */
+export type SnapshotReaderResolver = (request: FastifyRequest, services: Services, deviceId: string) => SnapshotReader | null;
+
+/** The device's own access token, as Bearer. A paused device, like a wrong token, reads nothing. */
+export const deviceTokenReader: SnapshotReaderResolver = (request, services, deviceId) => {
+  const token = bearerToken(request);
+  if (!token || token.startsWith(API_KEY_PREFIX)) return null;
+  try {
+    return { deviceSeq: services.devices.authenticate(deviceId, token).device.seq };
+  } catch {
+    return null;
+  }
+};
+
+/**
+ * An API key (Bearer tlm_…) of the owning account. Any plan: the key only says who is asking
+ * (snapshot reads are not Public API calls, so no plan gate and no rate-limit count); a
+ * suspended account reads nothing.
+ */
+export const apiKeyReader: SnapshotReaderResolver = (request, services) => {
+  const key = bearerToken(request);
+  if (!key || !key.startsWith(API_KEY_PREFIX)) return null;
+  try {
+    const { account } = services.keys.authenticate(key);
+    return account.status === 'suspended' ? null : { accountSeq: account.seq };
+  } catch {
+    return null;
+  }
+};
+
+/**
+ * Every credential that may read a snapshot. MERGE POINT: the dashboard session resolver
+ * (session cookie → { accountSeq } of the signed-in account) is appended to this list when
+ * the dashboard branch is merged.
+ */
+export const SNAPSHOT_READER_RESOLVERS: SnapshotReaderResolver[] = [deviceTokenReader, apiKeyReader];
+
+/** Ids are random UUIDs never reused, so a URL always names the same bytes. */
+const IMMUTABLE_CACHE = 'private, max-age=31536000, immutable';
+
+/**
+ * Camera snapshots (interface.md "POST /api/devices/{device_id}/snapshot"), under the
+ * /api/devices prefix, so errors take the Device API shape {"success": false, "error"}.
+ */
+export async function snapshotRoutes(
+  app: FastifyInstance,
+  { services, readers = SNAPSHOT_READER_RESOLVERS }: { services: Services; readers?: SnapshotReaderResolver[] },
+) {
+  // The body reaches the domain as the raw request stream, whatever its Content-Type: the
+  // domain decides which types are accepted (400 otherwise) and reads only up to the 512,000
+  // byte limit (413), so nothing past the limit is ever buffered.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('*', (_request, payload, done) => done(null, payload));
+
+  app.post<{ Params: { deviceId: string } }>('/:deviceId/snapshot', { schema: { hide: true } }, async (request, reply) => {
+    const stream = request.body as Readable | undefined;
+    const declared = request.headers['content-length'];
+    try {
+      const { id, url } = await services.snapshots.upload({
+        deviceId: request.params.deviceId,
+        token: bearerToken(request),
+        contentType: request.headers['content-type'],
+        // Do not destroy the socket when the domain stops reading early: the refusal still
+        // has to be written to it.
+        body: stream?.iterator({ destroyOnReturn: false }),
+        declaredLength: declared !== undefined && /^\d+$/.test(declared) ? Number(declared) : undefined,
+      });
+      return { success: true, url, id };
+    } catch (err) {
+      // A refusal before the whole body was read: close the connection after the answer
+      // rather than read (possibly many) unwanted bytes to reuse it.
+      if (stream && !stream.readableEnded) reply.header('connection', 'close');
+      throw err;
+    }
+  });
+
+  app.get<{ Params: { deviceId: string; id: string } }>('/:deviceId/snapshot/:id', { schema: { hide: true } }, async (request, reply) => {
+    const { deviceId, id } = request.params;
+    const who = readers.map((resolve) => resolve(request, services, deviceId)).filter((r): r is SnapshotReader => r !== null);
+    const snapshot = await services.snapshots.read(deviceId, id, who);
+    const etag = `"${snapshot.id}"`;
+    reply.header('cache-control', IMMUTABLE_CACHE).header('etag', etag).header('x-content-type-options', 'nosniff');
+    if (request.headers['if-none-match']?.split(',').some((t) => t.trim() === etag)) return reply.code(304).send();
+    return reply.type(snapshot.contentType).header('content-length', String(snapshot.size)).send(snapshot.bytes);
+  });
+}

@@ -1,0 +1,76 @@
+import type { Db } from '../db.js';
+
+/** One stored snapshot, with the owning device and account resolved (for read checks). */
+export interface SnapshotRecord {
+  seq: number;
+  id: string;
+  deviceSeq: number;
+  deviceId: string;
+  accountSeq: number;
+  contentType: string;
+  size: number;
+  createdAt: number;
+}
+
+interface SnapshotRow {
+  seq: number;
+  id: string;
+  device_seq: number;
+  device_id: string;
+  account_seq: number;
+  content_type: string;
+  size: number;
+  created_at: number;
+}
+
+const toSnapshot = (r: SnapshotRow): SnapshotRecord => ({
+  seq: r.seq,
+  id: r.id,
+  deviceSeq: r.device_seq,
+  deviceId: r.device_id,
+  accountSeq: r.account_seq,
+  contentType: r.content_type,
+  size: r.size,
+  createdAt: r.created_at,
+});
+
+const SELECT = `SELECT s.seq, s.id, s.device_seq, d.id AS device_id, d.account_seq, s.content_type, s.size, s.created_at
+  FROM snapshots s JOIN devices d ON d.seq = s.device_seq`;
+
+export function snapshotsRepo(db: Db) {
+  const byId = db.prepare<[string], SnapshotRow>(`${SELECT} WHERE s.id = ?`);
+  const insert = db.prepare<[string, number, string, number, number]>(
+    'INSERT INTO snapshots (id, device_seq, content_type, size, created_at) VALUES (?, ?, ?, ?, ?)',
+  );
+  // A range scan of snapshots_by_device_time.
+  const countSince = db.prepare<[number, number], { n: number }>('SELECT count(*) AS n FROM snapshots WHERE device_seq = ? AND created_at >= ?');
+  // Expired = older than the owning account's snapshot retention. The outer bound (older than
+  // the shortest retention of any account) lets the scan of snapshots_by_time stop early.
+  const shortestRetention = db.prepare<[], { days: number | null }>('SELECT min(snapshot_retention_days) AS days FROM accounts');
+  const expired = db.prepare<{ now: number; bound: number; limit: number }, SnapshotRow>(
+    `${SELECT} JOIN accounts a ON a.seq = d.account_seq
+     WHERE s.created_at < @bound AND s.created_at < @now - a.snapshot_retention_days * 86400000
+     ORDER BY s.created_at LIMIT @limit`,
+  );
+  const remove = db.prepare<[number]>('DELETE FROM snapshots WHERE seq = ?');
+
+  return {
+    findById: (id: string): SnapshotRecord | null => {
+      const r = byId.get(id);
+      return r ? toSnapshot(r) : null;
+    },
+    insert: (s: { id: string; deviceSeq: number; contentType: string; size: number; now: number }) =>
+      insert.run(s.id, s.deviceSeq, s.contentType, s.size, s.now),
+    countSince: (deviceSeq: number, since: number) => countSince.get(deviceSeq, since)!.n,
+    /** Up to `limit` snapshots past their account's retention at `now`, oldest first. */
+    expiredBatch(now: number, limit: number): SnapshotRecord[] {
+      const days = shortestRetention.get()!.days;
+      if (days === null) return [];
+      return expired.all({ now, bound: now - days * 86_400_000, limit }).map(toSnapshot);
+    },
+    /** Deletes the given rows; run inside one transaction by the caller. */
+    removeMany: (seqs: number[]) => seqs.reduce((n, seq) => n + remove.run(seq).changes, 0),
+  };
+}
+
+export type SnapshotsRepo = ReturnType<typeof snapshotsRepo>;

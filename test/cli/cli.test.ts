@@ -1,0 +1,180 @@
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli, runCliAsync } from '../helpers/cli.js';
+import { ingest, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+
+describe('admin CLI contract (decisions.md §2)', () => {
+  const dir = tempDir();
+  const cli = (...args: string[]) => runCli(args, { dataDir: dir });
+
+  it('accounts create / list / set-plan / suspend / resume / webhook-secret', () => {
+    const created = cli('accounts', 'create', '--email', 'owner@example.com', '--name', 'Owner', '--json');
+    expect(created.status).toBe(0);
+    expect(created.json).toMatchObject({ id: expect.stringMatching(/^acc_/), email: 'owner@example.com', plan: 'starter' });
+    expect(created.stdout.trim().split('\n')).toHaveLength(1);
+
+    const dup = cli('accounts', 'create', '--email', 'OWNER@example.com', '--json');
+    expect(dup.status).not.toBe(0);
+    expect(dup.stdout).toBe('');
+    expect(dup.stderr.trim().split('\n')).toHaveLength(1);
+
+    const list = cli('accounts', 'list', '--json');
+    expect(list.json.data.map((a: any) => a.email)).toEqual(['owner@example.com']);
+
+    const plan = cli('accounts', 'set-plan', 'owner@example.com', 'business', '--rate-per-minute', '7', '--json');
+    expect(plan.json).toMatchObject({ plan: 'business', limits: { rate_per_minute: 7, rate_per_day: 50_000, device_limit: 100, retention_days: 90 } });
+    // Earlier overrides do not carry over.
+    const plan2 = cli('accounts', 'set-plan', created.json.id, 'business', '--json');
+    expect(plan2.json.limits.rate_per_minute).toBe(300);
+    expect(cli('accounts', 'set-plan', created.json.id, 'gold', '--json').status).not.toBe(0);
+    expect(cli('accounts', 'set-plan', created.json.id, 'starter', '--device-limit', '-1').status).not.toBe(0);
+
+    expect(cli('accounts', 'suspend', 'owner@example.com', '--json').json.status).toBe('suspended');
+    expect(cli('accounts', 'resume', 'owner@example.com', '--json').json.status).toBe('active');
+
+    const secret = cli('accounts', 'webhook-secret', 'owner@example.com', '--json').json;
+    expect(secret).toEqual({ account: created.json.id, webhook_secret: expect.any(String) });
+    expect(cli('accounts', 'webhook-secret', 'owner@example.com', '--json').json.webhook_secret).toBe(secret.webhook_secret);
+    const rotated = cli('accounts', 'webhook-secret', 'owner@example.com', '--rotate', '--json').json;
+    expect(rotated.webhook_secret).not.toBe(secret.webhook_secret);
+
+    expect(cli('accounts', 'create', '--email', 'not-an-email').status).not.toBe(0);
+    expect(cli('accounts', 'suspend', 'nobody@example.com').status).not.toBe(0);
+  });
+
+  it('accounts create --password-stdin stores only a scrypt hash', () => {
+    const r = runCli(['accounts', 'create', '--email', 'pw@example.com', '--password-stdin', '--json'], { dataDir: dir, input: 'correct horse battery\n' });
+    expect(r.status).toBe(0);
+    const short = runCli(['accounts', 'create', '--email', 'pw2@example.com', '--password-stdin'], { dataDir: dir, input: 'short\n' });
+    expect(short.status).not.toBe(0);
+    expect(short.stderr).toMatch(/at least 8/);
+  });
+
+  it('keys create / list / revoke', () => {
+    const k = cli('keys', 'create', '--account', 'owner@example.com', '--name', 'ci', '--json').json;
+    expect(k).toMatchObject({ id: expect.stringMatching(/^key_/), name: 'ci', key: expect.stringMatching(/^tlm_[0-9A-Za-z]{32,}$/) });
+    expect(k.key_prefix).toBe(k.key.slice(0, 12));
+    const list = cli('keys', 'list', '--account', 'owner@example.com', '--json').json;
+    expect(list.data[0]).toMatchObject({ id: k.id, key_prefix: k.key_prefix, revoked_at: null, last_used_at: null });
+    expect(JSON.stringify(list)).not.toContain(k.key);
+    const revoked = cli('keys', 'revoke', k.id, '--json').json;
+    expect(revoked.revoked_at).toMatch(/Z$/);
+    expect(cli('keys', 'revoke', 'key_missing', '--json').status).not.toBe(0);
+  });
+
+  it('devices create with fields / list / pause / resume / regenerate-token / delete', () => {
+    const fieldsFile = path.join(dir, 'fields.json');
+    writeFileSync(fieldsFile, JSON.stringify([{ name: 'temp', label: 'Temperature', unit: '°C' }, { name: 'hum', label: 'Humidity', unit: '%' }]));
+    const d = cli('devices', 'create', '--account', 'owner@example.com', '--name', 'cam', '--type', 'camera', '--snapshots', '--schema', 'strict', '--fields-file', fieldsFile, '--field', 'co2:CO2:ppm', '--json').json;
+    expect(d).toMatchObject({ id: expect.stringMatching(/^dev_/), access_token: expect.any(String), name: 'cam', type: 'camera', status: 'active', schema_mode: 'strict', snapshots_enabled: true });
+    expect(d.access_token.length).toBeGreaterThanOrEqual(32);
+    expect(d.fields).toEqual([
+      { name: 'temp', label: 'Temperature', unit: '°C' },
+      { name: 'hum', label: 'Humidity', unit: '%' },
+      { name: 'co2', label: 'CO2', unit: 'ppm' },
+    ]);
+    expect(cli('devices', 'create', '--account', 'owner@example.com', '--name', 'x', '--type', 'toaster').status).not.toBe(0);
+
+    const list = cli('devices', 'list', '--account', 'owner@example.com', '--json').json;
+    expect(list.data).toHaveLength(1);
+    expect(list.data[0]).not.toHaveProperty('access_token');
+    expect(list.data[0]).toMatchObject({ rejected_count: 0, last_rejection_reason: null });
+
+    expect(cli('devices', 'pause', d.id, '--json').json.status).toBe('paused');
+    expect(cli('devices', 'resume', d.id, '--json').json.status).toBe('active');
+    const regen = cli('devices', 'regenerate-token', d.id, '--json').json;
+    expect(Object.keys(regen)).toEqual(['id', 'access_token']);
+    expect(regen.access_token).not.toBe(d.access_token);
+
+    const refused = cli('devices', 'delete', d.id, '--json');
+    expect(refused.status).not.toBe(0);
+    expect(refused.stderr).toMatch(/--yes/);
+    expect(cli('devices', 'delete', d.id, '--yes', '--json').json).toEqual({ deleted: d.id });
+    expect(cli('devices', 'list', '--account', 'owner@example.com', '--json').json.data).toEqual([]);
+  });
+
+  it('free plan: strict by default and at most 5 fields', () => {
+    cli('accounts', 'create', '--email', 'free@example.com', '--plan', 'free');
+    const fields = ['a', 'b', 'c', 'd', 'e', 'f'].flatMap((f) => ['--field', f]);
+    const tooMany = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', ...fields, '--json');
+    expect(tooMany.status).not.toBe(0);
+    expect(tooMany.stderr).toMatch(/allows 5/);
+    const ok = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', '--json').json;
+    expect(ok.schema_mode).toBe('strict');
+  });
+
+  it('device limit of the plan', () => {
+    cli('accounts', 'create', '--email', 'limited@example.com', '--plan', 'free');
+    cli('accounts', 'set-plan', 'limited@example.com', 'free', '--device-limit', '1');
+    expect(cli('devices', 'create', '--account', 'limited@example.com', '--name', 'one').status).toBe(0);
+    const second = cli('devices', 'create', '--account', 'limited@example.com', '--name', 'two');
+    expect(second.status).not.toBe(0);
+    expect(second.stderr).toMatch(/device limit/);
+  });
+
+  it('alerts create / enable / disable with the documented defaults', () => {
+    const d = cli('devices', 'create', '--account', 'owner@example.com', '--name', 'therm', '--json').json;
+    const a = cli('alerts', 'create', '--device', d.id, '--name', 'hot', '--field', 'env.temp', '--operator', '>', '--value', '30', '--json').json;
+    expect(a).toMatchObject({ id: expect.stringMatching(/^alert_/), device_id: d.id, condition: { field: 'env.temp', operator: '>', value: 30 }, severity: 'warning', cooldown: 300, actions: ['email'], enabled: true, last_triggered: null });
+    const neg = cli('alerts', 'create', '--device', d.id, '--name', 'cold', '--field', 't', '--operator', '<=', '--value', '-5.5', '--severity', 'critical', '--cooldown', '0', '--disabled', '--json').json;
+    expect(neg).toMatchObject({ condition: { value: -5.5 }, severity: 'critical', cooldown: 0, enabled: false });
+    expect(cli('alerts', 'enable', neg.id, '--json').json.enabled).toBe(true);
+    expect(cli('alerts', 'disable', neg.id, '--json').json.enabled).toBe(false);
+    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', '1', '--action', 'webhook').status).not.toBe(0);
+    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', '1', '--action', 'webhook', '--webhook-url', 'http://127.0.0.1:9/hook', '--json').json.actions).toEqual(['webhook']);
+    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '=~', '--value', '1').status).not.toBe(0);
+    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', 'abc').status).not.toBe(0);
+  });
+
+  it('version, help and the data dir from TELEMETRYD_DATA_DIR', () => {
+    expect(runCli(['version', '--json']).json).toEqual({ version: expect.stringMatching(/^\d+\.\d+\.\d+/), commit: expect.any(String) });
+    const help = runCli(['--help']);
+    for (const c of ['serve', 'accounts', 'keys', 'devices', 'alerts', 'version']) expect(help.stdout).toContain(c);
+    const fromEnv = runCli(['accounts', 'list', '--json'], { env: { TELEMETRYD_DATA_DIR: dir } });
+    expect(fromEnv.json.data.length).toBeGreaterThan(0);
+  });
+});
+
+describe('admin CLI against a running server', () => {
+  let server: TestServer;
+  const cli = (...args: string[]) => runCliAsync(args, { dataDir: server.dataDir });
+
+  beforeAll(async () => {
+    server = await startTestServer();
+  });
+  afterAll(() => server.stop());
+
+  it('a key, a pause, a regenerated token, a revocation and a suspension take effect without restart', async () => {
+    await cli('accounts', 'create', '--email', 'live@example.com');
+    const key = (await cli('keys', 'create', '--account', 'live@example.com', '--name', 'live', '--json')).json;
+    const dev = (await cli('devices', 'create', '--account', 'live@example.com', '--name', 'd', '--json')).json;
+    expect((await server.request('/v1/devices', { key: key.key })).status).toBe(200);
+    const send = (token: string) => ingest(server, { device_id: dev.id, access_token: token, data: { v: 1 } });
+    expect((await send(dev.access_token)).status).toBe(200);
+
+    await cli('devices', 'pause', dev.id);
+    expect((await send(dev.access_token)).status).toBe(403);
+    await cli('devices', 'resume', dev.id);
+    expect((await send(dev.access_token)).status).toBe(200);
+
+    const regen = (await cli('devices', 'regenerate-token', dev.id, '--json')).json;
+    expect((await send(dev.access_token)).status).toBe(401);
+    expect((await send(regen.access_token)).status).toBe(200);
+
+    await cli('accounts', 'set-plan', 'live@example.com', 'starter', '--rate-per-minute', '1000');
+    const res = await server.request('/v1/devices', { key: key.key });
+    expect(res.headers.get('x-ratelimit-limit')).toBe('1000');
+
+    await cli('accounts', 'suspend', 'live@example.com');
+    expect((await server.request('/v1/devices', { key: key.key })).status).toBe(403);
+    expect((await send(regen.access_token)).status).toBe(403);
+    await cli('accounts', 'resume', 'live@example.com');
+
+    await cli('keys', 'revoke', key.id);
+    expect((await server.request('/v1/devices', { key: key.key })).status).toBe(401);
+
+    await cli('devices', 'delete', dev.id, '--yes');
+    expect((await send(regen.access_token)).status).toBe(401);
+  });
+});

@@ -1,0 +1,127 @@
+import { spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { seedAccount, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { fetchSnapshot, upload } from './helpers.js';
+import { jpegOfSize, tinyJpeg } from './images.js';
+
+/**
+ * 503 "storage temporarily unavailable" when the snapshots folder cannot be written. Tests run
+ * as root in CI, where chmod does not stop writes, so the faults here are ones root cannot
+ * write through: the folder replaced by a regular file, a full tmpfs (ENOSPC in the middle of
+ * a write) and a read-only mount (EROFS). The mount tests need CAP_SYS_ADMIN and are skipped
+ * where mounting is not allowed; the chmod one runs only when not root.
+ */
+function canMount(): boolean {
+  if (process.platform !== 'linux') return false;
+  const probe = tempDir('telemetryd-mount-probe-');
+  try {
+    if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe]).status !== 0) return false;
+    spawnSync('umount', [probe]);
+    return true;
+  } finally {
+    rmSync(probe, { recursive: true, force: true });
+  }
+}
+const MOUNT_OK = canMount();
+const IS_ROOT = process.getuid?.() === 0;
+
+const sh = (cmd: string, args: string[]) => {
+  const r = spawnSync(cmd, args, { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${r.stderr}`);
+};
+
+describe('snapshot storage faults', () => {
+  let server: TestServer;
+  let cam: Awaited<ReturnType<typeof seedAccount>>;
+  let snapshotsDir: string;
+  let deviceDir: string;
+  let mounted = false;
+
+  const rowCount = () => (server.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
+  const expect503 = async (body = tinyJpeg()) => {
+    const rowsBefore = rowCount();
+    const up = await upload(server, cam.device.id, cam.token, body);
+    expect(up.status).toBe(503);
+    expect(up.body).toEqual({ success: false, error: 'storage temporarily unavailable' });
+    expect(rowCount()).toBe(rowsBefore);
+  };
+  const expectRecovered = async (body = tinyJpeg()) => {
+    const up = await upload(server, cam.device.id, cam.token, body);
+    expect(up.status).toBe(200);
+    const got = await fetchSnapshot(server, up.body.url, cam.token);
+    expect(got.bytes.equals(body)).toBe(true);
+  };
+
+  beforeAll(async () => {
+    server = await startTestServer();
+    cam = await seedAccount(server, { device: { name: 'cam', snapshotsEnabled: true } });
+    snapshotsDir = path.join(server.dataDir, 'snapshots');
+    deviceDir = path.join(snapshotsDir, cam.device.id);
+  });
+  afterEach(() => {
+    if (mounted) spawnSync('umount', [snapshotsDir]);
+    mounted = false;
+  });
+  afterAll(() => server.stop());
+
+  it('the snapshots folder replaced by a regular file: 503, no row; recovers once the folder is back', async () => {
+    rmSync(snapshotsDir, { recursive: true, force: true });
+    writeFileSync(snapshotsDir, 'not a folder');
+    await expect503();
+    rmSync(snapshotsDir);
+    await expectRecovered();
+  });
+
+  it("the device's own folder path taken by a file: 503; recovers", async () => {
+    rmSync(deviceDir, { recursive: true, force: true });
+    writeFileSync(deviceDir, '');
+    await expect503();
+    rmSync(deviceDir);
+    await expectRecovered();
+  });
+
+  it.skipIf(!MOUNT_OK)('disk full in the middle of a write (tmpfs): 503 and no partial or temporary file left; recovers', async () => {
+    rmSync(snapshotsDir, { recursive: true, force: true });
+    mkdirSync(snapshotsDir);
+    sh('mount', ['-t', 'tmpfs', '-o', 'size=128k,mode=0700', 'tmpfs', snapshotsDir]);
+    mounted = true;
+    // 512,000 bytes cannot fit in 128 KiB: the write starts, then fails with ENOSPC.
+    await expect503(jpegOfSize(512_000));
+    expect(readdirSync(deviceDir)).toEqual([]);
+    // Small ones still fit: the failure was the disk, not the service.
+    await expectRecovered();
+    sh('umount', [snapshotsDir]);
+    mounted = false;
+    await expectRecovered(jpegOfSize(512_000));
+  });
+
+  it.skipIf(!MOUNT_OK)('a read-only file system: 503, nothing written; recovers when it is writable again', async () => {
+    sh('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0700', 'tmpfs', snapshotsDir]);
+    mounted = true;
+    mkdirSync(deviceDir);
+    sh('mount', ['-o', 'remount,ro', snapshotsDir]);
+    await expect503();
+    expect(readdirSync(deviceDir)).toEqual([]);
+    sh('mount', ['-o', 'remount,rw', snapshotsDir]);
+    await expectRecovered();
+  });
+
+  it.skipIf(IS_ROOT)('a folder without write permission (not root): 503; recovers', async () => {
+    mkdirSync(deviceDir, { recursive: true });
+    chmodSync(deviceDir, 0o500);
+    try {
+      await expect503();
+      expect(readdirSync(deviceDir).filter((f) => f.startsWith('.'))).toEqual([]);
+    } finally {
+      chmodSync(deviceDir, 0o700);
+    }
+    await expectRecovered();
+  });
+
+  it('the server is still whole afterwards', async () => {
+    expect(existsSync(path.join(server.dataDir, 'telemetryd.db'))).toBe(true);
+    expect((await server.request('/healthz')).status).toBe(200);
+  });
+});
