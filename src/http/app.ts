@@ -9,6 +9,7 @@ import { deviceApiRoutes } from './routes/deviceApi.js';
 import { healthRoutes } from './routes/health.js';
 import { snapshotRoutes } from './routes/snapshots.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+import { buildSharedSerializer } from './serializers.js';
 
 export interface AppOptions {
   services: Services;
@@ -33,7 +34,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     connectionTimeout: 60_000,
     routerOptions: { maxParamLength: 200 },
     return503OnClosing: true,
-    ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false } },
+    schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer } },
+    ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false, validateSchema: false } },
   });
 
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
