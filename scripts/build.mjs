@@ -4,6 +4,7 @@
 import { build } from 'esbuild';
 import { execSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
+import { buildWeb } from './build-web.mjs';
 
 let commit = 'unknown';
 try {
@@ -31,3 +32,6 @@ await build({
   alias: { 'supports-color': './scripts/empty-module.cjs' },
   banner: { js: '#!/usr/bin/env node' },
 });
+
+// The dashboard's files (dist/web), served by the server and shipped in the executable.
+await buildWeb();

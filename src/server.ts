@@ -8,6 +8,7 @@ import { ChangeWatcher } from './storage/changeWatcher.js';
 import { createServices, type Services } from './domain/services.js';
 import { buildApp } from './http/app.js';
 import { VERSION } from './version.js';
+import { startMqtt, type RunningMqtt } from './mqtt/broker.js';
 import type { Clock } from './time.js';
 
 export interface RunningServer {
@@ -18,6 +19,11 @@ export interface RunningServer {
   /** http://host:port actually bound (port 0 resolves to the ephemeral port). */
   httpUrl: string;
   httpPort: number;
+  /** Bound MQTT ports (port 0 resolved); null when that listener is off. */
+  mqttPort: number | null;
+  mqttPlainPort: number | null;
+  /** SHA-256 fingerprint of the MQTT TLS certificate; null when TLS MQTT is off. */
+  mqttFingerprint: string | null;
   /** One-time setup URL while the database has no account; null otherwise. */
   setupUrl: string | null;
   close(): Promise<void>;
@@ -61,7 +67,18 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const address = app.server.address() as AddressInfo;
   const shownHost = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
   const httpUrl = `http://${shownHost}:${address.port}`;
+  // With an ephemeral port (0) the default public URL can only be known once bound.
+  if (config.httpPort === 0 && config.publicUrl.endsWith(':0')) config.publicUrl = config.publicUrl.replace(/:0$/, `:${address.port}`);
   print(`telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`);
+  let mqtt: RunningMqtt | null = null;
+  try {
+    mqtt = await startMqtt(config, services, app.log, print);
+  } catch (err) {
+    await app.close();
+    watcher.stop();
+    db.close();
+    throw err;
+  }
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
   if (setupUrl) print(`First run: open ${setupUrl} to create the first account (or: telemetryd accounts create --email you@example.com)`);
 
@@ -73,12 +90,17 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     app,
     httpUrl,
     httpPort: address.port,
+    mqttPort: mqtt?.tlsPort ?? null,
+    mqttPlainPort: mqtt?.plainPort ?? null,
+    mqttFingerprint: mqtt?.tls?.fingerprint ?? null,
     setupUrl,
     async close() {
       if (closed) return;
       closed = true;
       watcher.stop();
       stopSnapshotRetention();
+      // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.
+      await mqtt?.close();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       await app!.close();
       services.writer.close();

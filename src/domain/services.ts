@@ -8,6 +8,7 @@ import { DomainEvents } from './events.js';
 import { ingestPipeline } from './ingest/pipeline.js';
 import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
+import { sessionService } from './sessions.js';
 import { telemetryService } from './telemetry.js';
 import { usageService } from './usage.js';
 import { snapshotService } from './snapshots.js';
@@ -26,6 +27,7 @@ export function createServices(
   const events = new DomainEvents(options.onListenerError);
   const devices = deviceService(repos, events, clock);
   const writer = new ReadingWriter(repos.readings);
+  const accounts = accountService(repos, events, clock);
   // Snapshot files live beside the database unless told otherwise (decisions.md §1 data dir).
   const snapshots = snapshotService(repos, devices, snapshotFiles(options.dataDir ?? path.dirname(repos.db.name)), clock);
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
@@ -38,7 +40,8 @@ export function createServices(
     events,
     repos,
     writer,
-    accounts: accountService(repos, events, clock),
+    accounts,
+    sessions: sessionService(repos, accounts, clock),
     keys: keyService(repos, clock),
     devices,
     telemetry: telemetryService(repos, clock),

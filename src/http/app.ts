@@ -8,6 +8,7 @@ import { publicApiRoutes } from './routes/publicApi.js';
 import { deviceApiRoutes } from './routes/deviceApi.js';
 import { healthRoutes } from './routes/health.js';
 import { snapshotRoutes } from './routes/snapshots.js';
+import { dashboardRoutes } from './routes/dashboard.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
 import { buildSharedSerializer } from './serializers.js';
 
@@ -56,5 +57,6 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(publicApiRoutes, { prefix: '/v1', services });
   await app.register(deviceApiRoutes, { prefix: '/api/devices', services });
   await app.register(snapshotRoutes, { prefix: '/api/devices', services });
+  await app.register(dashboardRoutes, { services, config, setupToken: opts.setupToken });
   return app;
 }

@@ -4,6 +4,7 @@ import { apiKeysRepo } from './repos/apiKeys.js';
 import { devicesRepo } from './repos/devices.js';
 import { readingsRepo } from './repos/readings.js';
 import { alertsRepo } from './repos/alerts.js';
+import { sessionsRepo } from './repos/sessions.js';
 import { snapshotsRepo } from './repos/snapshots.js';
 import { TableChanges } from './readCache.js';
 
@@ -19,6 +20,7 @@ export function createRepositories(db: Db) {
     devices: devicesRepo(db, authTables),
     readings: readingsRepo(db),
     alerts: alertsRepo(db),
+    sessions: sessionsRepo(db),
     snapshots: snapshotsRepo(db),
     /** Runs fn in one synchronous transaction (never spans an await). */
     // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the

@@ -169,6 +169,24 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     `,
   },
   {
+    version: 3,
+    name: 'dashboard sessions',
+    // Only a SHA-256 hash of the session id is stored (a stolen database file holds no usable
+    // cookie); the CSRF token is per session and sent by the dashboard's JS in a header.
+    sql: `
+      CREATE TABLE sessions (
+        id_hash TEXT PRIMARY KEY,
+        account_seq INTEGER NOT NULL REFERENCES accounts(seq) ON DELETE CASCADE,
+        csrf_token TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        last_used_at INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL
+      );
+      CREATE INDEX sessions_by_account ON sessions(account_seq);
+      CREATE INDEX sessions_by_expiry ON sessions(expires_at);
+    `,
+  },
+  {
     // Benchmarks (issue 8): /v1/account/usage counted one account's last 24 h from the
     // readings index, ~2 M index entries at 10 M rows. Counts per account and minute (the
     // writer adds each batch, a trigger follows deletions by retention and device deletion)

@@ -4,6 +4,7 @@ import type { Services } from '../../domain/services.js';
 import type { SnapshotReader } from '../../domain/snapshots.js';
 import { API_KEY_PREFIX } from '../../ids.js';
 import { bearerToken } from './deviceApi.js';
+import { accountFromSession } from '../dashboardSession.js';
 
 /**
  * Works out who is asking to read a snapshot, from one kind of credential. Returns null when
@@ -39,12 +40,14 @@ export const apiKeyReader: SnapshotReaderResolver = (request, services) => {
   }
 };
 
-/**
- * Every credential that may read a snapshot. MERGE POINT: the dashboard session resolver
- * (session cookie → { accountSeq } of the signed-in account) is appended to this list when
- * the dashboard branch is merged.
- */
-export const SNAPSHOT_READER_RESOLVERS: SnapshotReaderResolver[] = [deviceTokenReader, apiKeyReader];
+/** The owner's dashboard session cookie (thumbnails in the device page's readings table). */
+export const dashboardSessionReader: SnapshotReaderResolver = (request, services) => {
+  const account = accountFromSession(services, request);
+  return account ? { accountSeq: account.seq } : null;
+};
+
+/** Every credential that may read a snapshot (decisions.md §4 "snapshot reads"). */
+export const SNAPSHOT_READER_RESOLVERS: SnapshotReaderResolver[] = [deviceTokenReader, apiKeyReader, dashboardSessionReader];
 
 /** Ids are random UUIDs never reused, so a URL always names the same bytes. */
 const IMMUTABLE_CACHE = 'private, max-age=31536000, immutable';

@@ -1,0 +1,105 @@
+import path from 'node:path';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import fastifyStatic from '@fastify/static';
+import sjson from 'secure-json-parse';
+import type { Services } from '../../domain/services.js';
+import type { ServerConfig } from '../../config.js';
+import type { ResolvedSession } from '../../domain/sessions.js';
+import { resolveWebRoot } from '../../webRoot.js';
+import { badRequest, unauthorized } from '../../errors.js';
+import { checkCrossSite, isStateChanging, sessionFromRequest } from '../dashboardSession.js';
+import { dashboardAuthRoutes, type SetupState } from './dashboardAuth.js';
+import { dashboardApiRoutes } from './dashboardApi.js';
+import { dashboardLiveRoutes } from './dashboardLive.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The dashboard session of this request (set by the /ui/api auth hook). */
+    dashboard?: ResolvedSession | null;
+  }
+  interface FastifyContextConfig {
+    /** A dashboard route reachable without a session (sign-in, setup, session probe). */
+    dashboardPublic?: boolean;
+  }
+}
+
+function contentSecurityPolicy(publicUrl: string): string {
+  let publicOrigin = '';
+  try {
+    publicOrigin = ` ${new URL(publicUrl).origin}`;
+  } catch {
+    // no extra origin
+  }
+  // No inline script anywhere; snapshot thumbnails may come from the public URL's origin.
+  return [
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    `img-src 'self' data: blob:${publicOrigin}`,
+    "connect-src 'self'",
+    "font-src 'self'",
+    "object-src 'none'",
+    "base-uri 'none'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+  ].join('; ');
+}
+
+/**
+ * The web dashboard (issue 6): the single-page app from the built web root and its
+ * session-authenticated JSON API under /ui/api, which calls the same domain services as the
+ * CLI. Everything here carries strict security headers.
+ */
+export async function dashboardRoutes(app: FastifyInstance, opts: { services: Services; config: ServerConfig; setupToken?: string | null }) {
+  const { services, config } = opts;
+  const setup: SetupState = { token: opts.setupToken ?? null };
+  const webRoot = resolveWebRoot(config.dataDir);
+
+  app.addHook('onSend', async (_request, reply, payload) => {
+    reply.header('Content-Security-Policy', contentSecurityPolicy(config.publicUrl));
+    reply.header('X-Content-Type-Options', 'nosniff');
+    reply.header('X-Frame-Options', 'DENY');
+    reply.header('Referrer-Policy', 'same-origin');
+    reply.header('Cross-Origin-Opener-Policy', 'same-origin');
+    if (!reply.hasHeader('Cache-Control')) reply.header('Cache-Control', 'no-cache');
+    return payload;
+  });
+
+  const sendIndex = (_request: FastifyRequest, reply: FastifyReply) => {
+    if (!webRoot) return reply.code(503).type('text/plain').send('The dashboard was not built: run `npm run build`.\n');
+    return reply.sendFile('index.html', webRoot);
+  };
+
+  if (webRoot) {
+    await app.register(fastifyStatic, { root: path.resolve(webRoot), prefix: '/', wildcard: false, index: false, cacheControl: false });
+  } else {
+    app.log.warn('dashboard files not found (dist/web): run npm run build');
+  }
+  app.get('/', sendIndex);
+  // The first-run link `serve` prints (decisions.md §1); the app reads the token from the URL.
+  app.get('/setup', sendIndex);
+
+  await app.register(
+    async (api) => {
+      // An action without parameters (pause, sign-out) may come with an empty JSON body.
+      api.removeContentTypeParser('application/json');
+      api.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: 1_048_576 }, (_request, body, done) => {
+        if (!String(body).trim()) return done(null, {});
+        try {
+          done(null, sjson.parse(String(body), undefined, { protoAction: 'error', constructorAction: 'error' }));
+        } catch (err) {
+          done(badRequest(`invalid JSON body: ${(err as Error).message}`), undefined);
+        }
+      });
+      api.addHook('onRequest', async (request) => {
+        request.dashboard = sessionFromRequest(services, request);
+        if (isStateChanging(request.method)) checkCrossSite(request, config.publicUrl, request.dashboard);
+        if (!request.dashboard && !request.routeOptions.config.dashboardPublic) throw unauthorized('not signed in');
+      });
+      await api.register(dashboardAuthRoutes, { services, config, setup });
+      await api.register(dashboardApiRoutes, { services });
+      await api.register(dashboardLiveRoutes, { services });
+    },
+    { prefix: '/ui/api' },
+  );
+}

@@ -1,0 +1,180 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Services } from '../../domain/services.js';
+import { presentAccount, presentAlertDetail, presentAlertEvent, presentApiKey, presentDeviceDetail, presentReading } from '../../domain/presenters.js';
+import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
+import type { ActionDelivery, Account, AlertEvent } from '../../domain/types.js';
+import { badRequest } from '../../errors.js';
+import { iso } from '../../time.js';
+
+/** Dashboard-side device settings (interface.md "Device"): informational, kept in `settings`. */
+export const DATA_DIRECTIONS = ['send_only', 'receive_only', 'send_and_receive'] as const;
+export const NETWORKS = ['wifi', 'ethernet', '4g'] as const;
+export const PROTOCOLS = ['mqtt', 'http'] as const;
+
+type DeviceBody = {
+  name?: string;
+  type?: string;
+  description?: string;
+  data_direction?: string;
+  network?: string;
+  protocol?: string;
+  data_interval_seconds?: number | string;
+  schema_mode?: string;
+  fields?: unknown;
+  snapshots_enabled?: boolean;
+};
+
+type AlertBody = {
+  device_id?: string;
+  name?: string;
+  field?: string;
+  operator?: string;
+  value?: number | string;
+  severity?: string;
+  cooldown?: number | string;
+  actions?: string[];
+  webhook_url?: string | null;
+  enabled?: boolean;
+};
+
+function oneOf<T extends string>(value: unknown, allowed: readonly T[], what: string, fallback: T): T {
+  if (value === undefined || value === null || value === '') return fallback;
+  if (!(allowed as readonly string[]).includes(value as string)) throw badRequest(`${what} must be one of ${allowed.join(', ')}`);
+  return value as T;
+}
+
+function deviceSettings(body: DeviceBody) {
+  const interval = body.data_interval_seconds === undefined || body.data_interval_seconds === '' ? 60 : Number(body.data_interval_seconds);
+  if (!Number.isInteger(interval) || interval < 1 || interval > 7 * 86_400) throw badRequest('data interval must be a whole number of seconds between 1 and 604800');
+  return {
+    data_direction: oneOf(body.data_direction, DATA_DIRECTIONS, 'data direction', 'send_only'),
+    network: oneOf(body.network, NETWORKS, 'network', 'wifi'),
+    protocol: oneOf(body.protocol, PROTOCOLS, 'protocol', 'mqtt'),
+    data_interval_seconds: interval,
+  };
+}
+
+const presentDelivery = (d: ActionDelivery) => ({ action: d.action, status: d.status, detail: d.detail ?? null, at: iso(d.at) });
+const presentEventDetail = (e: AlertEvent) => ({ ...presentAlertEvent(e), deliveries: e.deliveries.map(presentDelivery) });
+
+export function parseRange(value: unknown): RangeName {
+  const range = (value ?? '24h') as RangeName;
+  if (!RANGE_NAMES.includes(range)) throw badRequest(`range must be one of ${RANGE_NAMES.join(', ')}`);
+  return range;
+}
+
+const account = (request: FastifyRequest): Account => request.dashboard!.account;
+
+/** Devices, readings, alerts, keys and account for the dashboard (issue 6 §2-§5), under /ui/api. */
+export async function dashboardApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
+  const { devices, telemetry, alerts, keys, usage } = services;
+  type IdParams = { Params: { id: string } };
+
+  // ---- devices
+  app.get('/devices', async (request) => {
+    const { devices: list } = devices.list(account(request), { limit: 100_000, offset: 0 });
+    return { data: list.map(presentDeviceDetail) };
+  });
+
+  app.post<{ Body: DeviceBody }>('/devices', async (request) => {
+    const body = request.body ?? {};
+    const { device, accessToken } = devices.create(account(request), {
+      name: String(body.name ?? ''),
+      type: body.type || undefined,
+      description: body.description ?? '',
+      schemaMode: body.schema_mode || undefined,
+      fields: body.fields ?? [],
+      snapshotsEnabled: body.snapshots_enabled === true,
+      settings: deviceSettings(body),
+    });
+    return { data: presentDeviceDetail(device), access_token: accessToken };
+  });
+
+  app.get<IdParams>('/devices/:id', async (request) => {
+    const device = devices.getOwned(account(request), request.params.id);
+    const latest = telemetry.latest(account(request), device);
+    return { data: presentDeviceDetail(device), latest: latest ? presentReading(latest) : null };
+  });
+
+  app.post<IdParams>('/devices/:id/pause', async (request) => ({ data: presentDeviceDetail(devices.pause(devices.getOwned(account(request), request.params.id))) }));
+  app.post<IdParams>('/devices/:id/resume', async (request) => ({ data: presentDeviceDetail(devices.resume(devices.getOwned(account(request), request.params.id))) }));
+  app.post<IdParams>('/devices/:id/regenerate-token', async (request) => {
+    const { device, accessToken } = devices.regenerateToken(devices.getOwned(account(request), request.params.id));
+    return { data: presentDeviceDetail(device), access_token: accessToken };
+  });
+
+  /** Delete needs the device's name typed back (the dashboard's typed confirmation). */
+  app.post<IdParams & { Body: { confirm_name?: string } }>('/devices/:id/delete', async (request) => {
+    const device = devices.getOwned(account(request), request.params.id);
+    if ((request.body?.confirm_name ?? '') !== device.name) throw badRequest('type the device name exactly to confirm deletion');
+    devices.remove(device);
+    return { deleted: device.id };
+  });
+
+  /** Readings of a range, newest first, capped to the plan retention like /v1 (interface.md rule 3). */
+  app.get<IdParams & { Querystring: { range?: string; limit?: string } }>('/devices/:id/readings', async (request) => {
+    const acc = account(request);
+    const device = devices.getOwned(acc, request.params.id);
+    const requested = parseRange(request.query.range);
+    const limit = Math.min(Math.max(Number(request.query.limit ?? 1000) || 1000, 1), 5000);
+    const { range, readings } = telemetry.history(acc, device, requested, limit);
+    return {
+      data: readings.map(presentReading),
+      query: { device_id: device.id, requested_range: requested, range, limit, data_retention_days: acc.limits.retentionDays },
+    };
+  });
+
+  // ---- alerts
+  app.get('/alerts', async (request) => {
+    const { alerts: list } = alerts.list(account(request), 100_000, 0);
+    return { data: list.map(presentAlertDetail) };
+  });
+
+  const alertInput = (body: AlertBody) => ({
+    name: String(body.name ?? ''),
+    field: String(body.field ?? ''),
+    operator: String(body.operator ?? ''),
+    value: body.value === '' || body.value === undefined ? NaN : Number(body.value),
+    severity: body.severity || undefined,
+    cooldown: body.cooldown === undefined || body.cooldown === '' ? undefined : Number(body.cooldown),
+    actions: Array.isArray(body.actions) ? body.actions.map(String) : undefined,
+    webhookUrl: body.webhook_url ?? null,
+    enabled: typeof body.enabled === 'boolean' ? body.enabled : undefined,
+  });
+
+  app.post<{ Body: AlertBody }>('/alerts', async (request) => {
+    const body = request.body ?? {};
+    const device = devices.getOwned(account(request), String(body.device_id ?? ''));
+    return { data: presentAlertDetail(alerts.create(device, alertInput(body))) };
+  });
+
+  app.put<IdParams & { Body: AlertBody }>('/alerts/:id', async (request) => {
+    const alert = alerts.getOwned(account(request), request.params.id);
+    return { data: presentAlertDetail(alerts.update(alert, alertInput(request.body ?? {}))) };
+  });
+
+  app.post<IdParams>('/alerts/:id/enable', async (request) => ({ data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), true)) }));
+  app.post<IdParams>('/alerts/:id/disable', async (request) => ({ data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), false)) }));
+  app.delete<IdParams>('/alerts/:id', async (request) => {
+    const alert = alerts.getOwned(account(request), request.params.id);
+    alerts.remove(alert);
+    return { deleted: alert.id };
+  });
+
+  app.get<IdParams>('/alerts/:id/history', async (request) => {
+    const alert = alerts.getOwned(account(request), request.params.id);
+    return { data: alerts.history(alert, 100).map(presentEventDetail) };
+  });
+
+  app.post<IdParams>('/alert-events/:id/acknowledge', async (request) => ({ data: presentEventDetail(alerts.acknowledge(account(request), request.params.id)) }));
+
+  // ---- API keys and account
+  app.get('/keys', async (request) => ({ data: keys.list(account(request)).map(presentApiKey) }));
+  app.post<{ Body: { name?: string } }>('/keys', async (request) => {
+    const { key, record } = keys.create(account(request), String(request.body?.name ?? ''));
+    return { data: presentApiKey(record), key };
+  });
+  app.post<IdParams>('/keys/:id/revoke', async (request) => ({ data: presentApiKey(keys.revoke(request.params.id, account(request))) }));
+
+  app.get('/account', async (request) => ({ account: presentAccount(account(request)), usage: usage.usage(account(request)) }));
+}

@@ -1,0 +1,62 @@
+import type { FastifyInstance } from 'fastify';
+import type { Services } from '../../domain/services.js';
+import type { ServerConfig } from '../../config.js';
+import { presentAccount } from '../../domain/presenters.js';
+import { unauthorized } from '../../errors.js';
+import { clearSessionCookie, setSessionCookie } from '../dashboardSession.js';
+
+export interface SetupState {
+  /** The one-time first-run token; null once used (or when accounts existed at start). */
+  token: string | null;
+}
+
+type Credentials = { email?: string; password?: string };
+
+/** Sign-in, sign-out, first-run setup and password change (issue 6 §1), under /ui/api. */
+export async function dashboardAuthRoutes(app: FastifyInstance, { services, config, setup }: { services: Services; config: ServerConfig; setup: SetupState }) {
+  /** What the dashboard needs to render: who is signed in, the CSRF token, where devices connect. */
+  app.get('/session', { config: { dashboardPublic: true } }, async (request) => {
+    const resolved = request.dashboard;
+    if (!resolved) throw unauthorized('not signed in');
+    const mqttHost = new URL(config.publicUrl).hostname;
+    return {
+      account: presentAccount(resolved.account),
+      csrf_token: resolved.session.csrfToken,
+      public_url: config.publicUrl,
+      mqtt: { host: mqttHost, port: config.mqttPort ?? 8883, enabled: config.mqttPort !== null },
+    };
+  });
+
+  app.post<{ Body: Credentials }>('/sign-in', { config: { dashboardPublic: true } }, async (request, reply) => {
+    const { email, password } = request.body ?? {};
+    const { sessionId, session } = await services.sessions.signIn(String(email ?? ''), String(password ?? ''), request.ip);
+    setSessionCookie(request, reply, sessionId, config.publicUrl);
+    return { csrf_token: session.csrfToken };
+  });
+
+  app.post('/sign-out', { config: { dashboardPublic: true } }, async (request, reply) => {
+    if (request.dashboard) services.sessions.signOut(request.dashboard.session);
+    clearSessionCookie(request, reply, config.publicUrl);
+    return { signed_out: true };
+  });
+
+  /** Whether the setup link in the address bar can still be used (the page asks first). */
+  app.get<{ Querystring: { token?: string } }>('/setup', { config: { dashboardPublic: true } }, async (request) => {
+    const valid = !!setup.token && request.query.token === setup.token && services.accounts.count() === 0;
+    return { valid };
+  });
+
+  app.post<{ Body: Credentials & { token?: string } }>('/setup', { config: { dashboardPublic: true } }, async (request, reply) => {
+    const { token, email, password } = request.body ?? {};
+    const { sessionId, session } = await services.sessions.completeSetup(setup.token, String(token ?? ''), String(email ?? ''), String(password ?? ''));
+    setup.token = null; // works once (decisions.md §1)
+    setSessionCookie(request, reply, sessionId, config.publicUrl);
+    return { csrf_token: session.csrfToken };
+  });
+
+  app.post<{ Body: { current_password?: string; new_password?: string } }>('/account/password', async (request) => {
+    const { current_password, new_password } = request.body ?? {};
+    await services.sessions.changePassword(request.dashboard!, String(current_password ?? ''), String(new_password ?? ''));
+    return { changed: true };
+  });
+}

@@ -1,0 +1,178 @@
+import { PassThrough, Readable } from 'node:stream';
+import { once } from 'node:events';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import ExcelJS from 'exceljs';
+import type { Services } from '../../domain/services.js';
+import { presentAlertEvent, presentReading } from '../../domain/presenters.js';
+import { capRangeToRetention, rangeMs } from '../../domain/telemetry.js';
+import type { Account, Device, StoredReading } from '../../domain/types.js';
+import { badRequest } from '../../errors.js';
+import { iso } from '../../time.js';
+import { parseRange } from './dashboardApi.js';
+import { SESSION_COOKIE, parseCookies } from '../dashboardSession.js';
+
+const CHUNK = 1000;
+const HEARTBEAT_MS = 15_000;
+
+/**
+ * Readings of [since, until) oldest first, in chunks. Each chunk is read with its own
+ * statement that is closed before the chunk is handed out: a better-sqlite3 iterator keeps
+ * the connection busy, so one must never stay open across event-loop turns (ingest commits
+ * in between). The next chunk resumes at the last time seen, skipping rows already sent.
+ */
+export function* readingChunks(services: Services, account: Account, device: Device, since: number, until: number): Generator<StoredReading[]> {
+  let cursor = since;
+  let sentAtCursor = new Set<number>();
+  for (;;) {
+    const chunk: StoredReading[] = [];
+    for (const r of services.telemetry.iterateRange(account, device, cursor, until)) {
+      if (r.time === cursor && sentAtCursor.has(r.seq)) continue;
+      chunk.push(r);
+      if (chunk.length >= CHUNK) break; // closes the statement
+    }
+    if (chunk.length === 0) return;
+    yield chunk;
+    if (chunk.length < CHUNK) return;
+    const last = chunk[chunk.length - 1]!.time;
+    if (last !== cursor) {
+      cursor = last;
+      sentAtCursor = new Set();
+    }
+    for (const r of chunk) if (r.time === cursor) sentAtCursor.add(r.seq);
+  }
+}
+
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/** A cell value: numbers, strings and booleans as they are, nested objects and arrays as JSON text. */
+function cellValue(v: unknown): string | number | boolean | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean') return v;
+  return JSON.stringify(v);
+}
+
+function csvCell(v: unknown): string {
+  const value = cellValue(v);
+  if (value === null) return '';
+  let text = String(value);
+  // A text cell starting with = + - @ would run as a formula in a spreadsheet (CSV injection).
+  if (typeof value === 'string' && /^[=+\-@\t\r]/.test(text)) text = `'${text}`;
+  return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+/**
+ * Exports of a device's readings over a range (issue 6 §3): one column per top-level field,
+ * time in ISO 8601. A first pass collects the column names (only the key set is held), the
+ * second streams rows, so a 30-day export never holds the readings in memory.
+ */
+export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { services: Services }) {
+  const streams = new Set<() => void>();
+  app.addHook('preClose', async () => {
+    for (const end of [...streams]) end();
+  });
+
+  app.get<{ Params: { id: string }; Querystring: { range?: string; format?: string } }>('/devices/:id/export', async (request, reply) => {
+    const account = request.dashboard!.account;
+    const device = services.devices.getOwned(account, request.params.id);
+    const format = request.query.format ?? 'csv';
+    if (format !== 'csv' && format !== 'xlsx') throw badRequest('format must be csv or xlsx');
+    const range = capRangeToRetention(parseRange(request.query.range), account.limits.retentionDays);
+    const until = services.clock.now() + 1;
+    const since = until - 1 - rangeMs(range);
+
+    const columns = device.fields.map((f) => f.name);
+    const known = new Set(columns);
+    for (const chunk of readingChunks(services, account, device, since, until)) {
+      for (const r of chunk) {
+        for (const key of Object.keys(JSON.parse(r.data) as object)) {
+          if (!known.has(key)) {
+            known.add(key);
+            columns.push(key);
+          }
+        }
+      }
+    }
+    const rows = async function* () {
+      for (const chunk of readingChunks(services, account, device, since, until)) {
+        yield chunk.map((r) => {
+          const data = JSON.parse(r.data) as Record<string, unknown>;
+          return [iso(r.time), ...columns.map((c) => data[c])] as unknown[];
+        });
+        await nextTurn();
+      }
+    };
+    const filename = `${device.id}-${range}`;
+    reply.header('Cache-Control', 'no-store');
+
+    if (format === 'csv') {
+      reply.header('Content-Type', 'text/csv; charset=utf-8').header('Content-Disposition', `attachment; filename="${filename}.csv"`);
+      const lines = async function* () {
+        yield ['time', ...columns].map(csvCell).join(',') + '\r\n';
+        for await (const batch of rows()) yield batch.map((row) => row.map(csvCell).join(',')).join('\r\n') + '\r\n';
+      };
+      return reply.send(Readable.from(lines()));
+    }
+
+    reply
+      .header('Content-Type', 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet')
+      .header('Content-Disposition', `attachment; filename="${filename}.xlsx"`);
+    const out = new PassThrough();
+    const workbook = new ExcelJS.stream.xlsx.WorkbookWriter({ stream: out, useStyles: false, useSharedStrings: false });
+    const sheet = workbook.addWorksheet('readings');
+    sheet.columns = [{ header: 'time', key: 'time', width: 26 }, ...columns.map((c) => ({ header: c, key: c, width: Math.max(10, c.length + 2) }))];
+    void (async () => {
+      try {
+        for await (const batch of rows()) {
+          for (const row of batch) sheet.addRow(row.map((v, i) => (i === 0 ? v : cellValue(v)))).commit();
+          if (out.writableNeedDrain) await once(out, 'drain');
+        }
+        sheet.commit();
+        await workbook.commit();
+      } catch (err) {
+        request.log.error({ err }, 'xlsx export failed');
+        out.destroy(err as Error);
+      }
+    })();
+    return reply.send(out);
+  });
+
+  /**
+   * Live updates for the signed-in account (issue 6 §3): server-sent events on every stored
+   * or rejected reading of its devices, device changes and alert triggers. The page also polls
+   * every 15 s, so a dropped stream only delays updates.
+   */
+  app.get('/events', async (request: FastifyRequest, reply: FastifyReply) => {
+    const account = request.dashboard!.account;
+    const sessionId = parseCookies(request.headers.cookie)[SESSION_COOKIE];
+    reply.hijack();
+    const res = reply.raw;
+    res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff', 'X-Accel-Buffering': 'no' });
+    res.write('retry: 5000\n\n');
+    const send = (event: string, data: unknown) => res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    const ownDevice = (deviceId: string) => services.repos.devices.findById(deviceId)?.accountSeq === account.seq;
+    const unsubscribe = [
+      services.events.on('reading.stored', ({ device, reading }) => {
+        if (device.accountSeq === account.seq) send('reading', { device_id: device.id, reading: presentReading(reading) });
+      }),
+      services.events.on('reading.rejected', ({ device, reason }) => {
+        if (device.accountSeq === account.seq) send('rejected', { device_id: device.id, reason });
+      }),
+      services.events.on('device.changed', ({ deviceId, change }) => {
+        if (change !== 'deleted' && ownDevice(deviceId)) send('device', { device_id: deviceId, change });
+      }),
+      services.events.on('alert.triggered', ({ alert, event }) => {
+        if (alert.accountSeq === account.seq) send('alert', { alert_id: alert.id, event: presentAlertEvent(event) });
+      }),
+    ];
+    // The heartbeat also re-checks the session: a signed-out session stops receiving data.
+    const heartbeat = setInterval(() => (services.sessions.resolve(sessionId) ? res.write(': ping\n\n') : end()), HEARTBEAT_MS);
+    function end() {
+      clearInterval(heartbeat);
+      for (const off of unsubscribe) off();
+      streams.delete(end);
+      if (!res.writableEnded) res.end();
+    }
+    streams.add(end);
+    request.raw.on('close', end);
+  });
+}

@@ -1,0 +1,158 @@
+/**
+ * aedes hooks: thin adapters between MQTT packets and the domain (style.md §5-6). Every
+ * decision about a device or a reading is made by services.devices / services.ingest; this
+ * file only maps their answers onto MQTT (CONNACK codes, PUBACK or disconnect, SUBACK 0x80).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Aedes, AedesOptions, AuthenticateError, Client, PublishPacket } from 'aedes';
+import { AppError } from '../errors.js';
+import type { Services } from '../domain/services.js';
+import type { SessionRegistry } from './sessions.js';
+
+/** MQTT 3.1.1 CONNACK return codes (§3.2.2.3) used here. */
+export const CONNACK = {
+  SERVER_UNAVAILABLE: 3,
+  BAD_USERNAME_OR_PASSWORD: 4,
+  NOT_AUTHORIZED: 5,
+} as const;
+
+/**
+ * The one place an AppError becomes a CONNACK code: 401 (unknown device, wrong token) →
+ * 4, 403 (paused device, suspended account) → 5 (decisions.md §4 "paused device over MQTT"),
+ * anything else (the database failed) → 3, server unavailable, so the device retries.
+ */
+export function connackReturnCode(err: unknown): 3 | 4 | 5 {
+  if (err instanceof AppError) {
+    if (err.status === 401) return CONNACK.BAD_USERNAME_OR_PASSWORD;
+    if (err.status < 500) return CONNACK.NOT_AUTHORIZED;
+  }
+  return CONNACK.SERVER_UNAVAILABLE;
+}
+
+/**
+ * A permanent refusal of the reading itself (400 not JSON / not an object / schema / field
+ * limit, 413 too large), already counted by the pipeline; not a refusal of the device
+ * (401/403), nor a failure to commit (5xx or not an AppError).
+ */
+function isRejectedReading(err: unknown): boolean {
+  return err instanceof AppError && err.permanent && err.status !== 401 && err.status !== 403;
+}
+
+/** interface.md "MQTT ingestion": the only topic a device publishes to. */
+export const telemetryTopic = (deviceId: string) => `d/${deviceId}/t`;
+const TELEMETRY_TOPIC = /^d\/[^/]+\/t$/;
+
+interface Log {
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+export function brokerHooks(deps: {
+  services: Services;
+  sessions: SessionRegistry;
+  log: Log;
+  broker: () => Aedes;
+}): Pick<AedesOptions, 'preConnect' | 'authenticate' | 'authorizePublish' | 'authorizeSubscribe' | 'authorizeForward'> {
+  const { services, sessions, log } = deps;
+
+  return {
+    preConnect(_client, packet, callback) {
+      // No persistent sessions: they would hold subscriptions and queued QoS 1 messages for
+      // devices that may never come back. clean=false is served as a clean session and the
+      // CONNACK says so (session present = 0), which MQTT 3.1.1 §3.2.2.2 allows.
+      packet.clean = true;
+      // Client ids live in the device's own namespace: a device reusing another device's
+      // client id must not take over ([MQTT-3.1.4-2]) that device's connection. An empty id
+      // gets a unique one, as the spec asks of a server (§3.1.3.1).
+      packet.clientId = `${packet.username ?? ''}/${packet.clientId || randomUUID()}`;
+      callback(null, true);
+    },
+
+    authenticate(client, username, password, callback) {
+      try {
+        // Username = device id, password = access token (interface.md "Authentication").
+        const { device, account } = services.devices.authenticate(username, password?.toString('utf8'));
+        sessions.add({ deviceId: device.id, accountId: account.id, tokenHash: device.tokenHash, client });
+        callback(null, true);
+      } catch (err) {
+        if (!(err instanceof AppError)) log.error({ err }, 'MQTT authentication failed');
+        const refusal = new Error(err instanceof AppError ? err.message : 'server unavailable') as AuthenticateError;
+        refusal.returnCode = connackReturnCode(err);
+        callback(refusal, false);
+      }
+    },
+
+    /**
+     * A PUBLISH, before aedes acknowledges it. aedes (lib/handlers/publish.js) runs this hook
+     * and only when it calls back without an error writes the PUBACK (QoS 1) or PUBREC
+     * (QoS 2) and hands the packet on; an error ends the connection without any
+     * acknowledgement (lib/client.js nextBatch → _onError), for QoS 0, 1 and 2 alike.
+     * That gives decisions.md §4 "a rejected QoS 1 message" exactly:
+     *  - stored: call back once the pipeline resolved, i.e. after the group commit → PUBACK
+     *    follows the commit (decisions.md §5);
+     *  - permanent rejection (not JSON, not an object, > 65,536 bytes, schema, field limit):
+     *    the pipeline has counted it against the device; call back without error → PUBACK,
+     *    the client stays connected and does not resend it forever;
+     *  - the device lost its right to publish (paused, deleted, suspended: 401/403), a topic
+     *    other than its own, or a transient failure (database cannot commit): call back with
+     *    the error → no PUBACK, disconnected; a QoS 1 client resends after reconnecting.
+     * Nothing is forwarded either way (authorizeForward below).
+     */
+    authorizePublish(client, packet, callback) {
+      // aedes publishes a will from here too, once the client is closed: wills are not
+      // readings (nobody can tell when it would be stored) and are dropped (docs/mqtt.md).
+      if (!client || client.closed) return callback(new Error('will messages are not stored'));
+      const session = sessions.get(client);
+      if (!session) return callback(new Error('not an authenticated MQTT session'));
+      if (packet.topic !== telemetryTopic(session.deviceId)) {
+        // decisions.md §4 "MQTT topic ACL": refused and disconnected.
+        log.warn({ deviceId: session.deviceId, topic: packet.topic.slice(0, 200) }, 'MQTT publish outside the device topic; disconnecting');
+        return callback(new Error(`device ${session.deviceId} may publish only to ${telemetryTopic(session.deviceId)}`));
+      }
+      // Nothing is retained: the store is the history, and a retained store would grow.
+      packet.retain = false;
+      const ingest = () =>
+        services.ingest.ingestReading({ transport: 'mqtt', deviceId: session.deviceId, data: packet.payload }).then(
+          () => callback(null),
+          (err: unknown) => {
+            if (isRejectedReading(err)) return callback(null);
+            if (!(err instanceof AppError)) log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
+            callback(err instanceof Error ? err : new Error(String(err)));
+          },
+        );
+      if (packet.qos === 2 && packet.dup) {
+        alreadyReceived(deps.broker(), client, packet).then((duplicate) => (duplicate ? callback(null) : ingest()), callback);
+      } else {
+        ingest();
+      }
+    },
+
+    authorizeSubscribe(client, subscription, callback) {
+      // decisions.md §4: a device may subscribe only below its own d/{id}/; anything else
+      // (other devices, wildcards over d/+, $SYS) gets SUBACK 0x80 and the connection stays.
+      const session = sessions.get(client);
+      const allowed = session !== undefined && subscription.topic.startsWith(`d/${session.deviceId}/`);
+      callback(null, allowed ? subscription : null);
+    },
+
+    authorizeForward(_client, packet) {
+      // Telemetry goes to the store, not to other MQTT clients: readings are read back through
+      // /v1, and a rejected reading must not reach anyone (decisions.md §4).
+      return TELEMETRY_TOPIC.test(packet.topic) ? null : packet;
+    },
+  };
+}
+
+/**
+ * QoS 2 duplicate: a PUBLISH re-sent (DUP) before PUBREL is already in aedes's inbound store
+ * for this session and must not be ingested twice; aedes answers it with PUBREC again.
+ */
+async function alreadyReceived(broker: Aedes, client: Client, packet: PublishPacket): Promise<boolean> {
+  const persistence = (broker as unknown as { persistence: { incomingGetPacket(c: Client, p: { messageId?: number }): Promise<unknown> } }).persistence;
+  try {
+    await persistence.incomingGetPacket(client, { messageId: packet.messageId });
+    return true;
+  } catch {
+    return false;
+  }
+}

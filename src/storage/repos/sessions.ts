@@ -1,0 +1,42 @@
+import type { Db } from '../db.js';
+
+/** A dashboard session; `idHash` is the SHA-256 of the cookie value, never the value itself. */
+export interface SessionRecord {
+  idHash: string;
+  accountSeq: number;
+  csrfToken: string;
+  createdAt: number;
+  lastUsedAt: number;
+  expiresAt: number;
+}
+
+interface SessionRow {
+  id_hash: string;
+  account_seq: number;
+  csrf_token: string;
+  created_at: number;
+  last_used_at: number;
+  expires_at: number;
+}
+
+const toSession = (r: SessionRow | undefined): SessionRecord | null =>
+  r ? { idHash: r.id_hash, accountSeq: r.account_seq, csrfToken: r.csrf_token, createdAt: r.created_at, lastUsedAt: r.last_used_at, expiresAt: r.expires_at } : null;
+
+export function sessionsRepo(db: Db) {
+  const byHash = db.prepare<[string], SessionRow>('SELECT * FROM sessions WHERE id_hash = ?');
+  const insert = db.prepare('INSERT INTO sessions (id_hash, account_seq, csrf_token, created_at, last_used_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)');
+  const touch = db.prepare('UPDATE sessions SET last_used_at = ?, expires_at = ? WHERE id_hash = ?');
+  const remove = db.prepare('DELETE FROM sessions WHERE id_hash = ?');
+  const removeOthers = db.prepare('DELETE FROM sessions WHERE account_seq = ? AND id_hash != ?');
+  const removeExpired = db.prepare('DELETE FROM sessions WHERE expires_at <= ?');
+
+  return {
+    findByHash: (idHash: string) => toSession(byHash.get(idHash)),
+    insert: (s: SessionRecord) => insert.run(s.idHash, s.accountSeq, s.csrfToken, s.createdAt, s.lastUsedAt, s.expiresAt),
+    touch: (idHash: string, now: number, expiresAt: number) => touch.run(now, expiresAt, idHash),
+    remove: (idHash: string) => remove.run(idHash),
+    /** Signs out every other session of the account (after a password change). */
+    removeOthers: (accountSeq: number, keepIdHash: string) => removeOthers.run(accountSeq, keepIdHash).changes,
+    removeExpired: (now: number) => removeExpired.run(now).changes,
+  };
+}

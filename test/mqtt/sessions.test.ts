@@ -1,0 +1,230 @@
+import { readFileSync, existsSync } from 'node:fs';
+import path from 'node:path';
+import mqtt, { type MqttClient } from 'mqtt';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { runCliAsync } from '../helpers/cli.js';
+import { seedAccount, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { certPath, closed, connectPlain, connectTls, refusedCode, storedReadings } from './support.js';
+
+describe('MQTT sessions: who may connect, and when a connection is closed', () => {
+  let server: TestServer;
+  const open: MqttClient[] = [];
+  const track = (c: MqttClient) => (open.push(c), c);
+
+  beforeAll(async () => {
+    server = await startTestServer({ 'mqtt-port': '0', 'mqtt-plain-port': '0' });
+  });
+  afterEach(async () => {
+    await Promise.all(open.splice(0).map((c) => c.endAsync(true)));
+  });
+  afterAll(() => server.stop());
+
+  it('wrong token and unknown device get CONNACK 4 (bad username or password); no credentials too', async () => {
+    const s = await seedAccount(server);
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token + 'x' }))).toBe(4);
+    expect(await refusedCode(connectTls(server, { username: 'dev_doesnotexist', password: s.token }))).toBe(4);
+    expect(await refusedCode(connectPlain(server, { username: s.device.id, password: 'nope' }))).toBe(4);
+    expect(await refusedCode(mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPlainPort}`, { reconnectPeriod: 0 }, false))).toBe(4);
+  });
+
+  it('a paused device and a suspended account get CONNACK 5 (not authorized)', async () => {
+    const paused = await seedAccount(server);
+    server.services.devices.pause(paused.device);
+    expect(await refusedCode(connectTls(server, { username: paused.device.id, password: paused.token }))).toBe(5);
+    const suspended = await seedAccount(server, { email: 'suspended@example.com' });
+    server.services.accounts.setStatus('suspended@example.com', 'suspended');
+    expect(await refusedCode(connectTls(server, { username: suspended.device.id, password: suspended.token }))).toBe(5);
+  });
+
+  it('clean=false is answered as a clean session (session present 0)', async () => {
+    const s = await seedAccount(server);
+    const client = track(mqtt.connect(`mqtts://127.0.0.1:${server.mqttPort}`, { ca: readFileSync(certPath(server)), username: s.device.id, password: s.token, clean: false, clientId: 'persist', reconnectPeriod: 0 }));
+    const connack = await new Promise<{ sessionPresent: boolean; returnCode?: number }>((resolve) => client.once('connect', resolve));
+    expect(connack.returnCode).toBe(0);
+    expect(connack.sessionPresent).toBe(false);
+  });
+
+  it("the same client id used by two devices does not take over the other device's connection", async () => {
+    const one = await seedAccount(server);
+    const two = await seedAccount(server);
+    const first = track(await connectTls(server, { username: one.device.id, password: one.token }, { clientId: 'sensor' }));
+    track(await connectTls(server, { username: two.device.id, password: two.token }, { clientId: 'sensor' }));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(first.connected).toBe(true);
+    await first.publishAsync(`d/${one.device.id}/t`, '{"still":"here"}', { qos: 1 });
+    expect(storedReadings(server, one.device.seq)).toEqual([{ still: 'here' }]);
+  });
+
+  it('pausing a device through the service closes its open connections (TLS and plain)', async () => {
+    const s = await seedAccount(server);
+    const c1 = track(await connectTls(server, { username: s.device.id, password: s.token }));
+    const c2 = track(await connectPlain(server, { username: s.device.id, password: s.token }));
+    const bystander = await seedAccount(server);
+    const other = track(await connectTls(server, { username: bystander.device.id, password: bystander.token }));
+    const gone = Promise.all([closed(c1), closed(c2)]);
+    server.services.devices.pause(s.device);
+    await gone;
+    expect(other.connected).toBe(true);
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(5);
+    server.services.devices.resume(s.device);
+    track(await connectTls(server, { username: s.device.id, password: s.token }));
+  });
+
+  it('pausing from the admin CLI (another process) closes the connection too', async () => {
+    const s = await seedAccount(server);
+    const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
+    const gone = closed(client, 10_000);
+    const r = await runCliAsync(['devices', 'pause', s.device.id, '--json'], { dataDir: server.dataDir });
+    expect(r.status, r.stderr).toBe(0);
+    await gone;
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(5);
+  });
+
+  it('a regenerated token closes the connection made with the old one; the old token is refused, the new one works', async () => {
+    const s = await seedAccount(server);
+    const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
+    const gone = closed(client);
+    const { accessToken } = server.services.devices.regenerateToken(s.device);
+    await gone;
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(4);
+    const fresh = track(await connectTls(server, { username: s.device.id, password: accessToken }));
+    await fresh.publishAsync(`d/${s.device.id}/t`, '{"after":"regen"}', { qos: 1 });
+    expect(storedReadings(server, s.device.seq)).toEqual([{ after: 'regen' }]);
+  });
+
+  it('a token regenerated from the CLI closes the old connection but not one made with the new token', async () => {
+    const s = await seedAccount(server);
+    const old = track(await connectTls(server, { username: s.device.id, password: s.token }));
+    const gone = closed(old, 10_000);
+    const r = await runCliAsync(['devices', 'regenerate-token', s.device.id, '--json'], { dataDir: server.dataDir });
+    expect(r.status, r.stderr).toBe(0);
+    await gone;
+    const fresh = track(await connectTls(server, { username: s.device.id, password: r.json.access_token }));
+    // Another CLI commit re-checks every session: the one with the current token stays.
+    const again = await runCliAsync(['devices', 'list', '--account', s.account.id, '--json'], { dataDir: server.dataDir });
+    expect(again.status).toBe(0);
+    await runCliAsync(['keys', 'create', '--account', s.account.id, '--name', 'poke', '--json'], { dataDir: server.dataDir });
+    await new Promise((r) => setTimeout(r, 600));
+    expect(fresh.connected).toBe(true);
+  });
+
+  it('deleting a device closes its connection and nothing more is stored', async () => {
+    const s = await seedAccount(server);
+    const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
+    const gone = closed(client);
+    server.services.devices.remove(s.device);
+    await gone;
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(4);
+  });
+
+  it('suspending the account closes its devices\' connections (service and CLI)', async () => {
+    const s = await seedAccount(server, { email: 'to-suspend@example.com' });
+    const second = server.services.devices.create(s.account, { name: 'second' });
+    const c1 = track(await connectTls(server, { username: s.device.id, password: s.token }));
+    const c2 = track(await connectTls(server, { username: second.device.id, password: second.accessToken }));
+    const gone = Promise.all([closed(c1), closed(c2)]);
+    server.services.accounts.setStatus('to-suspend@example.com', 'suspended');
+    await gone;
+    server.services.accounts.setStatus('to-suspend@example.com', 'active');
+
+    const c3 = track(await connectTls(server, { username: s.device.id, password: s.token }));
+    const gone3 = closed(c3, 10_000);
+    const r = await runCliAsync(['accounts', 'suspend', 'to-suspend@example.com', '--json'], { dataDir: server.dataDir });
+    expect(r.status, r.stderr).toBe(0);
+    await gone3;
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(5);
+  });
+});
+
+describe('MQTT listeners and certificate', () => {
+  it('the self-signed certificate is generated once and reused across restarts, with the same fingerprint printed', async () => {
+    const dataDir = tempDir();
+    const lines: string[] = [];
+    const first = await startTestServer({ 'data-dir': dataDir, 'mqtt-port': '0' }, { print: (l) => lines.push(l) });
+    const pem = readFileSync(path.join(dataDir, 'tls', 'cert.pem'), 'utf8');
+    const fingerprint = first.mqttFingerprint!;
+    expect(fingerprint).toMatch(/^([0-9A-F]{2}:){31}[0-9A-F]{2}$/);
+    expect(lines.find((l) => l.includes('MQTT over TLS'))).toContain(`127.0.0.1:${first.mqttPort}`);
+    expect(lines.find((l) => l.includes('MQTT over TLS'))).toContain(fingerprint);
+    await first.stop();
+
+    const again: string[] = [];
+    const second = await startTestServer({ 'data-dir': dataDir, 'mqtt-port': '0' }, { print: (l) => again.push(l) });
+    try {
+      expect(second.mqttFingerprint).toBe(fingerprint);
+      expect(readFileSync(path.join(dataDir, 'tls', 'cert.pem'), 'utf8')).toBe(pem);
+      expect(again.find((l) => l.includes('MQTT over TLS'))).toContain(fingerprint);
+      // And the reused certificate still serves a real client.
+      const s = await seedAccount(second);
+      const client = await connectTls(second as TestServer & { dataDir: string }, { username: s.device.id, password: s.token });
+      await client.endAsync();
+    } finally {
+      await second.stop();
+    }
+  });
+
+  it('--tls-cert/--tls-key are used instead of a generated certificate', async () => {
+    const source = tempDir();
+    const generated = await startTestServer({ 'data-dir': source, 'mqtt-port': '0' });
+    const fingerprint = generated.mqttFingerprint;
+    await generated.stop();
+    const dataDir = tempDir();
+    const lines: string[] = [];
+    const server = await startTestServer(
+      { 'data-dir': dataDir, 'mqtt-port': '0', 'tls-cert': path.join(source, 'tls', 'cert.pem'), 'tls-key': path.join(source, 'tls', 'key.pem') },
+      { print: (l) => lines.push(l) },
+    );
+    try {
+      expect(server.mqttFingerprint).toBe(fingerprint);
+      expect(existsSync(path.join(dataDir, 'tls'))).toBe(false);
+      expect(lines.join('\n')).toContain('configured certificate');
+    } finally {
+      await server.stop();
+    }
+  });
+
+  it('--mqtt-port off starts no MQTT listener; the plain port is off unless asked for, and warns when on', async () => {
+    const lines: string[] = [];
+    const off = await startTestServer({ 'mqtt-port': 'off' }, { print: (l) => lines.push(l) });
+    try {
+      expect(off.mqttPort).toBeNull();
+      expect(off.mqttPlainPort).toBeNull();
+      expect(lines.some((l) => l.includes('MQTT'))).toBe(false);
+      expect(existsSync(path.join(off.dataDir, 'tls'))).toBe(false);
+    } finally {
+      await off.stop();
+    }
+    const tlsOnly = await startTestServer({ 'mqtt-port': '0' });
+    try {
+      expect(tlsOnly.mqttPort).toBeGreaterThan(0);
+      expect(tlsOnly.mqttPlainPort).toBeNull();
+    } finally {
+      await tlsOnly.stop();
+    }
+    const plain: string[] = [];
+    const both = await startTestServer({ 'mqtt-port': 'off', 'mqtt-plain-port': '0' }, { print: (l) => plain.push(l) });
+    try {
+      expect(both.mqttPort).toBeNull();
+      expect(plain.find((l) => l.includes('without TLS'))).toContain(`127.0.0.1:${both.mqttPlainPort}`);
+      expect(plain.some((l) => l.startsWith('warning:'))).toBe(true);
+    } finally {
+      await both.stop();
+    }
+  });
+
+  it('close() shuts the broker down cleanly with clients connected, and a connection that never sent CONNECT', async () => {
+    const server = await startTestServer({ 'mqtt-port': '0', 'mqtt-plain-port': '0' });
+    const s = await seedAccount(server);
+    const client = await connectTls(server, { username: s.device.id, password: s.token });
+    const gone = closed(client);
+    const { connect } = await import('node:net');
+    const idle = connect(server.mqttPlainPort!, '127.0.0.1');
+    await new Promise((r) => idle.once('connect', r));
+    const idleClosed = new Promise((r) => idle.once('close', r));
+    const started = Date.now();
+    await server.stop();
+    await gone;
+    await idleClosed;
+    expect(Date.now() - started).toBeLessThan(5_000);
+  });
+});

@@ -1,0 +1,64 @@
+/** The dashboard's client of its own JSON API (/ui/api): session cookie + CSRF header. */
+export interface Session {
+  account: { id: string; email: string; name: string; plan: string; status: string; limits: Record<string, number> };
+  csrf_token: string;
+  public_url: string;
+  mqtt: { host: string; port: number; enabled: boolean };
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+let csrfToken = '';
+export let session: Session | null = null;
+let onUnauthorized: () => void = () => {};
+
+export function setUnauthorizedHandler(fn: () => void): void {
+  onUnauthorized = fn;
+}
+
+export async function api<T = any>(method: string, path: string, body?: unknown): Promise<T> {
+  const headers: Record<string, string> = { accept: 'application/json' };
+  if (method !== 'GET') {
+    // Sent on every state-changing request (the server refuses it otherwise).
+    headers['x-csrf-token'] = csrfToken || 'pre-session';
+    headers['content-type'] = 'application/json';
+  }
+  const res = await fetch(`/ui/api${path}`, { method, headers, body: method === 'GET' ? undefined : JSON.stringify(body ?? {}), credentials: 'same-origin' });
+  const text = await res.text();
+  let data: any = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = { error: text };
+  }
+  if (!res.ok) {
+    if (res.status === 401 && !path.startsWith('/sign-in') && !path.startsWith('/setup') && path !== '/session') onUnauthorized();
+    throw new ApiError(res.status, data?.error ?? `request failed (${res.status})`);
+  }
+  return data as T;
+}
+
+export async function loadSession(): Promise<Session | null> {
+  try {
+    session = await api<Session>('GET', '/session');
+    csrfToken = session.csrf_token;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) {
+      session = null;
+      csrfToken = '';
+    } else throw err;
+  }
+  return session;
+}
+
+export function clearSession(): void {
+  session = null;
+  csrfToken = '';
+}

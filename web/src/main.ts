@@ -1,0 +1,123 @@
+import { api, clearSession, loadSession, session, setUnauthorizedHandler } from './api';
+import { h, toast } from './dom';
+import { renderSetup, renderSignIn } from './pages/auth';
+import { renderDevices, renderNewDevice } from './pages/devices';
+import { renderDevice } from './pages/device';
+import { renderAlerts } from './pages/alerts';
+import { renderSettings } from './pages/settings';
+import { Live } from './live';
+
+export interface PageContext {
+  /** Runs when the user leaves the page (timers, live subscriptions). */
+  onLeave(fn: () => void): void;
+  live: Live;
+  navigate(hash: string): void;
+}
+
+type Page = (main: HTMLElement, params: string[], ctx: PageContext) => Promise<void> | void;
+
+const ROUTES: [RegExp, Page, string][] = [
+  [/^\/devices\/new$/, renderNewDevice, 'New device'],
+  [/^\/devices\/([^/]+)$/, renderDevice, 'Device'],
+  [/^\/devices$/, renderDevices, 'Devices'],
+  [/^\/alerts$/, renderAlerts, 'Alerts'],
+  [/^\/settings$/, renderSettings, 'Settings'],
+];
+
+const main = document.getElementById('main')!;
+const top = document.getElementById('top')!;
+const live = new Live();
+let leaving: (() => void)[] = [];
+let renderSeq = 0;
+
+function navigate(hash: string): void {
+  if (location.hash === hash) void route();
+  else location.hash = hash;
+}
+
+function renderHeader(current: string): void {
+  top.hidden = false;
+  top.replaceChildren(
+    h('a', { class: 'brand', href: '#/devices' }, 'telemetryd'),
+    h(
+      'nav',
+      { 'aria-label': 'Main' },
+      ...[
+        ['#/devices', 'Devices'],
+        ['#/alerts', 'Alerts'],
+        ['#/settings', 'Settings'],
+      ].map(([href, text]) => h('a', { href, 'aria-current': current.startsWith(href!.slice(1)) ? 'page' : null }, text!)),
+    ),
+    h('span', { class: 'who' }, session?.account.email ?? ''),
+    h('button', { type: 'button', class: 'small secondary', onclick: signOut }, 'Sign out'),
+  );
+}
+
+async function signOut(): Promise<void> {
+  try {
+    await api('POST', '/sign-out');
+  } finally {
+    live.stop();
+    clearSession();
+    location.hash = '';
+    await route();
+  }
+}
+
+async function route(): Promise<void> {
+  const seq = ++renderSeq;
+  for (const fn of leaving) fn();
+  leaving = [];
+  const ctx: PageContext = { onLeave: (fn) => leaving.push(fn), live, navigate };
+
+  if (location.pathname === '/setup' && !session) {
+    top.hidden = true;
+    await renderSetup(main, async () => {
+      history.replaceState(null, '', '/#/devices');
+      await start();
+    });
+    return;
+  }
+  if (!session) {
+    top.hidden = true;
+    renderSignIn(main, start);
+    return;
+  }
+  live.start();
+  const path = location.hash.replace(/^#/, '') || '/devices';
+  const match = ROUTES.map(([re, page, title]) => [re.exec(path), page, title] as const).find(([m]) => m);
+  renderHeader(path);
+  main.replaceChildren();
+  if (!match) {
+    main.append(h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/devices' }, 'Back to devices')));
+    return;
+  }
+  const [m, page, title] = match;
+  document.title = `${title} · telemetryd`;
+  try {
+    await page(main, m!.slice(1).map(decodeURIComponent), ctx);
+  } catch (err) {
+    if (seq === renderSeq) main.append(h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
+  }
+  if (seq === renderSeq) {
+    const heading = main.querySelector('h1');
+    if (heading) {
+      heading.setAttribute('tabindex', '-1');
+      heading.focus({ preventScroll: true });
+    }
+  }
+}
+
+async function start(): Promise<void> {
+  await loadSession();
+  await route();
+}
+
+setUnauthorizedHandler(() => {
+  live.stop();
+  clearSession();
+  toast('Your session ended; please sign in again.', 'error');
+  void route();
+});
+window.addEventListener('hashchange', () => void route());
+void start().catch((err) => main.replaceChildren(h('p', { class: 'error', role: 'alert' }, String(err))));

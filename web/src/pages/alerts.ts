@@ -1,0 +1,231 @@
+import { api } from '../api';
+import { dialog, errorBox, field, fmtTime, h, select, showError, toast } from '../dom';
+import { debounce } from '../live';
+import type { PageContext } from '../main';
+import type { DeviceDetail } from './devices';
+
+interface Alert {
+  id: string;
+  device_id: string;
+  name: string;
+  condition: { field: string; operator: string; value: number };
+  actions: string[];
+  webhook_url: string | null;
+  severity: string;
+  enabled: boolean;
+  cooldown: number;
+  last_triggered: string | null;
+}
+
+interface AlertEvent {
+  id: string;
+  condition_value: number;
+  severity: string;
+  acknowledged: boolean;
+  acknowledged_at: string | null;
+  triggered_at: string;
+  deliveries: { action: string; status: string; detail: string | null; at: string | null }[];
+}
+
+const OPERATORS: [string, string][] = [['>', '>'], ['>=', '≥'], ['<', '<'], ['<=', '≤'], ['==', '='], ['!=', '≠']];
+
+function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () => void): HTMLFormElement {
+  const error = errorBox();
+  const device = select('device_id', devices.map((d) => [d.id, `${d.name} (${d.id})`]), existing?.device_id);
+  if (existing) device.disabled = true;
+  const name = h('input', { name: 'name', required: true, value: existing?.name ?? '' });
+  const fieldInput = h('input', { name: 'field', required: true, list: 'alert-fields', autocomplete: 'off', class: 'mono', value: existing?.condition.field ?? '' });
+  const datalist = h('datalist', { id: 'alert-fields' });
+  const fillFields = () => {
+    const d = devices.find((x) => x.id === device.value);
+    datalist.replaceChildren(...(d?.fields ?? []).map((f) => h('option', { value: f.name }, `${f.label}${f.unit ? ` (${f.unit})` : ''}`)));
+  };
+  device.addEventListener('change', fillFields);
+  fillFields();
+  const operator = select('operator', OPERATORS, existing?.condition.operator ?? '>');
+  const value = h('input', { name: 'value', type: 'number', step: 'any', required: true, value: existing?.condition.value ?? '' });
+  const severity = select('severity', [['info', 'Info'], ['warning', 'Warning'], ['critical', 'Critical']], existing?.severity ?? 'warning');
+  const cooldown = h('input', { name: 'cooldown', type: 'number', min: 0, step: 1, value: existing?.cooldown ?? 300 });
+  const email = h('input', { type: 'checkbox', name: 'action_email', checked: existing ? existing.actions.includes('email') : true });
+  const webhook = h('input', { type: 'checkbox', name: 'action_webhook', checked: existing?.actions.includes('webhook') ?? false });
+  const webhookUrl = h('input', { name: 'webhook_url', type: 'url', placeholder: 'https://example.com/hook', value: existing?.webhook_url ?? '' });
+  const webhookField = field('Webhook URL', webhookUrl);
+  const syncWebhook = () => {
+    webhookField.hidden = !webhook.checked;
+    webhookUrl.required = webhook.checked;
+  };
+  webhook.addEventListener('change', syncWebhook);
+  syncWebhook();
+  const enabled = h('input', { type: 'checkbox', name: 'enabled', checked: existing?.enabled ?? true });
+  const submit = h('button', { type: 'submit' }, existing ? 'Save alert' : 'Create alert');
+  const form = h(
+    'form',
+    { class: 'alert-form' },
+    error,
+    field('Device', device),
+    field('Name', name),
+    h('div', { class: 'grid3' }, field('Field', fieldInput, 'Pick a declared field or type a name (env.temp for nested data).'), field('Operator', operator), field('Value', value)),
+    datalist,
+    h('div', { class: 'grid2' }, field('Severity', severity), field('Cooldown (seconds)', cooldown, 'Matching readings within this time after a trigger record nothing.')),
+    h('fieldset', {}, h('legend', {}, 'Actions'), h('label', { class: 'check' }, email, ' Email the account owner'), h('label', { class: 'check' }, webhook, ' Webhook (signed HTTP POST)'), webhookField),
+    h('label', { class: 'check' }, enabled, ' Enabled'),
+    h('div', { class: 'row' }, submit),
+  );
+  form.addEventListener('submit', async (e) => {
+    e.preventDefault();
+    error.hidden = true;
+    const actions = [email.checked && 'email', webhook.checked && 'webhook'].filter(Boolean);
+    const body = { device_id: device.value, name: name.value, field: fieldInput.value, operator: operator.value, value: value.value, severity: severity.value, cooldown: cooldown.value, actions, webhook_url: webhook.checked ? webhookUrl.value : null, enabled: enabled.checked };
+    submit.disabled = true;
+    try {
+      if (existing) await api('PUT', `/alerts/${encodeURIComponent(existing.id)}`, body);
+      else await api('POST', '/alerts', body);
+      toast(existing ? 'Alert saved.' : 'Alert created.');
+      onSaved();
+    } catch (err) {
+      showError(error, err);
+    } finally {
+      submit.disabled = false;
+    }
+  });
+  return form;
+}
+
+export async function renderAlerts(main: HTMLElement, _params: string[], ctx: PageContext): Promise<void> {
+  const listEl = h('div');
+  const historyEl = h('section', { 'aria-live': 'polite' });
+  const newButton = h('button', { type: 'button' }, 'New alert');
+  main.append(h('div', { class: 'page-head' }, h('h1', {}, 'Alerts'), newButton), listEl, historyEl);
+  let devices: DeviceDetail[] = [];
+  let shownHistory: Alert | null = null;
+
+  function openForm(existing: Alert | null) {
+    if (!devices.length) {
+      toast('Create a device first.', 'error');
+      return;
+    }
+    const dlg = dialog(existing ? `Edit ${existing.name}` : 'New alert', alertForm(devices, existing, () => {
+      dlg.close();
+      void refresh();
+    }));
+    const cancel = h('button', { type: 'button', class: 'secondary' }, 'Cancel');
+    cancel.addEventListener('click', () => dlg.close());
+    dlg.querySelector('form .row')?.append(cancel);
+  }
+  newButton.addEventListener('click', () => openForm(null));
+
+  async function showHistory(alert: Alert) {
+    shownHistory = alert;
+    const { data } = await api<{ data: AlertEvent[] }>('GET', `/alerts/${encodeURIComponent(alert.id)}/history`);
+    historyEl.replaceChildren(
+      h('h2', {}, `Trigger history: ${alert.name}`),
+      data.length
+        ? h(
+            'div',
+            { class: 'table-wrap' },
+            h(
+              'table',
+              { class: 'list', 'data-testid': 'history' },
+              h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Triggered'), h('th', { scope: 'col' }, 'Value'), h('th', { scope: 'col' }, 'Severity'), h('th', { scope: 'col' }, 'Deliveries'), h('th', { scope: 'col' }, 'Acknowledged'))),
+              h(
+                'tbody',
+                {},
+                ...data.map((ev) => {
+                  const ack = h('button', { type: 'button', class: 'small' }, 'Acknowledge');
+                  ack.addEventListener('click', async () => {
+                    try {
+                      await api('POST', `/alert-events/${encodeURIComponent(ev.id)}/acknowledge`);
+                      await showHistory(alert);
+                    } catch (err) {
+                      toast(String((err as Error).message), 'error');
+                    }
+                  });
+                  return h(
+                    'tr',
+                    { 'data-event': ev.id },
+                    h('td', { 'data-label': 'Triggered' }, fmtTime(ev.triggered_at)),
+                    h('td', { 'data-label': 'Value' }, String(ev.condition_value)),
+                    h('td', { 'data-label': 'Severity' }, h('span', { class: `badge ${ev.severity}` }, ev.severity)),
+                    h(
+                      'td',
+                      { 'data-label': 'Deliveries' },
+                      ev.deliveries.length
+                        ? h('ul', { class: 'plain' }, ...ev.deliveries.map((d) => h('li', {}, h('span', { class: `badge ${d.status}` }, `${d.action}: ${d.status.replace('_', ' ')}`), d.detail ? ` ${d.detail}` : '')))
+                        : h('span', { class: 'muted' }, 'none recorded'),
+                    ),
+                    h('td', { 'data-label': 'Acknowledged' }, ev.acknowledged ? `yes, ${fmtTime(ev.acknowledged_at)}` : ack),
+                  );
+                }),
+              ),
+            ),
+          )
+        : h('p', { class: 'muted' }, 'This alert has not triggered yet.'),
+    );
+  }
+
+  async function refresh() {
+    const [alerts, devs] = await Promise.all([api<{ data: Alert[] }>('GET', '/alerts'), api<{ data: DeviceDetail[] }>('GET', '/devices')]);
+    devices = devs.data;
+    const deviceName = (id: string) => devices.find((d) => d.id === id)?.name ?? id;
+    if (!alerts.data.length) {
+      listEl.replaceChildren(h('div', { class: 'card empty' }, h('p', {}, devices.length ? 'No alerts yet.' : 'Create a device first, then add alerts on its fields.')));
+      return;
+    }
+    listEl.replaceChildren(
+      h(
+        'div',
+        { class: 'table-wrap' },
+        h(
+          'table',
+          { class: 'list', 'data-testid': 'alerts' },
+          h('thead', {}, h('tr', {}, ...['Name', 'Device', 'Condition', 'Severity', 'Actions', 'Last triggered', 'Enabled', ''].map((t) => h('th', { scope: 'col' }, t)))),
+          h(
+            'tbody',
+            {},
+            ...alerts.data.map((a) => {
+              const toggle = h('input', { type: 'checkbox', checked: a.enabled, 'aria-label': `Enable ${a.name}` });
+              toggle.addEventListener('change', async () => {
+                try {
+                  await api('POST', `/alerts/${encodeURIComponent(a.id)}/${toggle.checked ? 'enable' : 'disable'}`);
+                  toast(`${a.name} ${toggle.checked ? 'enabled' : 'disabled'}.`);
+                } catch (err) {
+                  toggle.checked = !toggle.checked;
+                  toast(String((err as Error).message), 'error');
+                }
+              });
+              const edit = h('button', { type: 'button', class: 'small secondary' }, 'Edit');
+              edit.addEventListener('click', () => openForm(a));
+              const hist = h('button', { type: 'button', class: 'small secondary' }, 'History');
+              hist.addEventListener('click', () => void showHistory(a).then(() => historyEl.querySelector('h2')?.scrollIntoView()));
+              const del = h('button', { type: 'button', class: 'small danger' }, 'Delete');
+              del.addEventListener('click', async () => {
+                if (!window.confirm(`Delete the alert "${a.name}" and its history?`)) return;
+                await api('DELETE', `/alerts/${encodeURIComponent(a.id)}`);
+                if (shownHistory?.id === a.id) historyEl.replaceChildren();
+                await refresh();
+              });
+              return h(
+                'tr',
+                { 'data-alert': a.id },
+                h('td', { 'data-label': 'Name' }, a.name),
+                h('td', { 'data-label': 'Device' }, deviceName(a.device_id)),
+                h('td', { 'data-label': 'Condition', class: 'mono' }, `${a.condition.field} ${a.condition.operator} ${a.condition.value}`),
+                h('td', { 'data-label': 'Severity' }, h('span', { class: `badge ${a.severity}` }, a.severity)),
+                h('td', { 'data-label': 'Actions' }, a.actions.join(', ') || '—'),
+                h('td', { 'data-label': 'Last triggered' }, fmtTime(a.last_triggered)),
+                h('td', { 'data-label': 'Enabled' }, toggle),
+                h('td', { class: 'row' }, edit, hist, del),
+              );
+            }),
+          ),
+        ),
+      ),
+    );
+  }
+  await refresh();
+  const onTrigger = debounce(() => {
+    void refresh().catch(() => {});
+    if (shownHistory) void showHistory(shownHistory).catch(() => {});
+  }, 500);
+  ctx.onLeave(ctx.live.on('alert', onTrigger));
+}

@@ -1,0 +1,228 @@
+import { api } from '../api';
+import { ago, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
+import { lineChart } from '../chart';
+import { debounce, POLL_MS } from '../live';
+import type { PageContext } from '../main';
+import { renderCreated, statusBadge, type DeviceDetail } from './devices';
+
+interface Reading {
+  id: string;
+  time: string;
+  data: Record<string, unknown>;
+}
+
+const RANGES = ['1h', '6h', '24h', '7d', '30d'] as const;
+const RANGE_MS: Record<string, number> = { '1h': 3_600_000, '6h': 21_600_000, '24h': 86_400_000, '7d': 604_800_000, '30d': 2_592_000_000 };
+const TABLE_ROWS = 100;
+
+/** A *_url field holding a snapshot URL (interface.md "Snapshot") renders as a thumbnail. */
+function isSnapshotUrl(key: string, v: unknown): v is string {
+  if (!key.endsWith('_url') || typeof v !== 'string') return false;
+  try {
+    const url = new URL(v, location.origin);
+    return (url.protocol === 'http:' || url.protocol === 'https:') && /\/api\/devices\/[^/]+\/snapshot\/[^/]+$/.test(url.pathname);
+  } catch {
+    return false;
+  }
+}
+
+function cell(key: string, v: unknown): Node | string {
+  if (isSnapshotUrl(key, v)) {
+    return h('a', { href: v, target: '_blank', rel: 'noopener', class: 'thumb', 'aria-label': `Open snapshot ${key}` }, h('img', { src: v, alt: `snapshot (${key})`, loading: 'lazy', width: 80, height: 60 }));
+  }
+  return fmtValue(v);
+}
+
+export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageContext): Promise<void> {
+  let range: string = sessionStorage.getItem('tlm-range') ?? '24h';
+  const headEl = h('div');
+  const latestEl = h('section', { 'aria-labelledby': 'latest-h' });
+  const chartsEl = h('div', { class: 'charts' });
+  const tableEl = h('div', { class: 'table-wrap' });
+  const rangeNote = h('p', { class: 'muted small', 'aria-live': 'polite' });
+  const liveNote = h('span', { class: 'muted small', 'data-testid': 'updated' });
+  const exportCsv = h('a', { class: 'button secondary', download: '' }, 'Export CSV');
+  const exportXlsx = h('a', { class: 'button secondary', download: '' }, 'Export Excel');
+  const rangeSelect = h('select', { id: 'range' }, ...RANGES.map((r) => h('option', { value: r, selected: r === range }, r)));
+  let device: DeviceDetail;
+
+  async function loadDevice() {
+    const res = await api<{ data: DeviceDetail; latest: Reading | null }>('GET', `/devices/${encodeURIComponent(id!)}`);
+    device = res.data;
+    renderHead();
+    renderLatest(res.latest);
+  }
+
+  function renderHead() {
+    const d = device;
+    const pause = h('button', { type: 'button', class: 'secondary' }, d.status === 'active' ? 'Pause' : 'Resume');
+    pause.addEventListener('click', async () => {
+      try {
+        await api('POST', `/devices/${encodeURIComponent(d.id)}/${d.status === 'active' ? 'pause' : 'resume'}`);
+        await loadDevice();
+        toast(device.status === 'paused' ? 'Device paused: its data is refused until resumed.' : 'Device resumed.');
+      } catch (err) {
+        toast(String((err as Error).message), 'error');
+      }
+    });
+    const regen = h('button', { type: 'button', class: 'secondary' }, 'Regenerate token');
+    regen.addEventListener('click', () => {
+      const yes = h('button', { type: 'button', class: 'danger' }, 'Regenerate');
+      const no = h('button', { type: 'button', class: 'secondary' }, 'Cancel');
+      const dlg = dialog('Regenerate the access token?', h('p', {}, 'The current token stops working at once; devices using it must be updated.'), h('div', { class: 'row' }, yes, no));
+      no.addEventListener('click', () => dlg.close());
+      yes.addEventListener('click', async () => {
+        dlg.close();
+        try {
+          const res = await api<{ data: DeviceDetail; access_token: string }>('POST', `/devices/${encodeURIComponent(d.id)}/regenerate-token`);
+          renderCreated(main, res.data, res.access_token, 'New access token');
+        } catch (err) {
+          toast(String((err as Error).message), 'error');
+        }
+      });
+    });
+    const del = h('button', { type: 'button', class: 'danger' }, 'Delete');
+    del.addEventListener('click', () => {
+      const input = h('input', { autocomplete: 'off', name: 'confirm_name' });
+      const err = errorBox();
+      const yes = h('button', { type: 'submit', class: 'danger', disabled: true }, 'Delete permanently');
+      const no = h('button', { type: 'button', class: 'secondary' }, 'Cancel');
+      input.addEventListener('input', () => (yes.disabled = input.value !== d.name));
+      const form = h('form', {}, h('p', {}, 'This removes the device and all its data permanently.'), field(`Type the device name (${d.name}) to confirm`, input), err, h('div', { class: 'row' }, yes, no));
+      const dlg = dialog(`Delete ${d.name}?`, form);
+      no.addEventListener('click', () => dlg.close());
+      form.addEventListener('submit', async (e) => {
+        e.preventDefault();
+        try {
+          await api('POST', `/devices/${encodeURIComponent(d.id)}/delete`, { confirm_name: input.value });
+          dlg.close();
+          toast(`Deleted ${d.name}.`);
+          ctx.navigate('#/devices');
+        } catch (e2) {
+          showError(err, e2);
+        }
+      });
+      input.focus();
+    });
+    const settings = d.settings ?? {};
+    headEl.replaceChildren(
+      h('div', { class: 'page-head' }, h('h1', {}, d.name), statusBadge(d.status)),
+      h('p', { class: 'muted' }, d.description || ''),
+      h(
+        'dl',
+        { class: 'kv compact' },
+        h('dt', {}, 'Id'),
+        h('dd', { class: 'mono' }, d.id),
+        h('dt', {}, 'Type'),
+        h('dd', {}, d.type),
+        h('dt', {}, 'Connectivity'),
+        h('dd', {}, `${String(settings.network ?? '—')} · ${String(settings.protocol ?? '—')} · every ${String(settings.data_interval_seconds ?? '—')} s · ${String(settings.data_direction ?? '—').replace(/_/g, ' ')}`),
+        h('dt', {}, 'Schema'),
+        h('dd', {}, `${d.schema_mode}${d.snapshots_enabled ? ' · image uploads allowed' : ''}`),
+        h('dt', {}, 'Last seen'),
+        h('dd', { title: d.last_seen ?? '' }, ago(d.last_seen)),
+        h('dt', {}, 'Rejected messages'),
+        h('dd', { 'data-testid': 'rejected' }, d.rejected_count ? `${d.rejected_count} · last: ${d.last_rejection_reason ?? '—'} (${fmtTime(d.last_rejection_at)})` : '0'),
+      ),
+      h('div', { class: 'row' }, pause, regen, del),
+    );
+  }
+
+  function labelOf(key: string) {
+    const f = device.fields.find((x) => x.name === key);
+    return { label: f?.label || key, unit: f?.unit ?? '' };
+  }
+
+  function renderLatest(latest: Reading | null) {
+    if (!latest) {
+      latestEl.replaceChildren(h('h2', { id: 'latest-h' }, 'Latest values'), h('p', { class: 'muted' }, 'No data yet. Send a reading with the snippets shown at creation.'));
+      return;
+    }
+    const keys = [...new Set([...device.fields.map((f) => f.name), ...Object.keys(latest.data)])].filter((k) => k in latest.data);
+    latestEl.replaceChildren(
+      h('h2', { id: 'latest-h' }, 'Latest values ', h('span', { class: 'muted small' }, fmtTime(latest.time))),
+      h(
+        'div',
+        { class: 'tiles', 'data-testid': 'latest' },
+        ...keys.map((k) => {
+          const { label, unit } = labelOf(k);
+          const v = latest.data[k];
+          return h('div', { class: 'tile', 'data-field': k }, h('div', { class: 'tile-label' }, label), h('div', { class: 'tile-value' }, cell(k, v), unit && typeof v === 'number' ? h('span', { class: 'unit' }, ` ${unit}`) : null));
+        }),
+      ),
+    );
+  }
+
+  async function loadReadings() {
+    const res = await api<{ data: Reading[]; query: { range: string; requested_range: string; limit: number; data_retention_days: number } }>(
+      'GET',
+      `/devices/${encodeURIComponent(id!)}/readings?range=${range}&limit=1000`,
+    );
+    const q = res.query;
+    const effective = q.range;
+    rangeNote.textContent =
+      (effective !== q.requested_range ? `Range capped to ${effective} by your plan's ${q.data_retention_days}-day retention. ` : '') +
+      `${res.data.length} readings${res.data.length >= q.limit ? ` (newest ${q.limit} shown)` : ''}.`;
+    const base = `/ui/api/devices/${encodeURIComponent(id!)}/export?range=${effective}`;
+    exportCsv.setAttribute('href', `${base}&format=csv`);
+    exportXlsx.setAttribute('href', `${base}&format=xlsx`);
+    if (res.data[0]) renderLatest(res.data[0]);
+
+    // Charts: one per field that holds numbers.
+    const numeric = new Map<string, [number, number][]>();
+    for (const r of res.data) {
+      for (const [k, v] of Object.entries(r.data)) {
+        if (typeof v === 'number' && Number.isFinite(v)) {
+          const list = numeric.get(k) ?? [];
+          list.push([new Date(r.time).getTime(), v]);
+          numeric.set(k, list);
+        }
+      }
+    }
+    const order = [...device.fields.map((f) => f.name), ...numeric.keys()].filter((k, i, a) => numeric.has(k) && a.indexOf(k) === i);
+    chartsEl.replaceChildren(...order.map((k) => lineChart(labelOf(k).label, labelOf(k).unit, numeric.get(k)!, RANGE_MS[effective]!)));
+
+    // Readings table: declared fields first, then any other keys seen.
+    const keys = [...new Set([...device.fields.map((f) => f.name), ...res.data.flatMap((r) => Object.keys(r.data))])];
+    const rows = res.data.slice(0, TABLE_ROWS);
+    tableEl.replaceChildren(
+      rows.length
+        ? h(
+            'table',
+            { class: 'readings', 'data-testid': 'readings' },
+            h('caption', { class: 'muted small' }, `Newest ${rows.length} readings`),
+            h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Time'), ...keys.map((k) => h('th', { scope: 'col' }, labelOf(k).label, labelOf(k).unit ? ` (${labelOf(k).unit})` : '')))),
+            h('tbody', {}, ...rows.map((r) => h('tr', { 'data-reading': r.id }, h('td', { class: 'nowrap' }, fmtTime(r.time)), ...keys.map((k) => h('td', {}, k in r.data ? cell(k, r.data[k]) : ''))))),
+          )
+        : h('p', { class: 'muted' }, 'No readings in this range.'),
+    );
+    liveNote.textContent = `Updated ${new Date().toLocaleTimeString()}`;
+  }
+
+  rangeSelect.addEventListener('change', () => {
+    range = rangeSelect.value;
+    sessionStorage.setItem('tlm-range', range);
+    void loadReadings();
+  });
+
+  await loadDevice();
+  main.append(
+    headEl,
+    latestEl,
+    h('section', { 'aria-labelledby': 'data-h' }, h('div', { class: 'page-head' }, h('h2', { id: 'data-h' }, 'Data'), liveNote), h('div', { class: 'row' }, h('label', { for: 'range' }, 'Range '), rangeSelect, exportCsv, exportXlsx), rangeNote, chartsEl, tableEl),
+  );
+  await loadReadings();
+
+  const refresh = debounce(() => void loadReadings().catch(() => {}), 300);
+  const refreshDevice = debounce(() => void loadDevice().catch(() => {}), 300);
+  ctx.onLeave(ctx.live.on('reading', (e) => e.device_id === id && refresh()));
+  ctx.onLeave(ctx.live.on('reading', (e) => e.device_id === id && refreshDevice()));
+  ctx.onLeave(ctx.live.on('rejected', (e) => e.device_id === id && refreshDevice()));
+  ctx.onLeave(ctx.live.on('device', (e) => e.device_id === id && refreshDevice()));
+  // Polling fallback (and the 15 s refresh of interface.md) whether or not the stream is up.
+  const timer = window.setInterval(() => {
+    void loadReadings().catch(() => {});
+    void loadDevice().catch(() => {});
+  }, POLL_MS);
+  ctx.onLeave(() => window.clearInterval(timer));
+}

@@ -1,0 +1,161 @@
+/** Code snippets shown after a device is created, for its chosen connectivity (issue 6 §2). */
+export interface SnippetInput {
+  deviceId: string;
+  token: string;
+  publicUrl: string;
+  mqttHost: string;
+  mqttPort: number;
+  fields: { name: string }[];
+  network: string;
+  protocol: string;
+  intervalSeconds: number;
+}
+
+function sample(fields: { name: string }[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  // *_url fields carry snapshot URLs from an upload, not sensor values: left out of the example.
+  const numeric = fields.filter((f) => !f.name.endsWith('_url'));
+  const list = numeric.length ? numeric : [{ name: 'temperature' }];
+  list.forEach((f, i) => (out[f.name] = Math.round((21.5 + i * 10) * 10) / 10));
+  return out;
+}
+
+export function snippets(s: SnippetInput): { id: string; title: string; code: string }[] {
+  const data = sample(s.fields);
+  const json = JSON.stringify(data);
+  const ingestUrl = `${s.publicUrl}/api/devices/ingest`;
+  const topic = `d/${s.deviceId}/t`;
+  const useMqtt = s.protocol === 'mqtt';
+  const secureHttp = ingestUrl.startsWith('https:');
+
+  const curl = `curl -X POST '${ingestUrl}' \\
+  -H 'Content-Type: application/json' \\
+  -H 'Authorization: Bearer ${s.token}' \\
+  -d '${JSON.stringify({ device_id: s.deviceId, data })}'`;
+
+  const mosquitto = `# ca.pem: the server's certificate (<data-dir>/tls/cert.pem when self-signed)
+mosquitto_pub -h ${s.mqttHost} -p ${s.mqttPort} --cafile ca.pem \\
+  -i ${s.deviceId} -u ${s.deviceId} -P '${s.token}' \\
+  -t ${topic} -q 1 -m '${json}'`;
+
+  const cArgs = Object.keys(data)
+    .map((k) => `  doc["${k}"] = read_${k.replace(/[^A-Za-z0-9_]/g, '_')}();`)
+    .join('\n');
+  const readFns = Object.keys(data)
+    .map((k) => `float read_${k.replace(/[^A-Za-z0-9_]/g, '_')}() { return ${data[k]}; }  // replace with your sensor`)
+    .join('\n');
+  const netInclude = s.network === '4g' ? '// 4G: use TinyGSM (TinyGsmClient / SSLClient) in place of WiFiClientSecure.\n' : s.network === 'ethernet' ? '// Ethernet: use ETH.h (ESP32 with LAN8720) in place of WiFi.begin().\n' : '';
+  const esp32 = useMqtt
+    ? `// ESP32 (Arduino core) + PubSubClient + ArduinoJson, MQTT over TLS
+${netInclude}#include <WiFi.h>
+#include <WiFiClientSecure.h>
+#include <PubSubClient.h>
+#include <ArduinoJson.h>
+
+const char* WIFI_SSID = "your-wifi";
+const char* WIFI_PASS = "your-password";
+const char* MQTT_HOST = "${s.mqttHost}";
+const int   MQTT_PORT = ${s.mqttPort};
+const char* DEVICE_ID = "${s.deviceId}";
+const char* TOKEN     = "${s.token}";
+const char* TOPIC     = "${topic}";
+// The server's certificate (PEM), e.g. <data-dir>/tls/cert.pem
+const char* CA_CERT = R"(-----BEGIN CERTIFICATE-----
+...
+-----END CERTIFICATE-----)";
+
+WiFiClientSecure net;
+PubSubClient mqtt(net);
+${readFns}
+
+void setup() {
+  WiFi.begin(WIFI_SSID, WIFI_PASS);
+  while (WiFi.status() != WL_CONNECTED) delay(500);
+  net.setCACert(CA_CERT);
+  mqtt.setServer(MQTT_HOST, MQTT_PORT);
+}
+
+void loop() {
+  if (!mqtt.connected()) mqtt.connect(DEVICE_ID, DEVICE_ID, TOKEN);
+  JsonDocument doc;
+${cArgs}
+  char payload[256];
+  serializeJson(doc, payload);
+  mqtt.publish(TOPIC, payload);
+  mqtt.loop();
+  delay(${s.intervalSeconds * 1000});
+}`
+    : `// ESP32 (Arduino core) + HTTPClient + ArduinoJson, HTTP ingest
+${netInclude}#include <WiFi.h>
+#include <HTTPClient.h>
+#include <ArduinoJson.h>
+
+const char* WIFI_SSID = "your-wifi";
+const char* WIFI_PASS = "your-password";
+const char* INGEST_URL = "${ingestUrl}";
+const char* DEVICE_ID = "${s.deviceId}";
+const char* TOKEN     = "${s.token}";
+${readFns}
+
+void setup() {
+  WiFi.begin(WIFI_SSID, WIFI_PASS);
+  while (WiFi.status() != WL_CONNECTED) delay(500);
+}
+
+void loop() {
+  HTTPClient http;
+  http.begin(INGEST_URL);${secureHttp ? '  // https: pass a WiFiClientSecure with setCACert()' : ''}
+  http.addHeader("Content-Type", "application/json");
+  http.addHeader("Authorization", String("Bearer ") + TOKEN);
+  JsonDocument doc;
+  doc["device_id"] = DEVICE_ID;
+  JsonObject data = doc["data"].to<JsonObject>();
+${cArgs.replace(/doc\[/g, 'data[')}
+  String body;
+  serializeJson(doc, body);
+  int status = http.POST(body);  // 200 = stored
+  http.end();
+  delay(${s.intervalSeconds * 1000});
+}`;
+
+  const python = useMqtt
+    ? `# pip install paho-mqtt
+import json, ssl, time
+import paho.mqtt.client as mqtt
+
+DEVICE_ID = "${s.deviceId}"
+TOKEN = "${s.token}"
+
+client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=DEVICE_ID)
+client.username_pw_set(DEVICE_ID, TOKEN)
+client.tls_set(ca_certs="ca.pem")  # the server's certificate
+client.connect("${s.mqttHost}", ${s.mqttPort})
+client.loop_start()
+while True:
+    data = ${json}
+    client.publish("${topic}", json.dumps(data), qos=1).wait_for_publish()
+    time.sleep(${s.intervalSeconds})`
+    : `# pip install requests
+import time
+import requests
+
+DEVICE_ID = "${s.deviceId}"
+TOKEN = "${s.token}"
+
+while True:
+    data = ${json}
+    r = requests.post("${ingestUrl}",
+                      json={"device_id": DEVICE_ID, "data": data},
+                      headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+    r.raise_for_status()
+    time.sleep(${s.intervalSeconds})`;
+
+  const list = [
+    { id: 'curl', title: 'curl (HTTP)', code: curl },
+    { id: 'mosquitto', title: 'mosquitto_pub (MQTT over TLS)', code: mosquitto },
+    { id: 'esp32', title: `ESP32 / Arduino (${useMqtt ? 'MQTT' : 'HTTP'})`, code: esp32 },
+    { id: 'python', title: `Python (${useMqtt ? 'MQTT' : 'HTTP'})`, code: python },
+  ];
+  // The chosen protocol's command-line example first.
+  return useMqtt ? [list[1]!, list[2]!, list[3]!, list[0]!] : list;
+}
