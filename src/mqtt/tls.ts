@@ -3,7 +3,6 @@ import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from '
 import { hostname } from 'node:os';
 import path from 'node:path';
 import { isIP } from 'node:net';
-import { generate } from 'selfsigned';
 import type { ServerConfig } from '../config.js';
 
 export interface TlsMaterial {
@@ -70,6 +69,9 @@ async function generateSelfSigned(config: ServerConfig): Promise<{ cert: string;
   const notBeforeDate = new Date(Date.now() - 60_000);
   const notAfterDate = new Date(notBeforeDate);
   notAfterDate.setUTCFullYear(notAfterDate.getUTCFullYear() + SELF_SIGNED_YEARS);
+  // Loaded only when a certificate is made (first start): selfsigned pulls in an X.509 and
+  // ASN.1 stack that every later start would otherwise load for nothing (BENCHMARKS.md).
+  const { generate } = await import('selfsigned');
   const pems = await generate([{ name: 'commonName', value: 'telemetryd' }], {
     keyType: 'ec',
     curve: 'P-256',

@@ -1,7 +1,6 @@
 import { PassThrough, Readable } from 'node:stream';
 import { once } from 'node:events';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import ExcelJS from 'exceljs';
 import type { Services } from '../../domain/services.js';
 import { presentAlertEvent, presentReading } from '../../domain/presenters.js';
 import { capRangeToRetention, rangeMs } from '../../domain/telemetry.js';
@@ -117,6 +116,9 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
       .header('Content-Type', 'application/vnd.openxmlformats-officedocument.spreadsheetml.sheet')
       .header('Content-Disposition', `attachment; filename="${filename}.xlsx"`);
     const out = new PassThrough();
+    // Loaded on the first Excel export, not at start: exceljs and its dependencies are ~1.5 MB
+    // of the bundle (BENCHMARKS.md: start time and idle RSS).
+    const { default: ExcelJS } = await import('exceljs');
     const workbook = new ExcelJS.stream.xlsx.WorkbookWriter({ stream: out, useStyles: false, useSharedStrings: false });
     const sheet = workbook.addWorksheet('readings');
     sheet.columns = [{ header: 'time', key: 'time', width: 26 }, ...columns.map((c) => ({ header: c, key: c, width: Math.max(10, c.length + 2) }))];
