@@ -10,7 +10,7 @@
 import { spawn, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { build } from 'esbuild';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, totalmem, cpus, loadavg } from 'node:os';
 import { createConnection } from 'node:net';
 import path from 'node:path';
@@ -156,6 +156,8 @@ async function dataset(rows) {
     log(`cached ${rows}-row database is older than ${MAX_CACHE_AGE_MS / 3_600_000} h: regenerating`);
   }
   rmSync(dir, { recursive: true, force: true });
+  // Databases of an older schema are never used again: a 10 M-row one is ~1 GB.
+  for (const stale of readdirSync(CACHE)) if (stale.startsWith(`db-${rows}-`) && stale !== path.basename(dir)) rmSync(path.join(CACHE, stale), { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   log(`generating a ${rows.toLocaleString('en')}-row database over ${P.devices} devices in ${path.relative(ROOT, dir)}`);
   const t0 = performance.now();
