@@ -42,6 +42,15 @@ export function presentReading(r: StoredReading) {
   return { id: readingId(r.seq), time: iso(r.time), data: JSON.parse(r.data) as Record<string, unknown> };
 }
 
+/**
+ * The same wire shape as presentReading, as JSON text: the stored data is already JSON text
+ * (written by JSON.stringify at ingest), so it is spliced in rather than parsed and
+ * serialized again (benchmarks, issue 8: history of 1,000 readings per response).
+ */
+export function presentReadingJson(r: StoredReading): string {
+  return `{"id":"${readingId(r.seq)}","time":"${iso(r.time)}","data":${r.data}}`;
+}
+
 export function presentAlert(a: Alert) {
   return {
     id: a.id,

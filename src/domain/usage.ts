@@ -19,7 +19,7 @@ export function usageService(repos: Repositories, clock: Clock) {
           current_period_end: iso(startOfNextUtcMonth(now)),
         },
         devices: { total, active, paused: total - active, limit: account.limits.deviceLimit },
-        telemetry: { data_points_24h: repos.readings.countSince(repos.devices.seqsOfAccount(account.seq), now - DAY_MS) },
+        telemetry: { data_points_24h: repos.readings.countSinceForAccount(account.seq, now - DAY_MS) },
         alerts: { total: repos.alerts.count(account.seq), active: repos.alerts.countEnabled(account.seq) },
       };
     },

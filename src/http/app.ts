@@ -12,6 +12,7 @@ import { dashboardRoutes } from './routes/dashboard.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
 import { createMetrics, installMetrics } from './metrics.js';
 import { parseJsonBody } from './jsonBody.js';
+import { buildSharedSerializer } from './serializers.js';
 
 export interface AppOptions {
   services: Services;
@@ -51,7 +52,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     http: { headersTimeout: timeouts.headersMs, connectionsCheckingInterval: timeouts.checkIntervalMs },
     routerOptions: { maxParamLength: 200 },
     return503OnClosing: true,
-    ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false } },
+    schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer } },
+    ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false, validateSchema: false } },
   });
 
   // fastify's JSON parser, plus a nesting limit (./jsonBody.ts); plugins may override it.

@@ -6,16 +6,20 @@ import { readingsRepo } from './repos/readings.js';
 import { alertsRepo } from './repos/alerts.js';
 import { sessionsRepo } from './repos/sessions.js';
 import { snapshotsRepo } from './repos/snapshots.js';
+import { TableChanges } from './readCache.js';
 
 /** Every repository over one connection: what the domain layer is given. */
 export function createRepositories(db: Db) {
   // Changes only when another connection (the admin CLI) commits; see changeWatcher.ts.
   const dataVersion = db.prepare<[], number>('PRAGMA data_version').pluck();
+  // Device authentication and its account are looked up on every reading: cached, and
+  // dropped on any change to either table by anyone (readCache.ts).
+  const authTables = new TableChanges(db, ['devices', 'accounts']);
   return {
     db,
-    accounts: accountsRepo(db),
+    accounts: accountsRepo(db, authTables),
     apiKeys: apiKeysRepo(db),
-    devices: devicesRepo(db),
+    devices: devicesRepo(db, authTables),
     readings: readingsRepo(db),
     alerts: alertsRepo(db),
     sessions: sessionsRepo(db),

@@ -1,6 +1,34 @@
 import type { Database } from 'better-sqlite3';
 
 /**
+ * Keeps reading_counts equal to the readings table when readings are deleted (retention,
+ * device deletion): one row per account and UTC minute, a zero row dropped. Inserts are
+ * counted by the writer once per batch (readings repository, COUNT_INSERTED_READINGS): a
+ * per-row INSERT trigger cost a third of sustained ingest (BENCHMARKS.md).
+ */
+export const READING_COUNTS_TRIGGERS = `
+  CREATE TRIGGER reading_counts_delete AFTER DELETE ON readings BEGIN
+    UPDATE reading_counts SET n = n - 1
+      WHERE account_seq = (SELECT account_seq FROM devices WHERE seq = OLD.device_seq) AND minute = OLD.time / 60000;
+    DELETE FROM reading_counts
+      WHERE account_seq = (SELECT account_seq FROM devices WHERE seq = OLD.device_seq) AND minute = OLD.time / 60000 AND n <= 0;
+  END;`;
+
+/** Adds the readings with seq in [?, ?] to reading_counts (one statement per committed batch). */
+export const COUNT_INSERTED_READINGS = `
+  INSERT INTO reading_counts (account_seq, minute, n)
+    SELECT d.account_seq, r.time / 60000, count(*) FROM readings r JOIN devices d ON d.seq = r.device_seq
+    WHERE r.seq BETWEEN ? AND ? GROUP BY d.account_seq, r.time / 60000
+  ON CONFLICT (account_seq, minute) DO UPDATE SET n = n + excluded.n`;
+
+/** Recomputes reading_counts from readings (migration 4; bulk loads that bypass the triggers). */
+export const REBUILD_READING_COUNTS = `
+  DELETE FROM reading_counts;
+  INSERT INTO reading_counts (account_seq, minute, n)
+    SELECT d.account_seq, r.time / 60000, count(*) FROM readings r JOIN devices d ON d.seq = r.device_seq
+    GROUP BY d.account_seq, r.time / 60000;`;
+
+/**
  * Numbered migrations, applied in order inside one transaction each before the server
  * listens. PRAGMA user_version records the last one applied. Never edit a released
  * migration: add a new one.
@@ -156,6 +184,24 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
       );
       CREATE INDEX sessions_by_account ON sessions(account_seq);
       CREATE INDEX sessions_by_expiry ON sessions(expires_at);
+    `,
+  },
+  {
+    // Benchmarks (issue 8): /v1/account/usage counted one account's last 24 h from the
+    // readings index, ~2 M index entries at 10 M rows. Counts per account and minute (the
+    // writer adds each batch, a trigger follows deletions by retention and device deletion)
+    // leave only the partial first minute to count from the index. BENCHMARKS.md.
+    version: 4,
+    name: 'reading_counts',
+    sql: `
+      CREATE TABLE reading_counts (
+        account_seq INTEGER NOT NULL,
+        minute INTEGER NOT NULL, -- time / 60000 (UTC minutes since the epoch)
+        n INTEGER NOT NULL,
+        PRIMARY KEY (account_seq, minute)
+      ) WITHOUT ROWID;
+      ${READING_COUNTS_TRIGGERS}
+      ${REBUILD_READING_COUNTS}
     `,
   },
 ];

@@ -1,4 +1,5 @@
 import type { Db } from '../db.js';
+import type { TableChanges } from '../readCache.js';
 import type { Account } from '../../domain/types.js';
 import type { PlanLimits } from '../../domain/plans.js';
 
@@ -57,7 +58,7 @@ const limitParams = (l: PlanLimits) => ({
   field_limit: l.fieldLimit,
 });
 
-export function accountsRepo(db: Db) {
+export function accountsRepo(db: Db, changes?: TableChanges) {
   const byId = db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?');
   const bySeq = db.prepare<[number], AccountRow>('SELECT * FROM accounts WHERE seq = ?');
   const byEmail = db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE email = ?');
@@ -81,7 +82,8 @@ export function accountsRepo(db: Db) {
 
   return {
     findById: (id: string) => toAccount(byId.get(id)),
-    findBySeq: (seq: number) => toAccount(bySeq.get(seq)),
+    /** Cached until accounts or devices change (readCache.ts): treat the result as read-only. */
+    findBySeq: changes ? changes.cached((seq: number) => toAccount(bySeq.get(seq))) : (seq: number) => toAccount(bySeq.get(seq)),
     findByEmail: (email: string) => toAccount(byEmail.get(email)),
     list: () => all.all().map((r) => toAccount(r)!),
     count: () => count.get()!.n,

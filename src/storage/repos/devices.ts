@@ -1,4 +1,5 @@
 import type { Db } from '../db.js';
+import type { TableChanges } from '../readCache.js';
 import type { Device, FieldDefinition, SchemaMode } from '../../domain/types.js';
 
 interface DeviceRow {
@@ -72,7 +73,7 @@ export interface NewDevice {
   now: number;
 }
 
-export function devicesRepo(db: Db) {
+export function devicesRepo(db: Db, changes?: TableChanges) {
   const byId = db.prepare<[string], DeviceRow>(`${SELECT} WHERE d.id = ?`);
   const bySeq = db.prepare<[number], DeviceRow>(`${SELECT} WHERE d.seq = ?`);
   // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
@@ -101,8 +102,11 @@ export function devicesRepo(db: Db) {
   return {
     findById: (id: string) => toDevice(byId.get(id)),
     findBySeq: (seq: number) => toDevice(bySeq.get(seq)),
-    /** The device row without last_seen resolved (it holds only the archived value). */
-    findForAuth: (id: string) => toDevice(forAuth.get(id)),
+    /**
+     * The device row without last_seen resolved (it holds only the archived value). Cached
+     * until devices or accounts change (readCache.ts): treat the result as read-only.
+     */
+    findForAuth: changes ? changes.cached((id: string) => toDevice(forAuth.get(id))) : (id: string) => toDevice(forAuth.get(id)),
     listByAccount(accountSeq: number, opts: { limit: number; offset: number; status?: string }) {
       const rows = opts.status ? pageByStatus.all(accountSeq, opts.status, opts.limit, opts.offset) : page.all(accountSeq, opts.limit, opts.offset);
       return rows.map((r) => toDevice(r)!);

@@ -1,5 +1,8 @@
 import type { Db } from '../db.js';
 import type { StoredReading } from '../../domain/types.js';
+import { COUNT_INSERTED_READINGS, REBUILD_READING_COUNTS } from '../migrations.js';
+
+const MINUTE_MS = 60_000;
 
 interface ReadingRow {
   seq: number;
@@ -28,6 +31,14 @@ export function readingsRepo(db: Db) {
     'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? AND time < ? ORDER BY time, seq',
   );
   const countSince = db.prepare<[number, number], { n: number }>('SELECT count(*) AS n FROM readings WHERE device_seq = ? AND time >= ?');
+  // An account's readings since T (migration 4): whole minutes from reading_counts, and the
+  // partial first minute [T, next minute) from the readings index.
+  const countMinutesOfAccount = db.prepare<[number, number], { n: number }>(
+    'SELECT coalesce(sum(n), 0) AS n FROM reading_counts WHERE account_seq = ? AND minute >= ?',
+  );
+  const countRangeOfAccount = db.prepare<[number, number, number], { n: number }>(
+    'SELECT count(*) AS n FROM devices d JOIN readings r ON r.device_seq = d.seq AND r.time >= ? AND r.time < ? WHERE d.account_seq = ?',
+  );
   const deleteBatchOfDevice = db.prepare<[number, number]>(
     'DELETE FROM readings WHERE seq IN (SELECT seq FROM readings WHERE device_seq = ? LIMIT ?)',
   );
@@ -35,8 +46,18 @@ export function readingsRepo(db: Db) {
     'DELETE FROM readings WHERE seq IN (SELECT seq FROM readings WHERE device_seq = ? AND time < ? LIMIT ?)',
   );
 
-  /** One transaction for a whole batch (group commit); returns the new row ids in order. */
-  const insertBatch = db.transaction((batch: PendingReading[]) => batch.map((r) => Number(insert.run(r.deviceSeq, r.time, r.data).lastInsertRowid)));
+  const countInserted = db.prepare<[number, number]>(COUNT_INSERTED_READINGS);
+
+  /**
+   * One transaction for a whole batch (group commit); returns the new row ids in order.
+   * The usage counts (migration 4) take one statement for the batch: the only place
+   * readings are inserted, so they stay exact.
+   */
+  const insertBatch = db.transaction((batch: PendingReading[]) => {
+    const seqs = batch.map((r) => Number(insert.run(r.deviceSeq, r.time, r.data).lastInsertRowid));
+    if (seqs.length > 0) countInserted.run(seqs[0]!, seqs[seqs.length - 1]!);
+    return seqs;
+  });
 
   return {
     insertBatch: (batch: PendingReading[]): number[] => insertBatch.immediate(batch),
@@ -48,6 +69,14 @@ export function readingsRepo(db: Db) {
     iterateRange: function* (deviceSeq: number, since: number, until: number) {
       for (const r of rangeAsc.iterate(deviceSeq, since, until)) yield toReading(r);
     },
+    /** Readings of an account's devices with time >= since (usage's data_points_24h). */
+    countSinceForAccount(accountSeq: number, since: number): number {
+      const firstWholeMinute = Math.ceil(since / MINUTE_MS);
+      const edge = countRangeOfAccount.get(since, firstWholeMinute * MINUTE_MS, accountSeq)!.n;
+      return edge + countMinutesOfAccount.get(accountSeq, firstWholeMinute)!.n;
+    },
+    /** Recomputes tables derived from readings, after a bulk load that bypassed triggers. */
+    rebuildDerived: () => db.exec(REBUILD_READING_COUNTS),
     countSince: (deviceSeqs: number[], since: number) => deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since)!.n, 0),
     /** Deletes up to `batch` readings of a device; returns how many went (0 when done). */
     deleteBatchOfDevice: (deviceSeq: number, batch: number) => deleteBatchOfDevice.run(deviceSeq, batch).changes,

@@ -1,0 +1,40 @@
+// HTTP load generator, run as its own process (issue 8: load never shares the server's
+// process). argv[2] is a JSON file: {url, connections, durationS, warmupS, bodies: [string]}.
+// Bodies are sent round-robin, so every device of the list writes. Prints one JSON line.
+import autocannon from 'autocannon';
+import { readFileSync } from 'node:fs';
+
+const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
+const bodies = cfg.bodies;
+let next = 0;
+
+function run(durationS) {
+  return autocannon({
+    url: cfg.url,
+    connections: cfg.connections,
+    duration: durationS,
+    pipelining: 1,
+    requests: [
+      {
+        method: 'POST',
+        path: '/api/devices/ingest',
+        headers: { 'content-type': 'application/json' },
+        setupRequest: (req) => ({ ...req, body: bodies[next++ % bodies.length] }),
+      },
+    ],
+  });
+}
+
+if (cfg.warmupS > 0) await run(cfg.warmupS);
+const r = await run(cfg.durationS);
+console.log(
+  JSON.stringify({
+    rps: r['2xx'] / (r.duration || cfg.durationS),
+    p50_ms: r.latency.p50,
+    p99_ms: r.latency.p99,
+    ok: r['2xx'],
+    non2xx: r.non2xx,
+    errors: r.errors,
+    timeouts: r.timeouts,
+  }),
+);

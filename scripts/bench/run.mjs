@@ -1,0 +1,449 @@
+#!/usr/bin/env node
+// telemetryd benchmark (issue 8). In ONE run it measures telemetryd and the bare baselines
+// side by side, with load from separate processes on 127.0.0.1, so ratios hold on a noisy
+// machine. Usage: npm run bench [-- --quick] [-- --json] [-- --no-build]
+//   --quick  reduced run (300k-row database, short phases): under two minutes
+//   --json   print one JSON object with every figure as the last stdout line
+//   --rows=N  size of the big database (default 10 M, 300 k with --quick)
+// The full run writes BENCHMARKS.md (its generated section); --quick writes
+// .cache/bench/BENCHMARKS-quick.md, so test runs never rewrite the committed figures.
+import { spawn, execFileSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { build } from 'esbuild';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir, totalmem, cpus, loadavg } from 'node:os';
+import { createConnection } from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const args = new Set(process.argv.slice(2));
+const QUICK = args.has('--quick');
+const JSON_OUT = args.has('--json');
+const CACHE = path.join(ROOT, '.cache', 'bench');
+const DAY_MS = 86_400_000;
+
+const P = QUICK
+  ? { rows: 300_000, devices: 1_000, httpS: 3, httpWarmS: 1, rounds: 2, mqttS: 4, mqttWarmS: 1, sustainedS: 4, historyN: 200, usageN: 50, starts: 3 }
+  : { rows: 10_000_000, devices: 1_000, httpS: 8, httpWarmS: 2, rounds: 4, mqttS: 10, mqttWarmS: 2, sustainedS: 15, historyN: 500, usageN: 100, starts: 5 };
+const ROWS_ARG = [...args].find((a) => a.startsWith('--rows='));
+if (ROWS_ARG) P.rows = Number(ROWS_ARG.slice(7));
+const HTTP_CONNECTIONS = 50;
+const MQTT_CLIENTS = 10;
+const MQTT_INFLIGHT = 50;
+const MQTT_PROCS = 2;
+// Readings span this many days ending at generation; a cache older than MAX_CACHE_AGE is
+// regenerated so "the last 24 h" still holds ≥ 1,000 readings of each device at 10 M rows.
+// The quick set spans 12 h, so all its readings stay in the history window (300 per device).
+const SPAN_MS = QUICK ? DAY_MS / 2 : 5 * DAY_MS;
+const MAX_CACHE_AGE_MS = DAY_MS / 2;
+
+const log = (line) => process.stderr.write(`[bench] ${line}\n`);
+const children = new Set();
+const tmpDirs = new Set();
+function cleanup() {
+  for (const c of children) c.kill('SIGKILL');
+  for (const d of tmpDirs) rmSync(d, { recursive: true, force: true });
+}
+process.on('exit', cleanup);
+for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(130));
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const pct = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+const round = (x, d = 2) => (x == null ? null : Math.round(x * 10 ** d) / 10 ** d);
+function tempDir(prefix) {
+  const d = mkdtempSync(path.join(tmpdir(), prefix));
+  tmpDirs.add(d);
+  return d;
+}
+
+/** Runs a node script as a child process and resolves with its last stdout line parsed as JSON. */
+function runNodeJson(script, config, { nodeArgs = [] } = {}) {
+  const cfgFile = path.join(tempDir('tlm-bench-cfg-'), 'cfg.json');
+  writeFileSync(cfgFile, JSON.stringify(config));
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [...nodeArgs, script, cfgFile], { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] });
+    children.add(child);
+    let out = '';
+    child.stdout.on('data', (b) => (out += b));
+    child.on('exit', (code) => {
+      children.delete(child);
+      const last = out.trim().split('\n').pop();
+      if (code !== 0) return reject(new Error(`${path.basename(script)} exited ${code}`));
+      try {
+        resolve(JSON.parse(last));
+      } catch {
+        reject(new Error(`${path.basename(script)} printed no JSON: ${out.slice(-500)}`));
+      }
+    });
+  });
+}
+
+/** Spawns a long-running process and waits until a stdout line matches `ready`. */
+function spawnUntil(cmd, argv, ready, { timeoutMs = 30_000, collect } = {}) {
+  return new Promise((resolve, reject) => {
+    const t0 = performance.now();
+    const child = spawn(cmd, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.add(child);
+    let buf = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error(`timeout waiting for ${cmd} ${argv.join(' ')}: ${buf} ${err}`)), timeoutMs);
+    child.stderr.on('data', (b) => (err += b));
+    child.stdout.on('data', (b) => {
+      buf += b;
+      collect?.(b.toString());
+      const m = ready.exec(buf);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ child, match: m, ms: performance.now() - t0, output: () => buf, errors: () => err });
+      }
+    });
+    child.on('exit', (code) => {
+      children.delete(child);
+      clearTimeout(timer);
+      reject(new Error(`${cmd} exited ${code} before ready: ${buf} ${err}`));
+    });
+  });
+}
+
+async function stop(proc) {
+  if (!proc || proc.child.exitCode !== null) return;
+  const done = new Promise((r) => proc.child.once('exit', r));
+  proc.child.kill('SIGTERM');
+  const timer = setTimeout(() => proc.child.kill('SIGKILL'), 10_000);
+  await done;
+  clearTimeout(timer);
+}
+
+// ---------------------------------------------------------------------------- build
+if (!args.has('--no-build') || !existsSync(path.join(ROOT, 'dist', 'telemetryd.cjs'))) {
+  log('building dist/telemetryd.cjs');
+  execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+}
+mkdirSync(CACHE, { recursive: true });
+const BUNDLE = path.join(CACHE, 'internals.cjs');
+await build({
+  entryPoints: [path.join(ROOT, 'scripts', 'bench', 'internals.ts')],
+  outfile: BUNDLE,
+  bundle: true,
+  platform: 'node',
+  format: 'cjs',
+  target: 'node20',
+  external: ['better-sqlite3'],
+  alias: { 'supports-color': path.join(ROOT, 'scripts', 'empty-module.cjs') },
+  logLevel: 'warning',
+});
+const CLI = path.join(ROOT, 'dist', 'telemetryd.cjs');
+const BINARY = path.join(ROOT, 'dist', 'telemetryd');
+const { createRequire } = await import('node:module');
+const internals = createRequire(import.meta.url)(BUNDLE);
+// Cached databases are keyed by schema: the last migration and a digest of all of them.
+const SCHEMA_VERSION = `${Math.max(...internals.MIGRATIONS.map((m) => m.version))}-${createHash('sha256').update(internals.MIGRATIONS.map((m) => m.sql).join('\n')).digest('hex').slice(0, 8)}`;
+const HAS_MQTT = existsSync(path.join(ROOT, 'src', 'mqtt'));
+
+// ---------------------------------------------------------------------------- data sets
+/** A cached data dir with `rows` readings over 1,000 devices; copied per use. */
+async function dataset(rows) {
+  const dir = path.join(CACHE, `db-${rows}-span${SPAN_MS / 3_600_000}h-v${SCHEMA_VERSION}`);
+  const metaFile = path.join(dir, 'bench.json');
+  if (existsSync(metaFile)) {
+    const meta = JSON.parse(readFileSync(metaFile, 'utf8'));
+    if (rows === 0 || Date.now() - meta.generatedAt < MAX_CACHE_AGE_MS) return dir;
+    log(`cached ${rows}-row database is older than ${MAX_CACHE_AGE_MS / 3_600_000} h: regenerating`);
+  }
+  rmSync(dir, { recursive: true, force: true });
+  // Databases of an older schema are never used again: a 10 M-row one is ~1 GB.
+  for (const stale of readdirSync(CACHE)) if (stale.startsWith(`db-${rows}-`) && stale !== path.basename(dir)) rmSync(path.join(CACHE, stale), { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  log(`generating a ${rows.toLocaleString('en')}-row database over ${P.devices} devices in ${path.relative(ROOT, dir)}`);
+  const t0 = performance.now();
+  await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'gendb.mjs'), { bundle: BUNDLE, cli: CLI, dir, rows, devices: P.devices, spanMs: SPAN_MS }).catch(async (e) => {
+    // gendb prints nothing on success; a missing JSON line is expected.
+    if (!existsSync(metaFile)) throw e;
+  });
+  log(`generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  return dir;
+}
+function copyDataset(dir) {
+  const to = tempDir('tlm-bench-data-');
+  cpSync(dir, to, { recursive: true });
+  return { dir: to, meta: JSON.parse(readFileSync(path.join(to, 'bench.json'), 'utf8')) };
+}
+
+// ---------------------------------------------------------------------------- servers
+const serverCommand = existsSync(BINARY) ? { cmd: BINARY, pre: [], label: 'dist/telemetryd (single executable)' } : { cmd: process.execPath, pre: [CLI], label: 'node dist/telemetryd.cjs' };
+
+/** mqtt: false (off), 'plain' (--mqtt-plain-port 0) or 'tls' (--mqtt-port 0, as a default serve). */
+async function startTelemetryd(dataDir, { mqtt = false } = {}) {
+  const argv = [...serverCommand.pre, 'serve', '--data-dir', dataDir, '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', mqtt === 'tls' ? '0' : 'off', '--log-level', 'warn'];
+  if (mqtt === 'plain') argv.push('--mqtt-plain-port', '0');
+  const mqttLine = mqtt === 'tls' ? 'MQTT over TLS listening on' : 'MQTT without TLS listening on';
+  // Both listener lines, in whichever order the server prints them (src/server.ts, src/mqtt/broker.ts).
+  const ready = mqtt ? new RegExp(`^(?=[\\s\\S]*HTTP listening on [^\\s]*:(\\d+))(?=[\\s\\S]*${mqttLine} [^\\s]*:(\\d+))`) : /HTTP listening on [^\s]*:(\d+)/;
+  const proc = await spawnUntil(serverCommand.cmd, argv, ready);
+  proc.httpPort = Number(proc.match[1]);
+  if (mqtt) proc.mqttPort = Number(proc.match[2]);
+  return proc;
+}
+const startBaselineHttp = () => spawnUntil(process.execPath, ['scripts/bench/baselineHttp.mjs'], /PORT (\d+)/).then((p) => ((p.httpPort = Number(p.match[1])), p));
+const startBaselineMqtt = () => spawnUntil(process.execPath, ['scripts/bench/baselineMqtt.mjs'], /PORT (\d+)/).then((p) => ((p.mqttPort = Number(p.match[1])), p));
+
+function rssMb(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)[1]) / 1024;
+}
+
+function ingestBodies(meta) {
+  return meta.devices.map((d, i) =>
+    JSON.stringify({ device_id: d.id, access_token: d.token, data: { temperature: 20 + (i % 100) / 10, humidity: 41.5, battery: 3.71 } }),
+  );
+}
+
+// ---------------------------------------------------------------------------- scenarios
+const results = { notes: [] };
+
+async function httpIngest() {
+  const small = await dataset(0);
+  const { dir, meta } = copyDataset(small);
+  const load = (port) =>
+    runNodeJson(path.join(ROOT, 'scripts', 'bench', 'httpLoad.mjs'), {
+      url: `http://127.0.0.1:${port}`,
+      connections: HTTP_CONNECTIONS,
+      durationS: P.httpS,
+      warmupS: P.httpWarmS,
+      bodies: ingestBodies(meta),
+    });
+  // Both servers run for the whole scenario (an idle one costs nothing) and are loaded in
+  // turn, ABBA, so a change in the machine's background load hits both sides alike; the
+  // ratio is the median of the per-round ratios.
+  const base = await startBaselineHttp();
+  const srv = await startTelemetryd(dir);
+  const rounds = [];
+  let okTotal = 0;
+  for (let r = 0; r < P.rounds; r++) {
+    let b;
+    let t;
+    if (r % 2 === 0) {
+      b = await load(base.httpPort);
+      t = await load(srv.httpPort);
+    } else {
+      t = await load(srv.httpPort);
+      b = await load(base.httpPort);
+    }
+    okTotal += t.ok;
+    log(`HTTP round ${r + 1}: bare fastify ${b.rps.toFixed(0)} req/s, telemetryd ${t.rps.toFixed(0)} req/s (ratio ${(t.rps / b.rps).toFixed(2)}, p99 ${t.p99_ms} ms, non-2xx ${t.non2xx}, errors ${t.errors})`);
+    if (t.non2xx > 0 || t.errors > 0) results.notes.push(`HTTP round ${r + 1}: telemetryd answered ${t.non2xx} non-2xx and ${t.errors} errors`);
+    rounds.push({ b, t });
+  }
+  await stop(srv);
+  await stop(base);
+  // Every 200 was a committed reading: the measured windows alone account for okTotal rows.
+  const Database = createRequire(import.meta.url)('better-sqlite3');
+  const stored = new Database(path.join(dir, internals.DB_FILE), { readonly: true }).prepare('SELECT count(*) AS n FROM readings').get().n;
+  if (stored < okTotal) results.notes.push(`HTTP: ${okTotal} readings acknowledged but only ${stored} stored`);
+  results.http_ingest = {
+    baseline_rps: round(median(rounds.map((x) => x.b.rps)), 0),
+    rps: round(median(rounds.map((x) => x.t.rps)), 0),
+    ratio: round(median(rounds.map((x) => x.t.rps / x.b.rps)), 3),
+    p99_ms: median(rounds.map((x) => x.t.p99_ms)),
+    baseline_p99_ms: median(rounds.map((x) => x.b.p99_ms)),
+    connections: HTTP_CONNECTIONS,
+    devices: P.devices,
+    rounds: rounds.length,
+    readings_stored: stored,
+  };
+}
+
+async function mqttIngest() {
+  if (!HAS_MQTT) {
+    results.mqtt_qos1 = { baseline_mps: null, mps: null, ratio: null, note: 'skipped: src/mqtt does not exist on this branch yet (MQTT ingest lands from its own issue)' };
+    log('MQTT: skipped (no src/mqtt yet)');
+    return;
+  }
+  const small = await dataset(0);
+  const rounds = [];
+  const payload = JSON.stringify({ temperature: 21.5, humidity: 41.5, battery: 3.71, rssi: -61, seq: 123456, status: 'ok', firmware: '1.4.2', uptime_s: 86400, env: { t: 1 } });
+  const load = async (port, devices) => {
+    const per = Math.ceil(MQTT_CLIENTS / MQTT_PROCS);
+    const parts = await Promise.all(
+      Array.from({ length: MQTT_PROCS }, (_, i) =>
+        runNodeJson(path.join(ROOT, 'scripts', 'bench', 'mqttLoad.mjs'), { port, clients: devices.slice(i * per, (i + 1) * per), inflight: MQTT_INFLIGHT, durationS: P.mqttS, warmupS: P.mqttWarmS, payload }),
+      ),
+    );
+    return { mps: parts.reduce((s, p) => s + p.mps, 0), failed: parts.reduce((s, p) => s + p.failed, 0) };
+  };
+  const { dir, meta } = copyDataset(small);
+  const devices = meta.devices.slice(0, MQTT_CLIENTS);
+  const base = await startBaselineMqtt();
+  let srv;
+  try {
+    srv = await startTelemetryd(dir, { mqtt: 'plain' });
+  } catch (e) {
+    await stop(base);
+    results.mqtt_qos1 = { baseline_mps: null, mps: null, ratio: null, note: `telemetryd did not start a plain MQTT listener: ${e.message.slice(0, 200)}` };
+    results.notes.push(results.mqtt_qos1.note);
+    return;
+  }
+  // ABBA rounds against both running brokers, as for HTTP.
+  for (let r = 0; r < P.rounds; r++) {
+    let b;
+    let t;
+    if (r % 2 === 0) {
+      b = await load(base.mqttPort, devices);
+      t = await load(srv.mqttPort, devices);
+    } else {
+      t = await load(srv.mqttPort, devices);
+      b = await load(base.mqttPort, devices);
+    }
+    log(`MQTT round ${r + 1}: bare aedes ${b.mps.toFixed(0)} msg/s, telemetryd ${t.mps.toFixed(0)} msg/s (ratio ${(t.mps / b.mps).toFixed(2)}, failed ${t.failed})`);
+    if (t.failed > 0) results.notes.push(`MQTT round ${r + 1}: ${t.failed} publishes failed`);
+    rounds.push({ b, t });
+  }
+  await stop(srv);
+  await stop(base);
+  results.mqtt_qos1 = {
+    baseline_mps: round(median(rounds.map((x) => x.b.mps)), 0),
+    mps: round(median(rounds.map((x) => x.t.mps)), 0),
+    ratio: round(median(rounds.map((x) => x.t.mps / x.b.mps)), 3),
+    clients: MQTT_CLIENTS,
+    inflight_per_client: MQTT_INFLIGHT,
+  };
+}
+
+async function timeRequests(url, key, n, paths) {
+  const times = [];
+  for (let i = 0; i < n + 20; i++) {
+    const t0 = performance.now();
+    const res = await fetch(url + paths(i), { headers: { authorization: `Bearer ${key}` } });
+    const body = await res.text();
+    const ms = performance.now() - t0;
+    if (res.status !== 200) throw new Error(`GET ${paths(i)}: ${res.status} ${body.slice(0, 200)}`);
+    if (i >= 20) times.push(ms); // the first 20 warm the connection and caches
+  }
+  return times.sort((a, b) => a - b);
+}
+
+async function bigDatabase() {
+  const big = await dataset(P.rows);
+  const { dir, meta } = copyDataset(big);
+  const srv = await startTelemetryd(dir);
+  const url = `http://127.0.0.1:${srv.httpPort}`;
+  // History of rotating devices: newest 1,000 of the last 24 h, single client.
+  const check = await (await fetch(`${url}/v1/devices/${meta.devices[0].id}/telemetry?range=24h&limit=1000`, { headers: { authorization: `Bearer ${meta.key}` } })).json();
+  const h = await timeRequests(url, meta.key, P.historyN, (i) => `/v1/devices/${meta.devices[(i * 7) % meta.devices.length].id}/telemetry?range=24h&limit=1000`);
+  const u = await timeRequests(url, meta.key, P.usageN, () => '/v1/account/usage');
+  const usageBody = await (await fetch(`${url}/v1/account/usage`, { headers: { authorization: `Bearer ${meta.key}` } })).json();
+  await stop(srv);
+  results.history = { rows_in_db: meta.rows, rows_returned: check.data.length, p50_ms: round(pct(h, 50)), p99_ms: round(pct(h, 99)), requests: h.length };
+  results.usage = { p50_ms: round(pct(u, 50)), p99_ms: round(pct(u, 99)), data_points_24h: usageBody.data.telemetry.data_points_24h };
+  log(`history at ${meta.rows} rows: p50 ${results.history.p50_ms} ms, p99 ${results.history.p99_ms} ms (${check.data.length} rows per response); usage p50 ${results.usage.p50_ms} ms (${usageBody.data.telemetry.data_points_24h} points in 24 h)`);
+  // Sustained ingest into the same big database (the server is stopped: one writer).
+  const s = await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'sustained.mjs'), { bundle: BUNDLE, dir, durationS: P.sustainedS, perPass: 1000 });
+  results.sustained_rows_per_s = round(s.rows_per_s, 0);
+  results.sustained = { rows_per_s: round(s.rows_per_s, 0), rows_before: s.rows_before, readings_per_pass: 1000, path: 'ingest pipeline in-process (auth, validation, group-commit writer), no transport' };
+  log(`sustained ingest at ${s.rows_before} rows: ${s.rows_per_s.toFixed(0)} readings/s`);
+}
+
+async function startAndIdle() {
+  const small = await dataset(0);
+  const { dir } = copyDataset(small);
+  const starts = [];
+  let rss = null;
+  // As a default `serve` runs: HTTP and MQTT over TLS. A first start, not counted, makes the
+  // self-signed certificate every later start reuses.
+  const mqtt = HAS_MQTT ? 'tls' : false;
+  await stop(await startTelemetryd(dir, { mqtt }));
+  for (let i = 0; i < P.starts; i++) {
+    const t0 = performance.now();
+    const srv = await startTelemetryd(dir, { mqtt });
+    // Accepting connections: a TCP connect succeeds.
+    await new Promise((resolve, reject) => {
+      const sock = createConnection({ host: '127.0.0.1', port: srv.httpPort }, () => (sock.destroy(), resolve()));
+      sock.on('error', reject);
+    });
+    starts.push(performance.now() - t0);
+    if (i === P.starts - 1) {
+      await fetch(`http://127.0.0.1:${srv.httpPort}/healthz`).then((r) => r.text());
+      await sleep(QUICK ? 1500 : 3000);
+      rss = rssMb(srv.child.pid);
+    }
+    await stop(srv);
+  }
+  // Reference on the same machine at the same time: bare Node listening on a TCP port.
+  const bareStarts = [];
+  let bareRss = null;
+  for (let i = 0; i < P.starts; i++) {
+    const t0 = performance.now();
+    const bare = await spawnUntil(process.execPath, ['-e', "const s=require('net').createServer(c=>c.end()).listen(0,'127.0.0.1',()=>console.log('PORT '+s.address().port))"], /PORT (\d+)/);
+    await new Promise((resolve, reject) => {
+      const sock = createConnection({ host: '127.0.0.1', port: Number(bare.match[1]) }, () => (sock.destroy(), resolve()));
+      sock.on('error', reject);
+    });
+    bareStarts.push(performance.now() - t0);
+    if (i === P.starts - 1) bareRss = rssMb(bare.child.pid);
+    await stop(bare);
+  }
+  results.start_ms = round(median(starts), 0);
+  results.idle_rss_mb = round(rss, 1);
+  results.bare_node = { start_ms: round(median(bareStarts), 0), idle_rss_mb: round(bareRss, 1) };
+  results.executable = `${serverCommand.label} serve${HAS_MQTT ? ' (HTTP and MQTT over TLS)' : ' (HTTP; no MQTT on this branch)'}`;
+  log(`start ${results.start_ms} ms (median of ${P.starts}), idle RSS ${results.idle_rss_mb} MB, of ${serverCommand.label}; bare node listener ${results.bare_node.start_ms} ms, ${results.bare_node.idle_rss_mb} MB`);
+}
+
+// ---------------------------------------------------------------------------- run
+// --only=start,http,mqtt,big runs a subset while developing (figures of the rest are null);
+// a subset never writes a report.
+const ONLY = [...args].find((a) => a.startsWith('--only='))?.slice(7).split(',');
+const want = (name) => !ONLY || ONLY.includes(name);
+const t0 = performance.now();
+const date = new Date().toISOString();
+const loadBefore = loadavg()[0];
+if (want('start')) await startAndIdle();
+if (want('http')) await httpIngest();
+if (want('mqtt')) await mqttIngest();
+if (want('big')) await bigDatabase();
+results.duration_s = round((performance.now() - t0) / 1000, 0);
+results.machine = { nproc: cpus().length, memory_gb: round(totalmem() / 2 ** 30, 1), node: process.version, platform: `${process.platform} ${process.arch}`, load_average_1m: [round(loadBefore, 1), round(loadavg()[0], 1)] };
+results.command = `npm run bench${QUICK || JSON_OUT ? ' --' : ''}${QUICK ? ' --quick' : ''}${JSON_OUT ? ' --json' : ''}`;
+results.date = date;
+results.quick = QUICK;
+
+if (!ONLY) writeReport(QUICK ? path.join(CACHE, 'BENCHMARKS-quick.md') : path.join(ROOT, 'BENCHMARKS.md'));
+log(`done in ${results.duration_s} s`);
+if (JSON_OUT) process.stdout.write(`${JSON.stringify(results)}\n`);
+process.exit(0);
+
+function writeReport(file) {
+  const r = results;
+  const mark = (ok) => (ok == null ? 'n/a' : ok ? 'met' : 'missed');
+  const rowsLabel = (r.history.rows_in_db / 1e6).toLocaleString('en', { maximumFractionDigits: 1 }) + ' M';
+  const lines = [
+    '<!-- bench:begin (generated by scripts/bench/run.mjs; edit outside these markers) -->',
+    `Measured ${r.date} with \`${r.command}\` in ${r.duration_s} s on ${r.machine.nproc} cores, ${r.machine.memory_gb} GB, Node ${r.machine.node} (${r.machine.platform}); 1-minute load average ${r.machine.load_average_1m[0]} at start, ${r.machine.load_average_1m[1]} at end (other work on the machine).`,
+    `Server: ${r.executable}. Load generators: autocannon and mqtt.js in separate processes on 127.0.0.1, sharing the same cores.`,
+    '',
+    '| figure | telemetryd | bare baseline | ratio | target | |',
+    '|---|---|---|---|---|---|',
+    `| HTTP ingest, ${r.http_ingest.connections} connections, ${r.http_ingest.devices} devices, reply after commit | ${r.http_ingest.rps} req/s, p99 ${r.http_ingest.p99_ms} ms | fastify ${r.http_ingest.baseline_rps} req/s, p99 ${r.http_ingest.baseline_p99_ms} ms | ${r.http_ingest.ratio} | ≥ 0.8 | ${mark(r.http_ingest.ratio >= 0.8)} |`,
+    r.mqtt_qos1.mps == null
+      ? `| MQTT QoS 1 ingest | — | — | — | ≥ 0.75 | ${r.mqtt_qos1.note} |`
+      : `| MQTT QoS 1 ingest, ${r.mqtt_qos1.clients} devices × ${r.mqtt_qos1.inflight_per_client} in flight, PUBACK after commit | ${r.mqtt_qos1.mps} msg/s | aedes ${r.mqtt_qos1.baseline_mps} msg/s | ${r.mqtt_qos1.ratio} | ≥ 0.75 | ${mark(r.mqtt_qos1.ratio >= 0.75)} |`,
+    `| sustained ingest into ${rowsLabel} rows, 1,000 devices | ${r.sustained_rows_per_s} readings/s | | | ≥ 60,000 | ${mark(r.sustained_rows_per_s >= 60_000)} |`,
+    `| history, newest 1,000 of 24 h, ${rowsLabel} rows, single client | p50 ${r.history.p50_ms} ms, p99 ${r.history.p99_ms} ms (${r.history.rows_returned} rows/response) | | | p99 ≤ 8 ms | ${mark(r.history.p99_ms <= 8)} |`,
+    `| /v1/account/usage, ${rowsLabel} rows (${r.usage.data_points_24h} in 24 h) | p50 ${r.usage.p50_ms} ms, p99 ${r.usage.p99_ms} ms | | | p50 ≤ 10 ms | ${mark(r.usage.p50_ms <= 10)} |`,
+    `| idle RSS | ${r.idle_rss_mb} MB | bare node listener ${r.bare_node.idle_rss_mb} MB | | ≤ 80 MB | ${mark(r.idle_rss_mb <= 80)} |`,
+    `| start to accepting connections | ${r.start_ms} ms | bare node listener ${r.bare_node.start_ms} ms | | ≤ 300 ms | ${mark(r.start_ms <= 300)} |`,
+    '',
+    `Sustained ingest path: ${r.sustained.path}, ${r.sustained.readings_per_pass} readings in flight per event-loop pass.`,
+    ...r.notes.map((n) => `Note: ${n}`),
+    '<!-- bench:end -->',
+  ];
+  const generated = lines.join('\n');
+  let text = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\n<!-- bench:begin -->\n<!-- bench:end -->\n';
+  text = /<!-- bench:begin[\s\S]*<!-- bench:end -->/.test(text) ? text.replace(/<!-- bench:begin[\s\S]*<!-- bench:end -->/, () => generated) : `${text}\n${generated}\n`;
+  writeFileSync(file, text);
+}

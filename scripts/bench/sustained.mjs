@@ -1,0 +1,40 @@
+// Sustained ingest (issue 8): telemetryd's own ingest pipeline (device authentication,
+// validation, schema check, group-commit writer) driven in-process against a database that
+// already holds the big data set; 1,000 devices round-robin, `perPass` readings in flight per
+// event-loop pass, as many concurrent connections would produce. Transport cost is measured
+// by the HTTP and MQTT scenarios; this one measures what storage sustains.
+// argv[2] is a JSON file: {bundle, dir, durationS, perPass}. Prints one JSON line.
+import { createRequire } from 'node:module';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+
+const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
+const require = createRequire(import.meta.url);
+const { openDatabase, createRepositories, createServices } = require(cfg.bundle);
+const meta = JSON.parse(readFileSync(path.join(cfg.dir, 'bench.json'), 'utf8'));
+
+const db = openDatabase(cfg.dir);
+const services = createServices(createRepositories(db));
+const devices = meta.devices;
+let n = 0;
+async function pass() {
+  const batch = [];
+  for (let i = 0; i < cfg.perPass; i++) {
+    const d = devices[n++ % devices.length];
+    batch.push(services.ingest.ingestReading({ transport: 'http', deviceId: d.id, token: d.token, data: { temperature: 20 + (n % 100) / 10, humidity: 41.5, battery: 3.71 } }));
+  }
+  await Promise.all(batch);
+}
+const before = db.prepare('SELECT max(seq) AS m FROM readings').get().m ?? 0;
+// Warm-up: a second of passes, not counted.
+const warmEnd = performance.now() + 1000;
+while (performance.now() < warmEnd) await pass();
+const t0 = performance.now();
+const startRows = db.prepare('SELECT max(seq) AS m FROM readings').get().m;
+const end = t0 + cfg.durationS * 1000;
+while (performance.now() < end) await pass();
+const seconds = (performance.now() - t0) / 1000;
+const endRows = db.prepare('SELECT max(seq) AS m FROM readings').get().m;
+services.writer.close();
+db.close();
+console.log(JSON.stringify({ rows_per_s: (endRows - startRows) / seconds, rows_before: before, max_batch: services.writer.maxBatch }));

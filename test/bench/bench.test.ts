@@ -1,0 +1,57 @@
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const ROOT = path.resolve(__dirname, '..', '..');
+const HAS_MQTT = existsSync(path.join(ROOT, 'src', 'mqtt'));
+
+const isFigure = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v > 0;
+
+/**
+ * The benchmark's shape, not its figures (issue 8: targets are checked by the benchmark,
+ * never by timed tests). The quick run is the slowest test of the suite.
+ */
+describe('npm run bench -- --quick --json', () => {
+  it('measures every scenario and prints one JSON object as its last line', { timeout: 240_000 }, async () => {
+    // --no-build: vitest's globalSetup has just built dist/telemetryd.cjs.
+    const { stdout } = await run(process.execPath, ['scripts/bench/run.mjs', '--quick', '--json', '--no-build'], {
+      cwd: ROOT,
+      maxBuffer: 16 * 1024 * 1024,
+      timeout: 230_000,
+    });
+    const last = stdout.trim().split('\n').pop()!;
+    const r = JSON.parse(last);
+
+    expect(r.quick).toBe(true);
+    for (const k of ['baseline_rps', 'rps', 'ratio', 'p99_ms']) expect(isFigure(r.http_ingest[k]), `http_ingest.${k} = ${r.http_ingest[k]}`).toBe(true);
+    expect(r.http_ingest.connections).toBe(50);
+    expect(r.http_ingest.devices).toBe(1000);
+
+    expect(Object.keys(r.mqtt_qos1)).toEqual(expect.arrayContaining(['baseline_mps', 'mps', 'ratio']));
+    if (HAS_MQTT) {
+      for (const k of ['baseline_mps', 'mps', 'ratio']) expect(isFigure(r.mqtt_qos1[k]), `mqtt_qos1.${k} = ${r.mqtt_qos1[k]}`).toBe(true);
+    } else {
+      expect(r.mqtt_qos1).toMatchObject({ baseline_mps: null, mps: null, ratio: null });
+      expect(r.mqtt_qos1.note).toMatch(/skipped/);
+    }
+
+    expect(isFigure(r.sustained_rows_per_s)).toBe(true);
+    expect(r.history.rows_in_db).toBeGreaterThanOrEqual(100_000);
+    expect(r.history.rows_returned).toBeGreaterThan(0);
+    for (const k of ['p50_ms', 'p99_ms']) expect(isFigure(r.history[k])).toBe(true);
+    expect(r.history.p99_ms).toBeGreaterThanOrEqual(r.history.p50_ms);
+    expect(isFigure(r.usage.p50_ms)).toBe(true);
+    expect(r.usage.data_points_24h).toBeGreaterThan(0);
+    expect(isFigure(r.idle_rss_mb)).toBe(true);
+    expect(isFigure(r.start_ms)).toBe(true);
+    expect(r.machine).toMatchObject({ nproc: expect.any(Number), node: process.version });
+    // Every acknowledged reading was stored (the harness notes any shortfall). Timeouts of the
+    // load generator on a starved machine are noted too, but are not a failure of telemetryd.
+    expect(Array.isArray(r.notes)).toBe(true);
+    expect(r.notes.filter((n: string) => /acknowledged but only/.test(n))).toEqual([]);
+    expect(r.http_ingest.readings_stored).toBeGreaterThan(0);
+  });
+});

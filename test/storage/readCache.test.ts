@@ -1,0 +1,96 @@
+import Database from 'better-sqlite3';
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DB_FILE, openDatabase, type Db } from '../../src/storage/db.js';
+import { createRepositories } from '../../src/storage/index.js';
+import { createServices } from '../../src/domain/services.js';
+import { tempDir } from '../helpers/server.js';
+
+/**
+ * Device authentication is cached (readCache.ts); every change, made by this connection
+ * through any code path or by another process, must be seen by the very next call.
+ */
+/** Each request runs in its own job of the event loop; another process's commit is seen there. */
+const nextRequest = () => new Promise((r) => setImmediate(r));
+
+describe('cached device authentication', () => {
+  let db: Db | null = null;
+  let other: Database.Database | null = null;
+  let dir = '';
+  afterEach(() => {
+    other?.close();
+    db?.close();
+    other = db = null;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function setup() {
+    dir = tempDir();
+    db = openDatabase(dir);
+    const repos = createRepositories(db);
+    const services = createServices(repos);
+    const account = await services.accounts.create({ email: 'a@example.com', plan: 'business' });
+    const { device, accessToken } = services.devices.create(account, { name: 'd' });
+    // Another connection on the same file stands for the admin CLI (another process).
+    other = new Database(path.join(dir, DB_FILE));
+    return { repos, services, account, device, token: accessToken };
+  }
+
+  it('serves repeated lookups from memory', async () => {
+    const { services, device, token } = await setup();
+    const first = services.devices.authenticate(device.id, token);
+    const second = services.devices.authenticate(device.id, token);
+    expect(second.device).toBe(first.device);
+    expect(second.account).toBe(first.account);
+  });
+
+  it('sees a pause, a resume and a token change made by another connection at once', async () => {
+    const { services, device, token } = await setup();
+    services.devices.authenticate(device.id, token);
+    other!.prepare("UPDATE devices SET status = 'paused' WHERE id = ?").run(device.id);
+    await nextRequest();
+    expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
+    other!.prepare("UPDATE devices SET status = 'active' WHERE id = ?").run(device.id);
+    await nextRequest();
+    expect(services.devices.authenticate(device.id, token).device.status).toBe('active');
+    other!.prepare("UPDATE devices SET token_hash = 'ab' WHERE id = ?").run(device.id);
+    await nextRequest();
+    expect(() => services.devices.authenticate(device.id, token)).toThrow(/invalid device id or access token/);
+  });
+
+  it('sees an account suspended by another connection at once', async () => {
+    const { services, device, token, account } = await setup();
+    services.devices.authenticate(device.id, token);
+    other!.prepare("UPDATE accounts SET status = 'suspended' WHERE seq = ?").run(account.seq);
+    await nextRequest();
+    expect(() => services.devices.authenticate(device.id, token)).toThrow(/suspended/);
+  });
+
+  it('sees changes made in-process through services and through raw SQL on the same connection', async () => {
+    const { services, device, token, account, repos } = await setup();
+    services.devices.authenticate(device.id, token);
+    services.devices.pause(device);
+    expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
+    services.devices.resume(device);
+    const fresh = services.devices.regenerateToken(device).accessToken;
+    expect(() => services.devices.authenticate(device.id, token)).toThrow(/invalid/);
+    expect(services.devices.authenticate(device.id, fresh).account.plan).toBe('business');
+    services.accounts.setPlan(account.id, 'scale');
+    expect(services.devices.authenticate(device.id, fresh).account.plan).toBe('scale');
+    repos.db.prepare("UPDATE accounts SET status = 'suspended' WHERE seq = ?").run(account.seq);
+    expect(() => services.devices.authenticate(device.id, fresh)).toThrow(/suspended/);
+  });
+
+  it('does not remember a row read inside a transaction that rolls back', async () => {
+    const { services, device, token, repos } = await setup();
+    expect(() =>
+      repos.transaction(() => {
+        repos.db.prepare("UPDATE devices SET status = 'paused' WHERE seq = ?").run(device.seq);
+        expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
+        throw new Error('roll back');
+      }),
+    ).toThrow('roll back');
+    expect(services.devices.authenticate(device.id, token).device.status).toBe('active');
+  });
+});
