@@ -1,5 +1,4 @@
-import sjson from 'secure-json-parse';
-import { jsonDepth } from '../jsonDepth.js';
+import { jsonDepth, parseJsonRefusingProto } from '../jsonText.js';
 
 /**
  * Deepest nesting accepted in any JSON request body. JSON.parse copes with any depth, but
@@ -9,7 +8,7 @@ import { jsonDepth } from '../jsonDepth.js';
  */
 export const MAX_BODY_DEPTH = 64;
 
-export { jsonDepth } from '../jsonDepth.js';
+export { jsonDepth } from '../jsonText.js';
 
 /**
  * Parses a request body: refuses `__proto__` / `constructor.prototype` keys (prototype
@@ -19,7 +18,7 @@ export { jsonDepth } from '../jsonDepth.js';
 export function parseJsonBody(text: string): unknown {
   if (jsonDepth(text) > MAX_BODY_DEPTH) throw Object.assign(new Error(`invalid JSON body: nested deeper than ${MAX_BODY_DEPTH} levels`), { statusCode: 400 });
   try {
-    return sjson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' });
+    return parseJsonRefusingProto(text);
   } catch (err) {
     throw Object.assign(new Error(`invalid JSON body: ${(err as Error).message}`), { statusCode: 400 });
   }

@@ -9,9 +9,8 @@
  * Each step is a named function; transports only adapt their input and map the AppError
  * that comes out (src/http/errors.ts, src/mqtt/broker.ts).
  */
-import sjson from 'secure-json-parse';
 import { AppError, badRequest, payloadTooLarge } from '../../errors.js';
-import { jsonDepth } from '../../jsonDepth.js';
+import { jsonDepth, parseJsonRefusingProto } from '../../jsonText.js';
 import type { Clock } from '../../time.js';
 import type { PendingReading } from '../../storage/repos/readings.js';
 import type { DeviceService } from '../devices.js';
@@ -49,8 +48,8 @@ function payloadText(payload: Buffer): string {
 
 function parsePayloadText(text: string): unknown {
   try {
-    // secure-json-parse refuses __proto__ / constructor.prototype keys, as fastify does for HTTP.
-    return sjson.parse(text);
+    // __proto__ / constructor.prototype keys are refused, as fastify does for HTTP.
+    return parseJsonRefusingProto(text);
   } catch {
     throw badRequest('payload is not valid JSON');
   }
