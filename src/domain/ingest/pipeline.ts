@@ -10,7 +10,7 @@
  * that comes out (src/http/errors.ts, src/mqtt/broker.ts).
  */
 import { AppError, badRequest, payloadTooLarge } from '../../errors.js';
-import { jsonDepth, parseJsonRefusingProto } from '../../jsonText.js';
+import { parseJsonRefusingProto } from '../../jsonText.js';
 import type { Clock } from '../../time.js';
 import type { PendingReading } from '../../storage/repos/readings.js';
 import type { DeviceService } from '../devices.js';
@@ -64,7 +64,9 @@ export const MAX_DATA_DEPTH = 32;
  * and numbers that JSON cannot carry back out (1e400 parses to Infinity and would be
  * stored as null) are refused with 400. Iterative, so the check itself cannot overflow.
  */
-function checkShape(data: Record<string, unknown>): void {
+/** Returns the number of object keys at all levels (see store()). */
+function checkShape(data: Record<string, unknown>): number {
+  let keys = 0;
   // Two parallel stacks of containers still to look into (no tuple per value: the common
   // reading is a flat object of numbers, checked without allocating).
   const containers: object[] = [data];
@@ -74,6 +76,7 @@ function checkShape(data: Record<string, unknown>): void {
     const depth = depths.pop()!;
     if (depth > MAX_DATA_DEPTH) throw badRequest(`data is nested deeper than ${MAX_DATA_DEPTH} levels`);
     const values = Array.isArray(container) ? container : Object.values(container);
+    if (!Array.isArray(container)) keys += values.length;
     for (let i = 0; i < values.length; i++) {
       const value = values[i];
       if (typeof value === 'number') {
@@ -84,26 +87,30 @@ function checkShape(data: Record<string, unknown>): void {
       }
     }
   }
+  return keys;
 }
 
 /**
- * Whether a JSON text nests deeper than `max`. A text with at most `max` opening brackets
- * cannot (counted with native indexOf: the common reading has one or two); only others are
- * scanned character by character.
+ * Whether `text`, which parsed to an object with `keys` keys at all levels, spells each key
+ * exactly once. The text's keys are at least `keys` (a duplicate collapses when parsed) and
+ * each is followed by its own colon, so a text with exactly `keys` colons anywhere has no
+ * duplicate key (and no colon inside a string): it holds the parsed object and nothing else.
+ * Counted with native indexOf; any other text is re-serialized, the safe direction.
  */
-function deeperThan(text: string, max: number): boolean {
-  let openers = 0;
-  for (const c of ['{', '[']) {
-    for (let i = text.indexOf(c); i !== -1; i = text.indexOf(c, i + 1)) if (++openers > max) return jsonDepth(text) > max;
-  }
-  return false;
+function spellsEachKeyOnce(text: string, keys: number): boolean {
+  let colons = 0;
+  for (let i = text.indexOf(':'); i !== -1; i = text.indexOf(':', i + 1)) if (++colons > keys) return false;
+  return colons === keys;
 }
 
 export function validateData(data: unknown): Record<string, unknown> {
+  return validateDataCountingKeys(data).data;
+}
+
+function validateDataCountingKeys(data: unknown): { data: Record<string, unknown>; keys: number } {
   if (data === undefined) throw badRequest('data is required');
   if (data === null || typeof data !== 'object' || Array.isArray(data)) throw badRequest('data must be a JSON object');
-  checkShape(data as Record<string, unknown>);
-  return data as Record<string, unknown>;
+  return { data: data as Record<string, unknown>, keys: checkShape(data as Record<string, unknown>) };
 }
 
 /**
@@ -143,12 +150,13 @@ export function ingestPipeline(deps: {
    * JSON.stringify was ~7 % of MQTT ingest CPU). It is valid JSON of the same object (it
    * parsed to `data`, which validateData and checkShape accepted); only whitespace, number
    * spelling (1.50 vs 1.5) and escapes may differ, and every reader JSON.parses it.
-   * Duplicate keys are the one way the text can hold more than the object (JSON.parse keeps
-   * the last): a text nested deeper than MAX_DATA_DEPTH is therefore re-serialized, so
-   * nothing stored can be deeper than what checkShape allowed.
+   * Duplicate keys are the one way the text could hold more than the object (JSON.parse
+   * keeps the last, and the hidden value escaped checkShape): such a text is re-serialized
+   * (spellsEachKeyOnce), so what is stored, and spliced into history responses, is the
+   * object that was validated.
    */
   async function store(device: Device, data: Record<string, unknown>, text?: string): Promise<StoredReading> {
-    const reading = { deviceSeq: device.seq, time: clock.now(), data: text !== undefined && !deeperThan(text, MAX_DATA_DEPTH) ? text : JSON.stringify(data) };
+    const reading = { deviceSeq: device.seq, time: clock.now(), data: text ?? JSON.stringify(data) };
     const seq = await sink.append(reading);
     return { seq, ...reading };
   }
@@ -170,8 +178,10 @@ export function ingestPipeline(deps: {
       let text: string | undefined;
       try {
         if (Buffer.isBuffer(req.data)) {
-          text = payloadText(req.data);
-          data = validateData(parsePayloadText(text));
+          const payload = payloadText(req.data);
+          const validated = validateDataCountingKeys(parsePayloadText(payload));
+          data = validated.data;
+          if (spellsEachKeyOnce(payload, validated.keys)) text = payload;
         } else {
           data = validateData(req.data);
         }
