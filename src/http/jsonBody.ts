@@ -1,4 +1,4 @@
-import sjson from 'secure-json-parse';
+import { jsonDepth, parseJsonRefusingProto } from '../jsonText.js';
 
 /**
  * Deepest nesting accepted in any JSON request body. JSON.parse copes with any depth, but
@@ -8,22 +8,7 @@ import sjson from 'secure-json-parse';
  */
 export const MAX_BODY_DEPTH = 64;
 
-/** The nesting depth of a JSON text, counted without recursion (strings skipped). */
-export function jsonDepth(text: string): number {
-  let depth = 0;
-  let max = 0;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++; // backslash: skip the escaped character
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x7b || c === 0x5b) max = Math.max(max, ++depth);
-    else if (c === 0x7d || c === 0x5d) depth--;
-  }
-  return max;
-}
+export { jsonDepth } from '../jsonText.js';
 
 /**
  * Parses a request body: refuses `__proto__` / `constructor.prototype` keys (prototype
@@ -33,7 +18,7 @@ export function jsonDepth(text: string): number {
 export function parseJsonBody(text: string): unknown {
   if (jsonDepth(text) > MAX_BODY_DEPTH) throw Object.assign(new Error(`invalid JSON body: nested deeper than ${MAX_BODY_DEPTH} levels`), { statusCode: 400 });
   try {
-    return sjson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' });
+    return parseJsonRefusingProto(text);
   } catch (err) {
     throw Object.assign(new Error(`invalid JSON body: ${(err as Error).message}`), { statusCode: 400 });
   }

@@ -95,6 +95,23 @@ describe('MQTT ingestion', () => {
     expect(storedReadings(server, s.device.seq)).toEqual([{ attempt: 1 }]);
   });
 
+  it('a payload is stored as its own JSON text; one with duplicate keys is re-serialized', async () => {
+    const s = await seedAccount(server);
+    const client = track(await connectPlain(server, { username: s.device.id, password: s.token }));
+    const rawText = (seq: number) => (server.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(seq) as { data: string }[]).map((r) => r.data);
+    const sent = '{ "temp" : 21.50, "env": {"hum": 40}, "label": "caf\\u00e9" }';
+    await client.publishAsync(`d/${s.device.id}/t`, sent, { qos: 1 });
+    expect(rawText(s.device.seq)).toEqual([sent]);
+    expect((await latest(s.device.id, s.key)).data).toEqual({ temp: 21.5, env: { hum: 40 }, label: 'café' });
+    // JSON.parse keeps the last "a": the object passes the depth check, its text would not.
+    // A colon inside a string only costs the shortcut: the reading is re-serialized.
+    await client.publishAsync(`d/${s.device.id}/t`, '{ "at": "12:30" }', { qos: 1 });
+    expect(rawText(s.device.seq).at(-1)).toBe('{"at":"12:30"}');
+    const deep = `{"a":${'['.repeat(100)}${']'.repeat(100)},"a":1}`;
+    await client.publishAsync(`d/${s.device.id}/t`, deep, { qos: 1 });
+    expect(rawText(s.device.seq).at(-1)).toBe('{"a":1}');
+  });
+
   it('QoS 0 over the plain port is stored too', async () => {
     const s = await seedAccount(server);
     const client = track(await connectPlain(server, { username: s.device.id, password: s.token }));

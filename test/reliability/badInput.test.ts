@@ -104,6 +104,7 @@ function ingestCases(): Case[] {
     post('__proto__ in data', ok('{"__proto__":{"polluted":1}}'), 400),
     post('__proto__ at top level', `{"__proto__":{"polluted":1},"device_id":"${seed.deviceId}","access_token":"${seed.token}","data":{}}`, 400),
     post('constructor.prototype in data', ok('{"constructor":{"prototype":{"polluted":1}}}'), 400),
+    post('__proto__ spelled with \\u escapes only', ok('{"\\u005f\\u005f\\u0070\\u0072\\u006f\\u0074\\u006f\\u005f\\u005f":{"polluted":1}}'), 400),
     post('__proto__ as text/plain', ok('{"__proto__":{"polluted":1}}'), 400, 'text/plain'),
     post('__proto__ with no content type', ok('{"__proto__":{"polluted":1}}'), 400, 'application/octet-stream'),
     post('more top-level keys than the plan allows', ok(manyKeys), 400),
