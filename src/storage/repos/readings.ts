@@ -23,9 +23,13 @@ export function readingsRepo(db: Db) {
   const insert = db.prepare<[number, number, string]>('INSERT INTO readings (device_seq, time, data) VALUES (?, ?, ?)');
   const latest = db.prepare<[number], ReadingRow>('SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1');
   // Newest first within [since, ∞): a backwards range scan of readings_by_device_time.
-  const history = db.prepare<[number, number, number], ReadingRow>(
-    'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
-  );
+  // Rows come as arrays (raw), without device_seq (the caller's): better-sqlite3 builds
+  // 1,000 keyed row objects per history page in ~1 ms more (BENCHMARKS.md).
+  const history = db
+    .prepare<[number, number, number], [number, number, string]>(
+      'SELECT seq, time, data FROM readings WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
+    )
+    .raw(true);
   // Oldest first, for exports that stream a whole range.
   const rangeAsc = db.prepare<[number, number, number], ReadingRow>(
     'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? AND time < ? ORDER BY time, seq',
@@ -65,7 +69,8 @@ export function readingsRepo(db: Db) {
       const r = latest.get(deviceSeq);
       return r ? toReading(r) : null;
     },
-    history: (deviceSeq: number, since: number, limit: number) => history.all(deviceSeq, since, limit).map(toReading),
+    history: (deviceSeq: number, since: number, limit: number): StoredReading[] =>
+      history.all(deviceSeq, since, limit).map((r) => ({ seq: r[0], deviceSeq, time: r[1], data: r[2] })),
     iterateRange: function* (deviceSeq: number, since: number, until: number) {
       for (const r of rangeAsc.iterate(deviceSeq, since, until)) yield toReading(r);
     },
