@@ -91,7 +91,7 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
         fields TEXT NOT NULL DEFAULT '[]',
         snapshots_enabled INTEGER NOT NULL DEFAULT 0,
         token_hash TEXT NOT NULL UNIQUE,
-        -- last_seen is derived from the readings index; this column only keeps it once
+        -- last_seen is derived from readings (clustered by device and time); this column only keeps it once
         -- retention has deleted every reading (see readings repository).
         last_seen INTEGER,
         rejected_count INTEGER NOT NULL DEFAULT 0,
