@@ -1,8 +1,7 @@
 // Generates a benchmark database in the telemetryd schema, quickly and directly
 // (issue 8): account, API key and devices through telemetryd's own services, the plan set
 // through the real CLI (`accounts set-plan`), then readings bulk-inserted with better-sqlite3
-// in big transactions with the readings indexes dropped and rebuilt afterwards (a sorted
-// index build is far faster than 10 M random index insertions).
+// in big transactions, with readings' triggers dropped and restored afterwards.
 // argv[2] is a JSON file: {bundle, cli, dir, rows, devices, spanMs}. Writes <dir>/bench.json.
 import { createRequire } from 'node:module';
 import { execFileSync } from 'node:child_process';
@@ -24,14 +23,16 @@ for (let i = 0; i < cfg.devices; i++) {
   devices.push({ id: device.id, seq: device.seq, token: accessToken });
 }
 
-// Readings: interleaved over all devices in time order, as real ingest writes them.
+// Readings: interleaved over all devices in time order, as real ingest writes them (reading
+// i belongs to device i mod N, has time start + i·step and seq i + 1), so the clustered table
+// (device_seq, time, seq) gets the partly filled pages that live ingest leaves behind.
 const generatedAt = Date.now();
 if (cfg.rows > 0) {
-  // Indexes and triggers of readings go during the load and come back after it.
+  // Secondary indexes and triggers of readings go during the load and come back after it.
   const indexes = db.prepare("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name = 'readings' AND sql IS NOT NULL").all();
   for (const ix of indexes) db.exec(`DROP ${ix.type.toUpperCase()} ${ix.name}`);
   db.pragma('synchronous = OFF');
-  const insert = db.prepare('INSERT INTO readings (device_seq, time, data) VALUES (?, ?, ?)');
+  const insert = db.prepare('INSERT INTO readings (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
   const start = generatedAt - cfg.spanMs;
   const step = cfg.spanMs / cfg.rows;
   const chunk = 200_000;
@@ -39,10 +40,11 @@ if (cfg.rows > 0) {
     for (let i = from; i < to; i++) {
       const d = devices[i % devices.length];
       const v = i % 1000;
-      insert.run(d.seq, Math.floor(start + i * step), `{"temperature":${(15 + v / 50).toFixed(2)},"humidity":${(30 + (v % 400) / 10).toFixed(1)},"battery":${(3 + (v % 100) / 100).toFixed(2)}}`);
+      insert.run(d.seq, Math.floor(start + i * step), i + 1, `{"temperature":${(15 + v / 50).toFixed(2)},"humidity":${(30 + (v % 400) / 10).toFixed(1)},"battery":${(3 + (v % 100) / 100).toFixed(2)}}`);
     }
   });
   for (let from = 0; from < cfg.rows; from += chunk) insertChunk(from, Math.min(cfg.rows, from + chunk));
+  db.prepare('UPDATE reading_seq SET last = ?').run(cfg.rows);
   for (const ix of indexes) db.exec(ix.sql);
   // Tables the triggers keep (reading_counts) are refilled from readings the way migration 4 does.
   if (typeof services.repos.readings.rebuildDerived === 'function') services.repos.readings.rebuildDerived();

@@ -14,11 +14,14 @@ export const READING_COUNTS_TRIGGERS = `
       WHERE account_seq = (SELECT account_seq FROM devices WHERE seq = OLD.device_seq) AND minute = OLD.time / 60000 AND n <= 0;
   END;`;
 
-/** Adds the readings with seq in [?, ?] to reading_counts (one statement per committed batch). */
+/**
+ * Adds one committed batch to reading_counts in one statement: ? is a JSON array of
+ * [device_seq, minute, n] the writer aggregated (readings repository).
+ */
 export const COUNT_INSERTED_READINGS = `
   INSERT INTO reading_counts (account_seq, minute, n)
-    SELECT d.account_seq, r.time / 60000, count(*) FROM readings r JOIN devices d ON d.seq = r.device_seq
-    WHERE r.seq BETWEEN ? AND ? GROUP BY d.account_seq, r.time / 60000
+    SELECT d.account_seq, j.value ->> 1, sum(j.value ->> 2) FROM json_each(?) j JOIN devices d ON d.seq = j.value ->> 0
+    WHERE true GROUP BY d.account_seq, j.value ->> 1
   ON CONFLICT (account_seq, minute) DO UPDATE SET n = n + excluded.n`;
 
 /** Recomputes reading_counts from readings (migration 4; bulk loads that bypass the triggers). */
@@ -88,7 +91,7 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
         fields TEXT NOT NULL DEFAULT '[]',
         snapshots_enabled INTEGER NOT NULL DEFAULT 0,
         token_hash TEXT NOT NULL UNIQUE,
-        -- last_seen is derived from the readings index; this column only keeps it once
+        -- last_seen is derived from readings (clustered by device and time); this column only keeps it once
         -- retention has deleted every reading (see readings repository).
         last_seen INTEGER,
         rejected_count INTEGER NOT NULL DEFAULT 0,
@@ -101,14 +104,24 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
 
       -- No foreign key here: it would cost a lookup on every insert of the hottest table.
       -- Device deletion removes its readings explicitly.
+      -- Clustered on (device_seq, time, seq), WITHOUT ROWID (issue 8, BENCHMARKS.md): a
+      -- device's newest 1,000 readings sit on a few adjacent pages instead of ~1,000 pages
+      -- scattered by interleaved ingest, and no separate (device_seq, time) index is kept up
+      -- on every insert. "Newest N of one device in a range" and per-device counts are range
+      -- scans of the table itself.
       CREATE TABLE readings (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
         device_seq INTEGER NOT NULL,
         time INTEGER NOT NULL,
-        data TEXT NOT NULL
-      );
-      -- "newest N of one device in a range" and per-device 24 h counts are range scans here.
-      CREATE INDEX readings_by_device_time ON readings(device_seq, time);
+        seq INTEGER NOT NULL,
+        data TEXT NOT NULL,
+        PRIMARY KEY (device_seq, time, seq)
+      ) WITHOUT ROWID;
+      -- The last reading seq ever issued (readings.seq, public id tel_<base36 seq>). The
+      -- writer takes a block of seqs per batch from it inside the batch's transaction; it
+      -- only grows, so an id is never reused, even after the newest readings are deleted
+      -- (device deletion), as AUTOINCREMENT guaranteed before.
+      CREATE TABLE reading_seq (last INTEGER NOT NULL);
+      INSERT INTO reading_seq (last) VALUES (0);
 
       CREATE TABLE alerts (
         seq INTEGER PRIMARY KEY,

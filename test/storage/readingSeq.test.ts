@@ -1,0 +1,51 @@
+import { rmSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openDatabase, type Db } from '../../src/storage/db.js';
+import { createRepositories } from '../../src/storage/index.js';
+import { createServices } from '../../src/domain/services.js';
+import { tempDir } from '../helpers/server.js';
+
+/**
+ * readings is clustered on (device_seq, time, seq) WITHOUT ROWID (migration 1); seqs come
+ * from reading_seq, which only grows: a public id tel_<seq> is never issued twice, even
+ * after the newest readings are deleted with their device.
+ */
+describe('reading seqs (migration 1: reading_seq)', () => {
+  let db: Db | null = null;
+  let dir = '';
+  afterEach(() => {
+    db?.close();
+    db = null;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('are increasing in batch order and never reused after the newest readings are deleted, across reopen', async () => {
+    dir = tempDir();
+    db = openDatabase(dir);
+    let repos = createRepositories(db);
+    const services = createServices(repos);
+    const account = await services.accounts.create({ email: 's@example.com', plan: 'business' });
+    const a = services.devices.create(account, { name: 'a' }).device;
+    const b = services.devices.create(account, { name: 'b' }).device;
+    const t = Date.now();
+    const first = repos.readings.insertBatch([
+      { deviceSeq: a.seq, time: t, data: '{"n":1}' },
+      { deviceSeq: b.seq, time: t - 5, data: '{"n":2}' },
+    ]);
+    expect(first[1]).toBe(first[0]! + 1);
+    const newest = repos.readings.insertBatch([{ deviceSeq: b.seq, time: t, data: '{"n":3}' }]);
+    expect(newest[0]).toBe(first[1]! + 1);
+    // Device b held the newest readings; they go with it.
+    while (repos.readings.deleteBatchOfDevice(b.seq, 1) > 0);
+    expect((db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(b.seq) as { n: number }).n).toBe(0);
+    db.close();
+    db = openDatabase(dir);
+    repos = createRepositories(db);
+    const after = repos.readings.insertBatch([{ deviceSeq: a.seq, time: t + 1, data: '{"n":4}' }]);
+    expect(after[0]).toBeGreaterThan(newest[0]!);
+    expect(repos.readings.latest(a.seq)).toMatchObject({ seq: after[0], time: t + 1, data: '{"n":4}' });
+    expect(repos.readings.history(a.seq, 0, 10).map((r) => r.seq)).toEqual([after[0], first[0]]);
+    expect(repos.readings.deleteOlderBatch(a.seq, t + 1, 10)).toBe(1);
+    expect([...repos.readings.iterateRange(a.seq, 0, t + 2)].map((r) => r.data)).toEqual(['{"n":4}']);
+  });
+});
