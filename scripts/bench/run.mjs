@@ -10,7 +10,7 @@
 import { spawn, execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { build } from 'esbuild';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir, totalmem, cpus, loadavg } from 'node:os';
 import { createConnection } from 'node:net';
 import path from 'node:path';
@@ -175,7 +175,20 @@ function copyDataset(dir) {
 }
 
 // ---------------------------------------------------------------------------- servers
-const serverCommand = existsSync(BINARY) ? { cmd: BINARY, pre: [], label: 'dist/telemetryd (single executable)' } : { cmd: process.execPath, pre: [CLI], label: 'node dist/telemetryd.cjs' };
+// A dist/telemetryd older than the sources would measure an old build (or fail against a newer
+// database schema): use it only when it is at least as new as every file it is built from.
+function newestSourceMtime(dir) {
+  let newest = 0;
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const full = path.join(dir, entry.name);
+    newest = Math.max(newest, entry.isDirectory() ? newestSourceMtime(full) : statSync(full).mtimeMs);
+  }
+  return newest;
+}
+const binaryIsCurrent =
+  existsSync(BINARY) && statSync(BINARY).mtimeMs >= Math.max(...['src', 'cli', 'web'].map((d) => newestSourceMtime(path.join(ROOT, d))));
+if (existsSync(BINARY) && !binaryIsCurrent) log('dist/telemetryd is older than the sources: measuring node dist/telemetryd.cjs (npm run build:binary to measure the executable)');
+const serverCommand = binaryIsCurrent ? { cmd: BINARY, pre: [], label: 'dist/telemetryd (single executable)' } : { cmd: process.execPath, pre: [CLI], label: 'node dist/telemetryd.cjs' };
 
 /** mqtt: false (off), 'plain' (--mqtt-plain-port 0) or 'tls' (--mqtt-port 0, as a default serve). */
 async function startTelemetryd(dataDir, { mqtt = false } = {}) {
