@@ -107,7 +107,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   }
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
-  if (setupUrl) print(`First run: open ${setupUrl} to create the first account (or: telemetryd accounts create --email you@example.com)`);
+  if (setupUrl) print(`First run: open ${setupUrl} to create the first account (or: echo 'a password' | telemetryd accounts create --email you@example.com --password-stdin)`);
 
   let closed = false;
   return {
