@@ -1,9 +1,7 @@
-import { rmSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
-import { openDatabase, type Db } from '../../src/storage/db.js';
+import { describe, expect, it } from 'vitest';
 import { createRepositories } from '../../src/storage/index.js';
 import { createServices } from '../../src/domain/services.js';
-import { tempDir } from '../helpers/server.js';
+import { useTempDatabases } from '../helpers/db.js';
 
 const HOUR = 3_600_000;
 const NOW = Date.UTC(2026, 10, 21, 15, 37, 12, 345);
@@ -13,17 +11,10 @@ const NOW = Date.UTC(2026, 10, 21, 15, 37, 12, 345);
  * readings index; they must equal a plain count over readings whatever inserts or deletes.
  */
 describe('readings count of an account (reading_counts, migration 4)', () => {
-  let db: Db | null = null;
-  let dir = '';
-  afterEach(() => {
-    db?.close();
-    db = null;
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const temp = useTempDatabases();
 
   async function setup() {
-    dir = tempDir();
-    db = openDatabase(dir);
+    const db = temp.open(temp.dir());
     const repos = createRepositories(db);
     const services = createServices(repos, { clock: { now: () => NOW } });
     const account = await services.accounts.create({ email: 'c@example.com', plan: 'business' });
@@ -32,12 +23,12 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     const b = services.devices.create(account, { name: 'b' }).device;
     const x = services.devices.create(other, { name: 'x' }).device;
     const brute = (accountSeq: number, since: number) =>
-      (db!.prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?').get(accountSeq, since) as { n: number }).n;
-    return { repos, services, account, other, a, b, x, brute };
+      (db.prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?').get(accountSeq, since) as { n: number }).n;
+    return { db, repos, services, account, other, a, b, x, brute };
   }
 
   it('matches a plain count at hour boundaries and inside hours, after inserts and deletes', async () => {
-    const { repos, services, account, other, a, b, x, brute } = await setup();
+    const { db, repos, services, account, other, a, b, x, brute } = await setup();
     const batch = [];
     // Every 7 minutes over 30 hours, for three devices of two accounts.
     for (let t = NOW - 30 * HOUR; t <= NOW; t += 7 * 60_000) for (const d of [a, b, x]) batch.push({ deviceSeq: d.seq, time: t, data: '{"v":1}' });
@@ -56,7 +47,7 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     expect(services.usage.usage(repos.accounts.findBySeq(account.seq)!).telemetry.data_points_24h).toBe(brute(account.seq, NOW - 24 * HOUR));
 
     // A bulk load that bypassed the triggers is repaired by rebuildDerived.
-    db!.exec('DELETE FROM reading_counts');
+    db.exec('DELETE FROM reading_counts');
     repos.readings.rebuildDerived();
     for (const since of sinces) expect(repos.readings.countSinceForAccount(other.seq, since)).toBe(brute(other.seq, since));
   });

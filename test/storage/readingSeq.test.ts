@@ -1,9 +1,7 @@
-import { rmSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
-import { openDatabase, type Db } from '../../src/storage/db.js';
+import { describe, expect, it } from 'vitest';
 import { createRepositories } from '../../src/storage/index.js';
 import { createServices } from '../../src/domain/services.js';
-import { tempDir } from '../helpers/server.js';
+import { useTempDatabases } from '../helpers/db.js';
 
 /**
  * readings is clustered on (device_seq, time, seq) WITHOUT ROWID (migration 1); seqs come
@@ -11,17 +9,11 @@ import { tempDir } from '../helpers/server.js';
  * after the newest readings are deleted with their device.
  */
 describe('reading seqs (migration 1: reading_seq)', () => {
-  let db: Db | null = null;
-  let dir = '';
-  afterEach(() => {
-    db?.close();
-    db = null;
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const temp = useTempDatabases();
 
   it('are increasing in batch order and never reused after the newest readings are deleted, across reopen', async () => {
-    dir = tempDir();
-    db = openDatabase(dir);
+    const dir = temp.dir();
+    let db = temp.open(dir);
     let repos = createRepositories(db);
     const services = createServices(repos);
     const account = await services.accounts.create({ email: 's@example.com', plan: 'business' });
@@ -39,7 +31,7 @@ describe('reading seqs (migration 1: reading_seq)', () => {
     while (repos.readings.deleteBatchOfDevice(b.seq, 1) > 0);
     expect((db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(b.seq) as { n: number }).n).toBe(0);
     db.close();
-    db = openDatabase(dir);
+    db = temp.open(dir);
     repos = createRepositories(db);
     const after = repos.readings.insertBatch([{ deviceSeq: a.seq, time: t + 1, data: '{"n":4}' }]);
     expect(after[0]).toBeGreaterThan(newest[0]!);
