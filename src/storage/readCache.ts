@@ -5,22 +5,58 @@ import type { Db } from './db.js';
  * every ingest, the account behind it) can be served from memory (benchmarks, issue 8:
  * two SELECTs and two JSON.parse per reading were half the ingest CPU).
  *
- * Two sources of change, both checked on every lookup, so a change is seen at once
- * (decisions.md §2: the server sees the CLI's effect without a restart):
+ * Two sources of change, both checked on every lookup (decisions.md §2: the server sees
+ * the CLI's effect without a restart):
  * - this connection: TEMP triggers on the watched tables call back into JS, whichever code
- *   wrote (any repository, raw SQL, a rolled-back transaction counts too);
- * - other connections (the admin CLI, another process): PRAGMA data_version, which changes
- *   exactly when another connection has committed.
+ *   wrote (any repository, raw SQL, a rolled-back transaction counts too): seen at once;
+ * - other connections (the admin CLI, another process): ExternalCommits above.
  */
-export class TableChanges {
+/**
+ * Commits made by other connections (the admin CLI, another process), seen through
+ * PRAGMA data_version, which changes exactly when another connection has committed.
+ *
+ * Read at most once per EXTERNAL_CHECK_MS, not per lookup: the pragma starts a read
+ * transaction (shared-memory locks), profiled at 8 % of HTTP ingest CPU when read once per
+ * request (BENCHMARKS.md). So a commit by another process is seen by every lookup that
+ * starts more than EXTERNAL_CHECK_MS after it: an admin command's effect is visible before
+ * the command has even exited (decisions.md §2: no restart needed).
+ */
+export const EXTERNAL_CHECK_MS = 1;
+
+export class ExternalCommits {
   private generation = 0;
   private lastDataVersion: number;
-  private checkedInThisJob = false;
+  private checkedAt = -Infinity;
   private readonly dataVersion;
 
-  constructor(private readonly db: Db, tables: string[]) {
+  constructor(db: Db) {
     this.dataVersion = db.prepare('PRAGMA data_version').pluck();
     this.lastDataVersion = this.dataVersion.get() as number;
+  }
+
+  /** A number that differs from any earlier one once another connection may have committed. */
+  current(): number {
+    const now = performance.now();
+    if (now - this.checkedAt >= EXTERNAL_CHECK_MS) {
+      this.checkedAt = now;
+      const v = this.dataVersion.get() as number;
+      if (v !== this.lastDataVersion) {
+        this.lastDataVersion = v;
+        this.generation++;
+      }
+    }
+    return this.generation;
+  }
+}
+
+export class TableChanges {
+  private generation = 0;
+
+  constructor(
+    private readonly db: Db,
+    private readonly external: ExternalCommits,
+    tables: string[],
+  ) {
     db.function('telemetryd_tables_changed', { deterministic: false, varargs: false }, () => {
       this.generation++;
       return null;
@@ -33,23 +69,10 @@ export class TableChanges {
     }
   }
 
-  /**
-   * A number that differs from any earlier one once a watched table may have changed.
-   * data_version is read once per synchronous job (it starts a read transaction: profiled
-   * at a quarter of ingest CPU when read per lookup); the next request, in its own job,
-   * reads it again, so another process's commit is still seen by the next request.
-   */
+  /** A number that differs from any earlier one once a watched table may have changed. */
   current(): number {
-    if (!this.checkedInThisJob) {
-      this.checkedInThisJob = true;
-      queueMicrotask(() => (this.checkedInThisJob = false));
-      const v = this.dataVersion.get() as number;
-      if (v !== this.lastDataVersion) {
-        this.lastDataVersion = v;
-        this.generation++;
-      }
-    }
-    return this.generation;
+    // Both counters only grow, so their sum changes whenever either does.
+    return this.generation + this.external.current();
   }
 
   /** A lookup by key cached until the watched tables change; misses (null) are not cached. */

@@ -4,15 +4,16 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DB_FILE, openDatabase, type Db } from '../../src/storage/db.js';
 import { createRepositories } from '../../src/storage/index.js';
+import { EXTERNAL_CHECK_MS } from '../../src/storage/readCache.js';
 import { createServices } from '../../src/domain/services.js';
 import { tempDir } from '../helpers/server.js';
 
 /**
- * Device authentication is cached (readCache.ts); every change, made by this connection
- * through any code path or by another process, must be seen by the very next call.
+ * Device authentication is cached (readCache.ts); every change made by this connection
+ * through any code path must be seen by the very next call, and a change by another process
+ * by any call that starts EXTERNAL_CHECK_MS after its commit.
  */
-/** Each request runs in its own job of the event loop; another process's commit is seen there. */
-const nextRequest = () => new Promise((r) => setImmediate(r));
+const nextRequest = () => new Promise((r) => setTimeout(r, EXTERNAL_CHECK_MS + 1));
 
 describe('cached device authentication', () => {
   let db: Db | null = null;

@@ -5,9 +5,9 @@
  * - Fast path: the device's enabled alerts come from an in-memory map, filled by a prepared
  *   statement on `alerts_by_device` and dropped whenever an alert changes here
  *   ('alert.changed') or another process (the admin CLI) commits. The change watcher reports
- *   such commits only every 250 ms, so the evaluator also reads PRAGMA data_version itself,
- *   at most once per event-loop turn (one group-commit batch): an alert created or disabled
- *   with the CLI applies to the very next reading (decisions.md §2 "at once"). A device
+ *   such commits only every 250 ms, so the evaluator also asks the repositories'
+ *   `externalCommits()` (PRAGMA data_version, read at most once a millisecond): an alert
+ *   created or disabled with the CLI applies to the next reading (decisions.md §2). A device
  *   without alerts costs one Map lookup per reading.
  * - Race-free cooldown: the cooldown check and the cached `last_triggered` update happen in
  *   one synchronous step, so readings of one device committed in the same batch are seen
@@ -87,15 +87,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     flushTriggers();
     enabledByDevice.clear();
   };
-  let seenDataVersion = repos.dataVersion();
-  let versionCheckedThisTurn = false;
+  let seenExternal = repos.externalCommits();
   function dropCacheIfChangedElsewhere() {
-    if (versionCheckedThisTurn) return;
-    versionCheckedThisTurn = true;
-    setImmediate(() => (versionCheckedThisTurn = false));
-    const version = repos.dataVersion();
-    if (version !== seenDataVersion) {
-      seenDataVersion = version;
+    const external = repos.externalCommits();
+    if (external !== seenExternal) {
+      seenExternal = external;
       dropCache();
     }
   }
