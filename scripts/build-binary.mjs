@@ -17,6 +17,8 @@ import {
 import { arch as hostArch } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+import { bundleOptions, LAZY_PACKAGES, lazyAssetName, lazyBundleOptions } from './bundle-options.mjs';
 
 /** The base Node of the executable: a current LTS, pinned exactly (the blob must match it). */
 const NODE_VERSION = '22.23.3';
@@ -25,6 +27,7 @@ const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 const ASSET_ADDON = 'better_sqlite3.node';
 const ASSET_WEB_MANIFEST = 'web-manifest.json';
 const ASSET_WEB_PREFIX = 'web/';
+const ASSET_DIGEST_SUFFIX = '.sha256';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -118,6 +121,12 @@ function addon(nodeDir) {
   return cached;
 }
 
+/** The commit stamped into the bundle (as scripts/build.mjs does). */
+function gitCommit() {
+  const r = spawnSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : 'unknown';
+}
+
 function findOnPath(name) {
   for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
     const file = path.join(dir, name);
@@ -162,10 +171,22 @@ step('making the SEA blob');
 const seaDir = path.join(cacheDir, 'sea', `linux-${targetArch}`);
 rmSync(seaDir, { recursive: true, force: true });
 mkdirSync(seaDir, { recursive: true });
-// The SEA main script is wrapped like a CommonJS module: a leading #! line would not parse.
+// The main script: the same bundle as dist/telemetryd.cjs, but the packages loaded only on
+// first use are separate assets (scripts/bundle-options.mjs, src/seaLazy.ts): Node copies the
+// whole main script into the heap at every start, so they cost idle RSS and start time.
 const main = path.join(seaDir, 'main.cjs');
-writeFileSync(main, readFileSync(bundle, 'utf8').replace(/^#!.*\n/, ''));
+await build(bundleOptions({ commit: gitCommit(), outfile: main, sea: true }));
 const assets = { [ASSET_ADDON]: addonFile };
+for (const pkg of LAZY_PACKAGES) {
+  const file = path.join(seaDir, lazyAssetName(pkg));
+  await build(lazyBundleOptions(pkg, file));
+  assets[lazyAssetName(pkg)] = file;
+}
+// The addon's digest names its extraction directory; recorded here so a start does not hash
+// (and so read into memory) the whole 2 MB addon inside the executable (src/sea.ts).
+const addonDigestFile = path.join(seaDir, `${ASSET_ADDON}${ASSET_DIGEST_SUFFIX}`);
+writeFileSync(addonDigestFile, createHash('sha256').update(readFileSync(addonFile)).digest('hex').slice(0, 16));
+assets[ASSET_ADDON + ASSET_DIGEST_SUFFIX] = addonDigestFile;
 const webDir = path.join(distDir, 'web');
 const files = webFiles(webDir);
 if (files.length === 0) console.warn('build-binary: dist/web/index.html not found: the executable will have no dashboard');
@@ -201,6 +222,13 @@ run(process.execPath, [
   path.join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmpOut, 'NODE_SEA_BLOB', blob,
   '--sentinel-fuse', SEA_FUSE,
 ], {}, true);
-renameSync(tmpOut, output);
+// The final file is a fresh copy, not postject's output renamed: postject writes the 110 MB
+// in one write(), which leaves the file in the page cache as large folios, and every page
+// fault of the executable then maps a whole large folio: 93 vs 77 MB idle RSS for the same
+// bytes (BENCHMARKS.md). A copied, installed or cold-read file is cached in small pieces.
+const copied = `${output}.${process.pid}.copy`;
+copyFileSync(tmpOut, copied);
+rmSync(tmpOut);
+renameSync(copied, output);
 const mb = (statSync(output).size / 1024 / 1024).toFixed(1);
 step(`built ${path.relative(root, output)} (${mb} MB, Node ${NODE_VERSION} linux-${targetArch}, ${files.length} dashboard files)`);

@@ -5,6 +5,7 @@ import { build } from 'esbuild';
 import { execSync } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { buildWeb } from './build-web.mjs';
+import { bundleOptions } from './bundle-options.mjs';
 
 let commit = 'unknown';
 try {
@@ -14,28 +15,7 @@ try {
 }
 
 mkdirSync('dist', { recursive: true });
-await build({
-  entryPoints: ['cli/main.ts'],
-  outfile: 'dist/telemetryd.cjs',
-  bundle: true,
-  platform: 'node',
-  format: 'cjs',
-  target: 'node20',
-  sourcemap: 'linked',
-  legalComments: 'none',
-  // Strips comments and whitespace: a single non-ASCII character in a kept comment (§, →) made
-  // V8 hold the whole 6 MB source as a two-byte string, 12 MB of idle RSS (BENCHMARKS.md).
-  // Names stay readable; the linked source map maps stack traces back to the sources.
-  minifyWhitespace: true,
-  logLevel: 'warning',
-  define: {
-    __TELEMETRYD_BUNDLE__: 'true',
-    __TELEMETRYD_COMMIT__: JSON.stringify(commit),
-  },
-  // debug (via mqtt-packet) optionally requires supports-color; keep it out of the bundle.
-  alias: { 'supports-color': './scripts/empty-module.cjs' },
-  banner: { js: '#!/usr/bin/env node' },
-});
+await build(bundleOptions({ commit }));
 
 // The dashboard's files (dist/web), served by the server and shipped in the executable.
 await buildWeb();

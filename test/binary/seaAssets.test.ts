@@ -72,4 +72,18 @@ describe('SEA asset extraction', () => {
     expect(readFileSync(file)).toEqual(Buffer.alloc(4096, 7));
     expect(readdirSync(path.dirname(file))).toEqual(['better_sqlite3.node']);
   });
+
+  it('names the addon directory by the digest the build recorded, without hashing the asset', () => {
+    const dataDir = tempDir();
+    const bytes = Buffer.alloc(4096, 9);
+    const digest = 'cd'.repeat(8);
+    const sea = fakeSea({ [SEA_ASSET.addon]: bytes, [SEA_ASSET.addon + SEA_ASSET.digestSuffix]: `${digest}\n` });
+    const file = extractAssetFile(sea, dataDir, SEA_ASSET.addon, 'better_sqlite3.node', 0o700);
+    expect(file).toBe(path.join(dataDir, '.cache', digest, 'better_sqlite3.node'));
+    expect(readFileSync(file)).toEqual(bytes);
+    // A malformed recorded digest falls back to hashing the bytes.
+    const other = fakeSea({ [SEA_ASSET.addon]: bytes, [SEA_ASSET.addon + SEA_ASSET.digestSuffix]: 'not a digest' });
+    expect(path.basename(path.dirname(extractAssetFile(other, dataDir, SEA_ASSET.addon, 'better_sqlite3.node')))).toMatch(/^[0-9a-f]{16}$/);
+    expect(path.basename(path.dirname(extractAssetFile(other, dataDir, SEA_ASSET.addon, 'better_sqlite3.node')))).not.toBe(digest);
+  });
 });

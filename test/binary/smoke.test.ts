@@ -179,6 +179,33 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
       expect(body.data.time).toMatch(/Z$/);
     });
 
+    it('exports readings as xlsx from the dashboard: exceljs loads from its own asset on first use', async () => {
+      // In the executable exceljs is not part of the main script (src/seaLazy.ts).
+      const r = runExe(['accounts', 'create', '--email', 'export@example.com', '--password-stdin', '--json', '--data-dir', 'data'], 'password-123\n');
+      expect(r.status, r.stderr).toBe(0);
+      const device = runJson(['devices', 'create', '--account', 'export@example.com', '--name', 'xlsx', '--schema', 'flexible']);
+      const ingest = await fetch(`${base}/api/devices/ingest`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${device.access_token}` },
+        body: JSON.stringify({ device_id: device.id, data: { temperature: 19.5 } }),
+      });
+      expect(ingest.status).toBe(200);
+      const signIn = await fetch(`${base}/ui/api/sign-in`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
+        body: JSON.stringify({ email: 'export@example.com', password: 'password-123' }),
+      });
+      expect(signIn.status).toBe(200);
+      const cookie = (signIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+      for (let i = 0; i < 2; i++) {
+        const res = await fetch(`${base}/ui/api/devices/${device.id}/export?format=xlsx&range=24h`, { headers: { cookie } });
+        expect(res.status).toBe(200);
+        const bytes = Buffer.from(await res.arrayBuffer());
+        expect(bytes.subarray(0, 2).toString('latin1')).toBe('PK'); // a zip container
+        expect(bytes.includes(Buffer.from('xl/worksheets/sheet1.xml'))).toBe(true);
+      }
+    });
+
     it.skipIf(!hasMqtt)('accepts a reading published over MQTT with TLS (mqtt.js), pinned to the printed certificate', async () => {
       const m = /MQTT over TLS listening on [^\s]+:(\d+) \(.*certificate (\S+), SHA-256 fingerprint ([0-9A-Fa-f:]+)\)/.exec(output);
       expect(m, output).toBeTruthy();
