@@ -64,6 +64,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),
+    onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
   });
 
   // The first-run setup URL: valid while no account exists (decisions.md §1).

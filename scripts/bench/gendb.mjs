@@ -29,10 +29,10 @@ for (let i = 0; i < cfg.devices; i++) {
 const generatedAt = Date.now();
 if (cfg.rows > 0) {
   // Secondary indexes and triggers of readings go during the load and come back after it.
-  const indexes = db.prepare("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name = 'readings' AND sql IS NOT NULL").all();
+  const indexes = db.prepare("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name = 'readings_by_device' AND sql IS NOT NULL").all();
   for (const ix of indexes) db.exec(`DROP ${ix.type.toUpperCase()} ${ix.name}`);
   db.pragma('synchronous = OFF');
-  const insert = db.prepare('INSERT INTO readings (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
+  const insert = db.prepare('INSERT INTO readings_by_device (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
   const start = generatedAt - cfg.spanMs;
   const step = cfg.spanMs / cfg.rows;
   const chunk = 200_000;

@@ -29,13 +29,15 @@ export interface ServiceOptions {
   notify?: NotifySettings;
   /** Where failed alert deliveries are reported. */
   logAlert?: (message: string, details: Record<string, unknown>) => void;
+  /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
+  onInboxMergeError?: (err: unknown) => void;
 }
 
 export function createServices(repos: Repositories, options: ServiceOptions = {}) {
   const clock = options.clock ?? systemClock;
   const events = new DomainEvents(options.onListenerError);
   const devices = deviceService(repos, events, clock);
-  const writer = new ReadingWriter(repos.readings);
+  const writer = new ReadingWriter(repos.readings, undefined, options.onInboxMergeError);
   const accounts = accountService(repos, events, clock);
   const alertEvaluation = alertEvaluator({
     repos,

@@ -70,7 +70,7 @@ describe('MQTT ingestion', () => {
     const s = await seedAccount(server);
     // A real SQLite failure on this device's inserts (a temp trigger on the server's own
     // connection), standing in for a full disk or an I/O error.
-    server.db.exec(`CREATE TEMP TRIGGER fail_${s.device.seq} BEFORE INSERT ON readings WHEN NEW.device_seq = ${s.device.seq} BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`);
+    server.db.exec(`CREATE TEMP TRIGGER fail_${s.device.seq} BEFORE INSERT ON readings_inbox WHEN NEW.device_seq = ${s.device.seq} BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`);
     // A device that reconnects by itself and resends what was not acknowledged (mqtt.js
     // keeps the message across its automatic reconnects when clean is false).
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }, { clean: false, clientId: 'resender', reconnectPeriod: 200 }));

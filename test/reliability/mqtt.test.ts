@@ -133,7 +133,7 @@ describe('MQTT under a database write failure', () => {
 
     const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
     try {
-      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;");
+      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings_inbox BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;");
       let acked = false;
       client.publish(`d/${device.id}/t`, '{"n":2}', { qos: 1 }, (err) => {
         if (!err) acked = true;

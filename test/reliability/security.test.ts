@@ -82,7 +82,7 @@ describe('secrets at rest, file modes, logs', () => {
 
       // A server-side failure on a request that carries a token: the error is logged.
       const other = new Database(dbFile(dataDir));
-      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings BEGIN SELECT RAISE(ABORT, 'simulated'); END;");
+      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings_inbox BEGIN SELECT RAISE(ABORT, 'simulated'); END;");
       expect((await post('/api/devices/ingest', { headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify({ device_id: dev.id, access_token: token, data: { t: 4 } }) })).status).toBe(500);
       other.exec('DROP TRIGGER fail_insert');
       other.close();

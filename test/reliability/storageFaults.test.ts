@@ -26,7 +26,7 @@ describe('database write failures', () => {
     const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
     other.pragma('busy_timeout = 10000');
     try {
-      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;");
+      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings_inbox BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;");
       // A group of concurrent requests shares one transaction: all fail, none is acknowledged.
       const failing = await Promise.all([1, 2, 3, 4, 5].map(send));
       for (const r of failing) {

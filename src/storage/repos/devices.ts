@@ -51,13 +51,20 @@ function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
   };
 }
 
-// last_seen is the newest reading's time: one index probe, so ingest never has to update the
-// device row. The stored column is the fallback after retention removed every reading.
-const SELECT = `SELECT d.seq, d.id, d.account_seq, d.name, d.type, d.description, d.status, d.settings,
-  d.schema_mode, d.fields, d.snapshots_enabled, d.token_hash,
-  COALESCE((SELECT max(r.time) FROM readings r WHERE r.device_seq = d.seq), d.last_seen) AS last_seen,
-  d.rejected_count, d.last_rejection_reason, d.last_rejection_at, d.created_at, d.updated_at
+// last_seen is the newest reading's time: a probe of the clustered readings table and a look
+// at the small inbox (migration 5), so ingest never has to update the device row. The stored
+// column is the fallback after retention removed every reading.
+const COLUMNS = `d.seq, d.id, d.account_seq, d.name, d.type, d.description, d.status, d.settings,
+  d.schema_mode, d.fields, d.snapshots_enabled, d.token_hash, d.rejected_count, d.last_rejection_reason,
+  d.last_rejection_at, d.created_at, d.updated_at`;
+const NEWEST_STORED = '(SELECT max(r.time) FROM readings_by_device r WHERE r.device_seq = d.seq)';
+// One device: its inbox rows by a scan of the inbox.
+const SELECT = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}, -1),
+    coalesce((SELECT max(i.time) FROM readings_inbox i WHERE i.device_seq = d.seq), -1)), -1), d.last_seen) AS last_seen
   FROM devices d`;
+// A page of devices: the inbox grouped once for the whole page, not scanned per device.
+const SELECT_PAGE = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}, -1), coalesce(i.newest, -1)), -1), d.last_seen) AS last_seen
+  FROM devices d LEFT JOIN (SELECT device_seq, max(time) AS newest FROM readings_inbox GROUP BY device_seq) i ON i.device_seq = d.seq`;
 
 export interface NewDevice {
   id: string;
@@ -79,8 +86,8 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
   // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
   const forAuth = db.prepare<[string], DeviceRow>('SELECT * FROM devices WHERE id = ?');
   // Devices list in created_at order, stable under offset paging (decisions.md §4).
-  const page = db.prepare<[number, number, number], DeviceRow>(`${SELECT} WHERE d.account_seq = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
-  const pageByStatus = db.prepare<[number, string, number, number], DeviceRow>(`${SELECT} WHERE d.account_seq = ? AND d.status = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
+  const page = db.prepare<[number, number, number], DeviceRow>(`${SELECT_PAGE} WHERE d.account_seq = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
+  const pageByStatus = db.prepare<[number, string, number, number], DeviceRow>(`${SELECT_PAGE} WHERE d.account_seq = ? AND d.status = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
   const countAll = db.prepare<[number], { n: number }>('SELECT count(*) AS n FROM devices WHERE account_seq = ?');
   const countByStatus = db.prepare<[number, string], { n: number }>('SELECT count(*) AS n FROM devices WHERE account_seq = ? AND status = ?');
   const seqsOfAccount = db.prepare<[number], { seq: number }>('SELECT seq FROM devices WHERE account_seq = ?');
@@ -96,7 +103,8 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
   // Keeps the newest reading's time in the row before retention deletes readings, so
   // last_seen survives the deletion of every reading (the SELECT above falls back to it).
   const archiveLastSeen = db.prepare<[number]>(`UPDATE devices SET last_seen = max(coalesce(last_seen, 0),
-    coalesce((SELECT max(time) FROM readings WHERE device_seq = devices.seq), 0)) WHERE seq = ?`);
+    coalesce((SELECT max(time) FROM readings_by_device WHERE device_seq = devices.seq), 0),
+    coalesce((SELECT max(time) FROM readings_inbox WHERE device_seq = devices.seq), 0)) WHERE seq = ?`);
   const allSeqs = db.prepare<[], { seq: number; account_seq: number }>('SELECT seq, account_seq FROM devices ORDER BY seq');
 
   return {

@@ -11,6 +11,26 @@ interface ReadingRow {
   data: string;
 }
 
+/** (seq, time, data) of one device's reading. */
+type HistoryRow = [number, number, string];
+
+/** Whether reading a comes after reading b: by time, then seq (the order of history pages). */
+const isNewer = (aTime: number, aSeq: number, bTime: number, bSeq: number) => aTime > bTime || (aTime === bTime && aSeq > bSeq);
+
+/** The first `limit` of two newest-first lists, newest first. */
+function newestFirst(a: HistoryRow[], b: HistoryRow[], limit: number): HistoryRow[] {
+  if (a.length === 0) return b;
+  if (b.length === 0) return a;
+  const out: HistoryRow[] = [];
+  let i = 0;
+  let j = 0;
+  while (out.length < limit && (i < a.length || j < b.length)) {
+    if (j >= b.length || (i < a.length && isNewer(a[i]![1], a[i]![0], b[j]![1], b[j]![0]))) out.push(a[i++]!);
+    else out.push(b[j++]!);
+  }
+  return out;
+}
+
 const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
 
 export interface PendingReading {
@@ -19,38 +39,68 @@ export interface PendingReading {
   data: string;
 }
 
+/**
+ * Readings live in two tables (migration 5): `readings_inbox`, where each committed batch is
+ * appended in seq order, and `readings_by_device`, clustered on (device_seq, time, seq), into
+ * which mergeInbox moves the inbox in one sorted pass. The inbox stays small (the writer
+ * merges it every INBOX_MERGE_ROWS readings, and when ingest pauses), so the queries below
+ * read both: the clustered table by its key, the inbox by a scan of a few thousand rows.
+ */
 export function readingsRepo(db: Db) {
-  const insert = db.prepare<[number, number, number, string]>('INSERT INTO readings (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
+  const insert = db.prepare<[number, number, number, string]>('INSERT INTO readings_inbox (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
   // Takes n seqs in one step (migration 1: reading_seq only grows, ids are never reused).
   const takeSeqs = db.prepare<[number], { last: number }>('UPDATE reading_seq SET last = last + ? RETURNING last');
-  const latest = db.prepare<[number], ReadingRow>('SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1');
-  // Newest first within [since, ∞): a backwards range scan of the clustered table.
-  // Rows come as arrays (raw), without device_seq (the caller's): better-sqlite3 builds
-  // 1,000 keyed row objects per history page in ~1 ms more (BENCHMARKS.md).
-  const history = db
-    .prepare<[number, number, number], [number, number, string]>(
-      'SELECT seq, time, data FROM readings WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
-    )
-    .raw(true);
-  // Oldest first, for exports that stream a whole range.
-  const rangeAsc = db.prepare<[number, number, number], ReadingRow>(
-    'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = ? AND time >= ? AND time < ? ORDER BY time, seq',
+  const mergeInto = db.prepare(
+    'INSERT INTO readings_by_device (device_seq, time, seq, data) SELECT device_seq, time, seq, data FROM readings_inbox ORDER BY device_seq, time, seq',
   );
-  const countSince = db.prepare<[number, number], { n: number }>('SELECT count(*) AS n FROM readings WHERE device_seq = ? AND time >= ?');
+  // No WHERE: SQLite's truncate optimization drops the inbox's pages instead of deleting rows.
+  const emptyInbox = db.prepare('DELETE FROM readings_inbox');
+  /** Moves every inbox reading into the clustered table; returns how many moved. */
+  const mergeInbox = db.transaction((): number => {
+    const moved = mergeInto.run().changes;
+    if (moved > 0) emptyInbox.run();
+    return moved;
+  });
+  // "Newest first" reads each table with its own statement and merges the two in JS
+  // (newestFirst): as one compound SELECT, SQLite re-sorted the clustered table's 1,000 rows
+  // in a temporary B-tree although its key already orders them.
+  const latestStored = db.prepare<[number], ReadingRow>('SELECT seq, device_seq, time, data FROM readings_by_device WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1');
+  const latestInbox = db.prepare<[number], ReadingRow>('SELECT seq, device_seq, time, data FROM readings_inbox WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1');
+  // Newest first within [since, ∞): a backwards range scan of the clustered table.
+  // Rows come as arrays (raw) of (seq, time, data), without device_seq (the caller's):
+  // better-sqlite3 builds 1,000 keyed row objects per history page in ~1 ms more (BENCHMARKS.md).
+  const historyStored = db
+    .prepare<[number, number, number], HistoryRow>('SELECT seq, time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?')
+    .raw(true);
+  const historyInbox = db
+    .prepare<[number, number, number], HistoryRow>('SELECT seq, time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?')
+    .raw(true);
+  // Oldest first, for exports that stream a whole range: SQLite merges the two ordered arms.
+  const rangeAsc = db.prepare<[number, number, number, number, number, number], ReadingRow>(
+    `SELECT seq, device_seq, time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?
+     UNION ALL SELECT seq, device_seq, time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? AND time < ?
+     ORDER BY time, seq`,
+  );
+  const countSince = db.prepare<[number, number, number, number], { n: number }>(
+    `SELECT (SELECT count(*) FROM readings_by_device WHERE device_seq = ? AND time >= ?)
+      + (SELECT count(*) FROM readings_inbox WHERE device_seq = ? AND time >= ?) AS n`,
+  );
   // An account's readings since T (migration 4): whole minutes from reading_counts, and the
-  // partial first minute [T, next minute) from the readings index.
+  // partial first minute [T, next minute) from the readings themselves.
   const countMinutesOfAccount = db.prepare<[number, number], { n: number }>(
     'SELECT coalesce(sum(n), 0) AS n FROM reading_counts WHERE account_seq = ? AND minute >= ?',
   );
-  const countRangeOfAccount = db.prepare<[number, number, number], { n: number }>(
-    'SELECT count(*) AS n FROM devices d JOIN readings r ON r.device_seq = d.seq AND r.time >= ? AND r.time < ? WHERE d.account_seq = ?',
+  const countRangeOfAccount = db.prepare<[number, number, number, number, number, number], { n: number }>(
+    `SELECT (SELECT count(*) FROM devices d JOIN readings_by_device r ON r.device_seq = d.seq AND r.time >= ? AND r.time < ? WHERE d.account_seq = ?)
+      + (SELECT count(*) FROM readings_inbox r JOIN devices d ON d.seq = r.device_seq WHERE r.time >= ? AND r.time < ? AND d.account_seq = ?) AS n`,
   );
-  // Oldest first, by primary key (device_seq, time, seq).
+  // Oldest first, by primary key (device_seq, time, seq); callers merge the inbox first, so
+  // the reading_counts trigger on readings_by_device sees every deletion.
   const deleteBatchOfDevice = db.prepare<[number, number]>(
-    'DELETE FROM readings WHERE (device_seq, time, seq) IN (SELECT device_seq, time, seq FROM readings WHERE device_seq = ? ORDER BY time, seq LIMIT ?)',
+    'DELETE FROM readings_by_device WHERE (device_seq, time, seq) IN (SELECT device_seq, time, seq FROM readings_by_device WHERE device_seq = ? ORDER BY time, seq LIMIT ?)',
   );
   const deleteOlderBatch = db.prepare<[number, number, number]>(
-    'DELETE FROM readings WHERE (device_seq, time, seq) IN (SELECT device_seq, time, seq FROM readings WHERE device_seq = ? AND time < ? ORDER BY time, seq LIMIT ?)',
+    'DELETE FROM readings_by_device WHERE (device_seq, time, seq) IN (SELECT device_seq, time, seq FROM readings_by_device WHERE device_seq = ? AND time < ? ORDER BY time, seq LIMIT ?)',
   );
 
   const countInserted = db.prepare<[string]>(COUNT_INSERTED_READINGS);
@@ -85,27 +135,37 @@ export function readingsRepo(db: Db) {
 
   return {
     insertBatch: (batch: PendingReading[]): number[] => insertBatch.immediate(batch),
+    mergeInbox: (): number => mergeInbox.immediate(),
     latest(deviceSeq: number) {
-      const r = latest.get(deviceSeq);
+      const stored = latestStored.get(deviceSeq);
+      const recent = latestInbox.get(deviceSeq);
+      const r = recent && (!stored || isNewer(recent.time, recent.seq, stored.time, stored.seq)) ? recent : stored;
       return r ? toReading(r) : null;
     },
     history: (deviceSeq: number, since: number, limit: number): StoredReading[] =>
-      history.all(deviceSeq, since, limit).map((r) => ({ seq: r[0], deviceSeq, time: r[1], data: r[2] })),
+      newestFirst(historyInbox.all(deviceSeq, since, limit), historyStored.all(deviceSeq, since, limit), limit).map((r) => ({ seq: r[0], deviceSeq, time: r[1], data: r[2] })),
     iterateRange: function* (deviceSeq: number, since: number, until: number) {
-      for (const r of rangeAsc.iterate(deviceSeq, since, until)) yield toReading(r);
+      for (const r of rangeAsc.iterate(deviceSeq, since, until, deviceSeq, since, until)) yield toReading(r);
     },
     /** Readings of an account's devices with time >= since (usage's data_points_24h). */
     countSinceForAccount(accountSeq: number, since: number): number {
       const firstWholeMinute = Math.ceil(since / MINUTE_MS);
-      const edge = countRangeOfAccount.get(since, firstWholeMinute * MINUTE_MS, accountSeq)!.n;
+      const edgeEnd = firstWholeMinute * MINUTE_MS;
+      const edge = countRangeOfAccount.get(since, edgeEnd, accountSeq, since, edgeEnd, accountSeq)!.n;
       return edge + countMinutesOfAccount.get(accountSeq, firstWholeMinute)!.n;
     },
     /** Recomputes tables derived from readings, after a bulk load that bypassed triggers. */
     rebuildDerived: () => db.exec(REBUILD_READING_COUNTS),
-    countSince: (deviceSeqs: number[], since: number) => deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since)!.n, 0),
+    countSince: (deviceSeqs: number[], since: number) => deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since, seq, since)!.n, 0),
     /** Deletes up to `batch` readings of a device; returns how many went (0 when done). */
-    deleteBatchOfDevice: (deviceSeq: number, batch: number) => deleteBatchOfDevice.run(deviceSeq, batch).changes,
-    deleteOlderBatch: (deviceSeq: number, before: number, batch: number) => deleteOlderBatch.run(deviceSeq, before, batch).changes,
+    deleteBatchOfDevice(deviceSeq: number, batch: number): number {
+      mergeInbox();
+      return deleteBatchOfDevice.run(deviceSeq, batch).changes;
+    },
+    deleteOlderBatch(deviceSeq: number, before: number, batch: number): number {
+      mergeInbox();
+      return deleteOlderBatch.run(deviceSeq, before, batch).changes;
+    },
   };
 }
 

@@ -1,0 +1,152 @@
+import Database from 'better-sqlite3';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { DB_FILE } from '../../src/storage/db.js';
+import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
+import { createRepositories } from '../../src/storage/index.js';
+import { createServices } from '../../src/domain/services.js';
+import { INBOX_MERGE_ROWS } from '../../src/storage/readingWriter.js';
+import { useTempDatabases } from '../helpers/db.js';
+
+const HOUR = 3_600_000;
+const NOW = Date.UTC(2026, 10, 21, 15, 37, 12, 345);
+
+/**
+ * Readings are appended to readings_inbox and merged into readings_by_device in batches
+ * (migration 5). Every read must give the same answer whichever table a reading sits in,
+ * and a merge must move every reading exactly once.
+ */
+describe('readings inbox (migration 5)', () => {
+  const temp = useTempDatabases();
+
+  async function setup() {
+    const db = temp.open(temp.dir());
+    const repos = createRepositories(db);
+    const services = createServices(repos, { clock: { now: () => NOW } });
+    const account = await services.accounts.create({ email: 'i@example.com', plan: 'business' });
+    const a = services.devices.create(account, { name: 'a' }).device;
+    const b = services.devices.create(account, { name: 'b' }).device;
+    const inInbox = () => (db.prepare('SELECT count(*) AS n FROM readings_inbox').get() as { n: number }).n;
+    const inTable = () => (db.prepare('SELECT count(*) AS n FROM readings_by_device').get() as { n: number }).n;
+    /** Everything a reader can see of the two devices. */
+    const snapshot = () => ({
+      history: [a, b].map((d) => repos.readings.history(d.seq, NOW - 30 * HOUR, 25)),
+      historyAll: repos.readings.history(a.seq, 0, 10_000),
+      latest: [a, b].map((d) => repos.readings.latest(d.seq)),
+      range: [...repos.readings.iterateRange(a.seq, NOW - 10 * HOUR, NOW)],
+      countSince: repos.readings.countSince([a.seq, b.seq], NOW - 5 * HOUR),
+      usage: repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR - 30_000),
+      lastSeen: [repos.devices.findBySeq(a.seq)!.lastSeen, repos.devices.listByAccount(account.seq, { limit: 10, offset: 0 }).map((d) => d.lastSeen)],
+    });
+    return { db, repos, services, account, a, b, inInbox, inTable, snapshot };
+  }
+
+  it('answers every query alike before and after a merge, with readings split across both tables', async () => {
+    const { repos, a, b, inInbox, inTable, snapshot } = await setup();
+    // Older readings merged, newer ones still in the inbox; equal times break ties by seq.
+    const older = [];
+    for (let t = NOW - 30 * HOUR; t < NOW - 6 * HOUR; t += 17 * 60_000) older.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: b.seq, time: t, data: '{"b":1}' });
+    repos.readings.insertBatch(older);
+    expect(repos.readings.mergeInbox()).toBe(older.length);
+    const newer = [];
+    for (let t = NOW - 8 * HOUR; t <= NOW; t += 13 * 60_000) newer.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: a.seq, time: t, data: '{"same time":1}' });
+    repos.readings.insertBatch(newer);
+    expect(inInbox()).toBe(newer.length);
+    expect(inTable()).toBe(older.length);
+
+    const split = snapshot();
+    expect(split.historyAll).toHaveLength(older.length / 2 + newer.length);
+    // Newest first by (time, seq) across both tables.
+    const keys = split.historyAll.map((r) => [r.time, r.seq] as const);
+    for (let i = 1; i < keys.length; i++) expect(keys[i - 1]![0] > keys[i]![0] || (keys[i - 1]![0] === keys[i]![0] && keys[i - 1]![1] > keys[i]![1])).toBe(true);
+    expect(split.latest[0]!.data).toBe('{"same time":1}');
+    expect(split.lastSeen[0]).toBe(split.latest[0]!.time);
+    // The range holds readings of both tables, oldest first.
+    expect(split.range.some((r) => r.time < NOW - 6 * HOUR) && split.range.some((r) => r.time >= NOW - 6 * HOUR)).toBe(true);
+
+    expect(repos.readings.mergeInbox()).toBe(newer.length);
+    expect(inInbox()).toBe(0);
+    expect(snapshot()).toEqual(split);
+    // Nothing left to merge.
+    expect(repos.readings.mergeInbox()).toBe(0);
+  });
+
+  it('keeps device deletion, retention and usage counts exact with readings in the inbox', async () => {
+    const { db, repos, services, account, a, b, inInbox } = await setup();
+    const batch = [];
+    for (let t = NOW - 40 * HOUR; t <= NOW; t += 11 * 60_000) batch.push({ deviceSeq: a.seq, time: t, data: '{"v":1}' }, { deviceSeq: b.seq, time: t, data: '{"v":2}' });
+    repos.readings.insertBatch(batch);
+    const brute = (since: number) =>
+      (db.prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?').get(account.seq, since) as { n: number }).n;
+    expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
+
+    // Retention deletes what is older than the cutoff, wherever it was.
+    while (repos.transaction(() => repos.readings.deleteOlderBatch(a.seq, NOW - 20 * HOUR, 37)) > 0);
+    expect(repos.readings.history(a.seq, 0, 10_000).every((r) => r.time >= NOW - 20 * HOUR)).toBe(true);
+    expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
+
+    // A new reading of b lands in the inbox; deleting b removes it too.
+    repos.readings.insertBatch([{ deviceSeq: b.seq, time: NOW, data: '{"v":3}' }]);
+    expect(inInbox()).toBe(1);
+    services.devices.remove(b);
+    expect((db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(b.seq) as { n: number }).n).toBe(0);
+    expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
+  });
+
+  it('is merged by the writer once INBOX_MERGE_ROWS readings arrived, after their commit', async () => {
+    const { repos, services, a, inInbox, inTable } = await setup();
+    const first = await Promise.all(Array.from({ length: INBOX_MERGE_ROWS - 1 }, (_, i) => services.writer.append({ deviceSeq: a.seq, time: NOW - i, data: '{}' })));
+    await new Promise((r) => setImmediate(r));
+    expect(inInbox()).toBe(INBOX_MERGE_ROWS - 1);
+    const last = await services.writer.append({ deviceSeq: a.seq, time: NOW + 1, data: '{"last":1}' });
+    // Acknowledged from the inbox; the merge follows in its own event-loop step.
+    expect(last).toBeGreaterThan(first.at(-1)!);
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    expect(inInbox()).toBe(0);
+    expect(inTable()).toBe(INBOX_MERGE_ROWS);
+    expect(repos.readings.latest(a.seq)!.data).toBe('{"last":1}');
+  });
+
+  it('is merged on close, so a stopped server leaves an empty inbox', async () => {
+    const { services, a, inInbox, inTable } = await setup();
+    await services.writer.append({ deviceSeq: a.seq, time: NOW, data: '{}' });
+    expect(inInbox()).toBe(1);
+    services.writer.close();
+    expect(inInbox()).toBe(0);
+    expect(inTable()).toBe(1);
+  });
+});
+
+describe('migration 5 on a database of version 4', () => {
+  const temp = useTempDatabases();
+
+  it('keeps every reading: they stay in readings_by_device and are read as before', async () => {
+    const dir = temp.dir();
+    // A version-4 database with readings, as the previous release left it.
+    const old = new Database(path.join(dir, DB_FILE));
+    for (const m of MIGRATIONS.filter((m) => m.version <= 4)) old.exec(m.sql);
+    old.pragma('user_version = 4');
+    old.exec(`INSERT INTO accounts (seq, id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
+        snapshot_retention_days, field_limit, created_at, updated_at) VALUES (1, 'acc_1', 'm@example.com', 'business', 60, 1000, 10, 30, 10, 7, 50, 0, 0)`);
+    old.exec(`INSERT INTO devices (seq, id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES (1, 'dev_1', 1, 'd', 'sensor', 'flexible', 'x', 0, 0)`);
+    const insert = old.prepare('INSERT INTO readings (device_seq, time, seq, data) VALUES (1, ?, ?, ?)');
+    for (let i = 1; i <= 50; i++) insert.run(NOW - i * 60_000, i, `{"i":${i}}`);
+    old.exec('UPDATE reading_seq SET last = 50');
+    old.exec(REBUILD_READING_COUNTS);
+    old.close();
+
+    const db = temp.open(dir);
+    expect(db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
+    const repos = createRepositories(db);
+    expect((db.prepare('SELECT count(*) AS n FROM readings_by_device').get() as { n: number }).n).toBe(50);
+    expect(repos.readings.history(1, 0, 100).map((r) => r.seq)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+    expect(repos.readings.countSinceForAccount(1, NOW - 24 * HOUR)).toBe(50);
+    // New readings go to the inbox with the next seq; deletions still update the counts.
+    expect(repos.readings.insertBatch([{ deviceSeq: 1, time: NOW, data: '{"new":1}' }])).toEqual([51]);
+    while (repos.transaction(() => repos.readings.deleteOlderBatch(1, NOW - 30 * 60_000, 7)) > 0);
+    // 30 old readings of the last half hour, and the new one.
+    expect(repos.readings.countSinceForAccount(1, NOW - 24 * HOUR)).toBe(31);
+    expect(repos.readings.latest(1)!.seq).toBe(51);
+  });
+});
