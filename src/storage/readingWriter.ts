@@ -30,8 +30,6 @@ export class ReadingWriter {
   private closed = false;
   /** Largest batch seen, for /metrics and the benchmark report. */
   maxBatch = 0;
-  /** Readings appended since the last merge (an estimate: another process may merge too). */
-  private sinceMerge = 0;
   private mergeScheduled = false;
   private writtenSinceTick = false;
   private readonly idleTimer: NodeJS.Timeout;
@@ -43,7 +41,7 @@ export class ReadingWriter {
     private readonly onMergeError: (err: unknown) => void = () => {},
   ) {
     this.idleTimer = setInterval(() => {
-      if (!this.writtenSinceTick && this.sinceMerge > 0) this.merge();
+      if (!this.writtenSinceTick && this.readings.inboxRows() > 0) this.merge();
       this.writtenSinceTick = false;
     }, INBOX_IDLE_MERGE_MS);
     this.idleTimer.unref();
@@ -78,11 +76,10 @@ export class ReadingWriter {
         for (const w of batch) w.reject(err);
         continue;
       }
-      this.sinceMerge += batch.length;
       this.writtenSinceTick = true;
       batch.forEach((w, i) => w.resolve(seqs[i]!));
     }
-    if (this.sinceMerge >= INBOX_MERGE_ROWS && !this.mergeScheduled) {
+    if (this.readings.inboxRows() >= INBOX_MERGE_ROWS && !this.mergeScheduled) {
       // Its own event-loop step: the batch's answers go out first.
       this.mergeScheduled = true;
       setImmediate(() => this.merge());
@@ -95,7 +92,6 @@ export class ReadingWriter {
     if (this.closed) return;
     try {
       this.readings.mergeInbox();
-      this.sinceMerge = 0;
     } catch (err) {
       this.onMergeError(err);
     }
@@ -105,7 +101,7 @@ export class ReadingWriter {
   close(): void {
     this.flush();
     clearInterval(this.idleTimer);
-    if (this.sinceMerge > 0) this.merge();
+    if (this.readings.inboxRows() > 0) this.merge();
     this.closed = true;
     this.mergeScheduled = false;
   }

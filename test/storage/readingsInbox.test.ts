@@ -6,6 +6,7 @@ import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations
 import { createRepositories } from '../../src/storage/index.js';
 import { createServices } from '../../src/domain/services.js';
 import { INBOX_MERGE_ROWS } from '../../src/storage/readingWriter.js';
+import { DIRECT_READINGS_PER_DEVICE, type PendingReading } from '../../src/storage/repos/readings.js';
 import { useTempDatabases } from '../helpers/db.js';
 
 const HOUR = 3_600_000;
@@ -38,19 +39,21 @@ describe('readings inbox (migration 5)', () => {
       usage: repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR - 30_000),
       lastSeen: [repos.devices.findBySeq(a.seq)!.lastSeen, repos.devices.listByAccount(account.seq, { limit: 10, offset: 0 }).map((d) => d.lastSeen)],
     });
-    return { db, repos, services, account, a, b, inInbox, inTable, snapshot };
+    /** Readings one batch each: a batch of one device's one reading always goes to the inbox. */
+    const appendToInbox = (readings: PendingReading[]) => readings.map((r) => repos.readings.insertBatch([r])[0]!);
+    return { db, repos, services, account, a, b, inInbox, inTable, snapshot, appendToInbox };
   }
 
   it('answers every query alike before and after a merge, with readings split across both tables', async () => {
-    const { repos, a, b, inInbox, inTable, snapshot } = await setup();
+    const { repos, a, b, inInbox, inTable, snapshot, appendToInbox } = await setup();
     // Older readings merged, newer ones still in the inbox; equal times break ties by seq.
     const older = [];
     for (let t = NOW - 30 * HOUR; t < NOW - 6 * HOUR; t += 17 * 60_000) older.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: b.seq, time: t, data: '{"b":1}' });
-    repos.readings.insertBatch(older);
+    appendToInbox(older);
     expect(repos.readings.mergeInbox()).toBe(older.length);
     const newer = [];
     for (let t = NOW - 8 * HOUR; t <= NOW; t += 13 * 60_000) newer.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: a.seq, time: t, data: '{"same time":1}' });
-    repos.readings.insertBatch(newer);
+    appendToInbox(newer);
     expect(inInbox()).toBe(newer.length);
     expect(inTable()).toBe(older.length);
 
@@ -72,10 +75,15 @@ describe('readings inbox (migration 5)', () => {
   });
 
   it('keeps device deletion, retention and usage counts exact with readings in the inbox', async () => {
-    const { db, repos, services, account, a, b, inInbox } = await setup();
+    const { db, repos, services, account, a, b, inInbox, appendToInbox } = await setup();
     const batch = [];
     for (let t = NOW - 40 * HOUR; t <= NOW; t += 11 * 60_000) batch.push({ deviceSeq: a.seq, time: t, data: '{"v":1}' }, { deviceSeq: b.seq, time: t, data: '{"v":2}' });
-    repos.readings.insertBatch(batch);
+    // Half merged into the clustered table, half straight there, the newest still in the inbox.
+    appendToInbox(batch.slice(0, 100));
+    repos.readings.mergeInbox();
+    repos.readings.insertBatch(batch.slice(100, 200));
+    appendToInbox(batch.slice(200));
+    expect(inInbox()).toBe(batch.length - 200);
     const brute = (since: number) =>
       (db.prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?').get(account.seq, since) as { n: number }).n;
     expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
@@ -93,9 +101,21 @@ describe('readings inbox (migration 5)', () => {
     expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
   });
 
+  it('takes batches of a few busy devices straight into the clustered table, batches spread over many devices into the inbox', async () => {
+    const { repos, a, b, inInbox, inTable } = await setup();
+    const busy = Array.from({ length: 2 * DIRECT_READINGS_PER_DEVICE }, (_, i) => ({ deviceSeq: i % 2 ? a.seq : b.seq, time: NOW + i, data: '{}' }));
+    repos.readings.insertBatch(busy);
+    expect([inInbox(), inTable()]).toEqual([0, busy.length]);
+    repos.readings.insertBatch(busy.slice(0, 2 * DIRECT_READINGS_PER_DEVICE - 1));
+    expect([inInbox(), inTable()]).toEqual([2 * DIRECT_READINGS_PER_DEVICE - 1, busy.length]);
+    expect(repos.readings.inboxRows()).toBe(inInbox());
+  });
+
   it('is merged by the writer once INBOX_MERGE_ROWS readings arrived, after their commit', async () => {
     const { repos, services, a, inInbox, inTable } = await setup();
-    const first = await Promise.all(Array.from({ length: INBOX_MERGE_ROWS - 1 }, (_, i) => services.writer.append({ deviceSeq: a.seq, time: NOW - i, data: '{}' })));
+    // One reading per event-loop pass: each batch goes to the inbox.
+    const first: number[] = [];
+    for (let i = 0; i < INBOX_MERGE_ROWS - 1; i++) first.push(await services.writer.append({ deviceSeq: a.seq, time: NOW - i, data: '{}' }));
     await new Promise((r) => setImmediate(r));
     expect(inInbox()).toBe(INBOX_MERGE_ROWS - 1);
     const last = await services.writer.append({ deviceSeq: a.seq, time: NOW + 1, data: '{"last":1}' });
