@@ -1,4 +1,4 @@
-import { randomBytes, hash, timingSafeEqual } from 'node:crypto';
+import { randomBytes, hash } from 'node:crypto';
 
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 
@@ -27,11 +27,15 @@ export function hashSecret(secret: string): string {
   return hash('sha256', secret, 'hex');
 }
 
-/** Constant-time comparison of two hex digests. */
+/**
+ * Constant-time comparison of two hex digests (their length is public: always 64). Compared
+ * as strings: decoding both to Buffers for timingSafeEqual was ~1 % of HTTP ingest CPU.
+ */
 export function sameHash(a: string, b: string): boolean {
-  const ba = Buffer.from(a, 'hex');
-  const bb = Buffer.from(b, 'hex');
-  return ba.length === bb.length && timingSafeEqual(ba, bb);
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
 }
 
 export const API_KEY_PREFIX = 'tlm_';
