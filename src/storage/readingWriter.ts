@@ -3,9 +3,10 @@ import type { PendingReading, ReadingsRepo } from './repos/readings.js';
 /**
  * Readings appended to the inbox between two merges into the clustered table (migration 5).
  * Larger merges write each device's page fewer times per reading but hold the event loop
- * longer (8,192 over 1,000 devices: ~50-90 ms) and leave more for queries to scan.
+ * longer and leave more for queries to scan. Over 1,000 devices at 10 M rows, storage alone:
+ * 8,192: 12.5 µs a reading, ~90 ms per merge; 16,384: 9.6 µs, ~105 ms (BENCHMARKS.md).
  */
-export const INBOX_MERGE_ROWS = 8_192;
+export const INBOX_MERGE_ROWS = 16_384;
 /** A quiet spell after which whatever is in the inbox is merged anyway. */
 export const INBOX_IDLE_MERGE_MS = 1_000;
 

@@ -111,6 +111,16 @@ describe('readings inbox (migration 5)', () => {
     expect(repos.readings.inboxRows()).toBe(inInbox());
   });
 
+  it('stores every reading of a large batch over many devices with its own seq, device, time and data', async () => {
+    const { db, services, account, repos, inInbox } = await setup();
+    const many = Array.from({ length: 70 }, (_, i) => services.devices.create(account, { name: `m${i}` }).device);
+    const batch = many.map((d, i) => ({ deviceSeq: d.seq, time: NOW - i, data: `{"i":${i}}` }));
+    const seqs = repos.readings.insertBatch(batch);
+    expect(inInbox()).toBe(70);
+    const rows = db.prepare('SELECT seq, device_seq, time, data FROM readings_inbox ORDER BY seq').all();
+    expect(rows).toEqual(batch.map((r, i) => ({ seq: seqs[i], device_seq: r.deviceSeq, time: r.time, data: r.data })));
+  });
+
   it('is merged by the writer once INBOX_MERGE_ROWS readings arrived, after their commit', async () => {
     const { repos, services, a, inInbox, inTable } = await setup();
     // One reading per event-loop pass: each batch goes to the inbox.
