@@ -119,6 +119,11 @@ describe('readings inbox (migration 5)', () => {
     expect(inInbox()).toBe(70);
     const rows = db.prepare('SELECT seq, device_seq, time, data FROM readings_inbox ORDER BY seq').all();
     expect(rows).toEqual(batch.map((r, i) => ({ seq: seqs[i], device_seq: r.deviceSeq, time: r.time, data: r.data })));
+    // The same for a large batch of two busy devices, straight into the clustered table.
+    const busy = Array.from({ length: 70 }, (_, i) => ({ deviceSeq: many[i % 2]!.seq, time: NOW + i, data: `{"b":${i}}` }));
+    const busySeqs = repos.readings.insertBatch(busy);
+    const stored = db.prepare('SELECT seq, device_seq, time, data FROM readings_by_device ORDER BY seq').all();
+    expect(stored).toEqual(busy.map((r, i) => ({ seq: busySeqs[i], device_seq: r.deviceSeq, time: r.time, data: r.data })));
   });
 
   it('is merged by the writer once INBOX_MERGE_ROWS readings arrived, after their commit', async () => {

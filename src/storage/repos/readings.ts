@@ -3,7 +3,7 @@ import type { StoredReading } from '../../domain/types.js';
 import { COUNT_INSERTED_READINGS, REBUILD_READING_COUNTS } from '../migrations.js';
 
 const MINUTE_MS = 60_000;
-const INBOX_ROWS_PER_INSERT = 32;
+const ROWS_PER_INSERT = 32;
 /** A batch with at least this many readings per distinct device skips the inbox. */
 export const DIRECT_READINGS_PER_DEVICE = 4;
 
@@ -50,14 +50,15 @@ export interface PendingReading {
  * read both: the clustered table by its key, the inbox by a scan of a few thousand rows.
  */
 export function readingsRepo(db: Db) {
-  const insertInbox = db.prepare<[number, number, number, string]>('INSERT INTO readings_inbox (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
-  // INBOX_ROWS_PER_INSERT rows per statement: one step and one call into the addon instead
-  // of 32 (~0.7 µs a reading of 1,000-reading batches, BENCHMARKS.md).
-  const insertInboxRows = db.prepare<unknown[]>(
-    `INSERT INTO readings_inbox (device_seq, time, seq, data) VALUES ${Array(INBOX_ROWS_PER_INSERT).fill('(?, ?, ?, ?)').join(', ')}`,
-  );
-  const rowParams: unknown[] = new Array(4 * INBOX_ROWS_PER_INSERT);
-  const insertByDevice = db.prepare<[number, number, number, string]>('INSERT INTO readings_by_device (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
+  // Rows go in ROWS_PER_INSERT per statement where a batch has that many, then one by one:
+  // one step and one call into the addon instead of 32 (~0.7 µs a reading, BENCHMARKS.md).
+  const inserts = (table: string) => ({
+    one: db.prepare<[number, number, number, string]>(`INSERT INTO ${table} (device_seq, time, seq, data) VALUES (?, ?, ?, ?)`),
+    many: db.prepare<unknown[]>(`INSERT INTO ${table} (device_seq, time, seq, data) VALUES ${Array(ROWS_PER_INSERT).fill('(?, ?, ?, ?)').join(', ')}`),
+  });
+  const insertInbox = inserts('readings_inbox');
+  const insertByDevice = inserts('readings_by_device');
+  const rowParams: unknown[] = new Array(4 * ROWS_PER_INSERT);
   /** Readings appended to the inbox since the last merge by this connection. */
   let inboxRows = 0;
   // Takes n seqs in one step (migration 1: reading_seq only grows, ids are never reused).
@@ -140,22 +141,21 @@ export function readingsRepo(db: Db) {
     for (let i = 0; i < batch.length; i++) devices.add(batch[i]!.deviceSeq);
     const toInbox = devices.size * DIRECT_READINGS_PER_DEVICE > batch.length;
     const insert = toInbox ? insertInbox : insertByDevice;
-    // Whole groups of rows into the inbox first, the rest one by one below.
-    const grouped = toInbox ? batch.length - (batch.length % INBOX_ROWS_PER_INSERT) : 0;
-    for (let i = 0; i < grouped; i += INBOX_ROWS_PER_INSERT) {
-      for (let j = 0; j < INBOX_ROWS_PER_INSERT; j++) {
+    const grouped = batch.length - (batch.length % ROWS_PER_INSERT);
+    for (let i = 0; i < grouped; i += ROWS_PER_INSERT) {
+      for (let j = 0; j < ROWS_PER_INSERT; j++) {
         const r = batch[i + j]!;
         rowParams[4 * j] = r.deviceSeq;
         rowParams[4 * j + 1] = r.time;
         rowParams[4 * j + 2] = first + i + j;
         rowParams[4 * j + 3] = r.data;
       }
-      insertInboxRows.run(rowParams);
+      insert.many.run(rowParams);
     }
     for (let i = 0; i < batch.length; i++) {
       const r = batch[i]!;
       const seq = first + i;
-      if (i >= grouped) insert.run(r.deviceSeq, r.time, seq, r.data);
+      if (i >= grouped) insert.one.run(r.deviceSeq, r.time, seq, r.data);
       seqs[i] = seq;
       const minute = Math.floor(r.time / MINUTE_MS);
       let perDevice = perMinute.get(minute);
