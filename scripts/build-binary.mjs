@@ -9,10 +9,10 @@
 //
 // Usage: node scripts/build-binary.mjs [--arch x64|arm64] [--skip-bundle]
 import { spawn, spawnSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import {
-  chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync,
-  statSync, writeFileSync,
+  chmodSync, closeSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync,
+  statSync, writeFileSync, writeSync,
 } from 'node:fs';
 import { arch as hostArch, tmpdir } from 'node:os';
 import path from 'node:path';
@@ -30,6 +30,9 @@ const ASSET_WEB_PREFIX = 'web/';
 const ASSET_DIGEST_SUFFIX = '.sha256';
 // The program (scripts/sea-main.cjs loads it); its code cache is `${ASSET_APP}.codecache`.
 const ASSET_APP = 'app.cjs';
+// "<offset> <length>" of app.cjs then of its cache in the executable file, space padded.
+const ASSET_APP_LOCATION = 'app.location';
+const ASSET_APP_LOCATION_SIZE = 128;
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -279,6 +282,35 @@ async function makeCodeCache(exe) {
   }
 }
 
+/**
+ * The loader reads app.cjs and its cache from the executable file, not from the mapped assets
+ * (scripts/sea-main.cjs: mapped pages once read stay in the RSS): their offsets in the final
+ * file go into the asset app.location, a fixed-size placeholder with a marker unique to this
+ * build, overwritten in place. The loader checks the bytes it reads against the assets' edges.
+ */
+const locationPlaceholder = `x${randomBytes(16).toString('hex')}`.padEnd(ASSET_APP_LOCATION_SIZE, ' ');
+const locationFile = path.join(seaDir, ASSET_APP_LOCATION);
+writeFileSync(locationFile, locationPlaceholder, 'latin1');
+function recordAssetPlaces(file, assetFiles) {
+  const image = readFileSync(file);
+  const at = image.indexOf(locationPlaceholder, 0, 'latin1');
+  if (at < 0 || image.indexOf(locationPlaceholder, at + 1, 'latin1') >= 0) fail('app.location placeholder not found exactly once');
+  const places = assetFiles.map((f) => {
+    const bytes = readFileSync(f);
+    const offset = image.indexOf(bytes);
+    if (offset < 0) fail(`${f} not found in ${file}`);
+    return `${offset} ${bytes.length}`;
+  });
+  const text = places.join(' ').padEnd(ASSET_APP_LOCATION_SIZE, ' ');
+  if (text.length !== ASSET_APP_LOCATION_SIZE) fail('app.location overflow');
+  const fd = openSync(file, 'r+');
+  try {
+    writeSync(fd, Buffer.from(text, 'latin1'), 0, ASSET_APP_LOCATION_SIZE, at);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 step('injecting the blob into a stripped copy of node');
 writeExecutable(assets, output);
 if (!cross) {
@@ -288,7 +320,8 @@ if (!cross) {
   step('making the code cache from a start of the executable');
   const cacheFile = await makeCodeCache(output);
   step(`code cache ${(statSync(cacheFile).size / 1024 / 1024).toFixed(1)} MB; injecting again with it`);
-  writeExecutable({ ...assets, [`${ASSET_APP}.codecache`]: cacheFile }, output);
+  writeExecutable({ ...assets, [`${ASSET_APP}.codecache`]: cacheFile, [ASSET_APP_LOCATION]: locationFile }, output);
+  recordAssetPlaces(output, [app, cacheFile]);
 }
 rmSync(strippedNode);
 const mb = (statSync(output).size / 1024 / 1024).toFixed(1);
