@@ -5,6 +5,8 @@
 //   3. better-sqlite3's addon compiled for exactly that Node, node-gyp --nodedir (cached);
 //   4. the SEA blob (bundle + addon + dashboard files as assets), made by that same Node;
 //   5. copy the base binary, strip it, inject the blob with postject.
+//   6. (native builds) a V8 code cache of the program made by a start of that executable, and
+//      the executable made again with it (scripts/sea-main.cjs).
 // pkg / pkg-fetch cannot work here: they download base binaries from the internet.
 //
 // Usage: node scripts/build-binary.mjs [--arch x64|arm64] [--skip-bundle]
@@ -14,7 +16,7 @@ import {
   chmodSync, closeSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync,
   statSync, writeFileSync, writeSync,
 } from 'node:fs';
-import { arch as hostArch, tmpdir } from 'node:os';
+import { arch as hostArch } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
@@ -251,7 +253,9 @@ function writeExecutable(blobAssets, file) {
  * (scripts/sea-main.cjs).
  */
 async function makeCodeCache(exe) {
-  const dir = mkdtempSync(path.join(tmpdir(), 'telemetryd-codecache-'));
+  // Under .cache, not /tmp: the run extracts the addon into its data dir, and dlopen fails
+  // on a noexec /tmp (docs/executable.md).
+  const dir = mkdtempSync(path.join(seaDir, 'codecache-run-'));
   const cacheFile = path.join(seaDir, `${ASSET_APP}.codecache`);
   try {
     const serveOnce = (env) => new Promise((resolve, reject) => {
