@@ -5,14 +5,16 @@
 //   3. better-sqlite3's addon compiled for exactly that Node, node-gyp --nodedir (cached);
 //   4. the SEA blob (bundle + addon + dashboard files as assets), made by that same Node;
 //   5. copy the base binary, strip it, inject the blob with postject.
+//   6. (native builds) a V8 code cache of the program made by a start of that executable, and
+//      the executable made again with it (scripts/sea-main.cjs).
 // pkg / pkg-fetch cannot work here: they download base binaries from the internet.
 //
 // Usage: node scripts/build-binary.mjs [--arch x64|arm64] [--skip-bundle]
-import { spawnSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
+import { spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import {
-  chmodSync, copyFileSync, cpSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync,
-  statSync, writeFileSync,
+  chmodSync, closeSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync,
+  statSync, writeFileSync, writeSync,
 } from 'node:fs';
 import { arch as hostArch } from 'node:os';
 import path from 'node:path';
@@ -28,6 +30,11 @@ const ASSET_ADDON = 'better_sqlite3.node';
 const ASSET_WEB_MANIFEST = 'web-manifest.json';
 const ASSET_WEB_PREFIX = 'web/';
 const ASSET_DIGEST_SUFFIX = '.sha256';
+// The program (scripts/sea-main.cjs loads it); its code cache is `${ASSET_APP}.codecache`.
+const ASSET_APP = 'app.cjs';
+// "<offset> <length>" of app.cjs then of its cache in the executable file, space padded.
+const ASSET_APP_LOCATION = 'app.location';
+const ASSET_APP_LOCATION_SIZE = 128;
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const args = process.argv.slice(2);
@@ -176,7 +183,12 @@ mkdirSync(seaDir, { recursive: true });
 // whole main script into the heap at every start, so they cost idle RSS and start time.
 const main = path.join(seaDir, 'main.cjs');
 await build(bundleOptions({ commit: gitCommit(), outfile: main, sea: true }));
-const assets = { [ASSET_ADDON]: addonFile };
+// The SEA's main script is the small loader scripts/sea-main.cjs; the program is the asset
+// app.cjs, wrapped as a CommonJS function on one line (stack trace line numbers unchanged), and
+// compiled by the loader with a code cache made after a start (step 6).
+const app = path.join(seaDir, ASSET_APP);
+writeFileSync(app, `(function (exports, require, module, __filename, __dirname) {${readFileSync(main, 'latin1')}\n})`, 'latin1');
+const assets = { [ASSET_ADDON]: addonFile, [ASSET_APP]: app };
 for (const pkg of LAZY_PACKAGES) {
   const file = path.join(seaDir, lazyAssetName(pkg));
   await build(lazyBundleOptions(pkg, file));
@@ -198,37 +210,123 @@ for (const rel of files) {
 const manifestFile = path.join(seaDir, ASSET_WEB_MANIFEST);
 writeFileSync(manifestFile, JSON.stringify({ hash: webHash.digest('hex'), files }));
 assets[ASSET_WEB_MANIFEST] = manifestFile;
-const blob = path.join(seaDir, 'sea-prep.blob');
-const seaConfig = path.join(seaDir, 'sea-config.json');
-writeFileSync(seaConfig, JSON.stringify({
-  main,
-  output: blob,
-  disableExperimentalSEAWarning: true,
-  // V8's code cache is architecture specific: it is rejected on another arch.
-  useCodeCache: !cross,
-  useSnapshot: false,
-  assets,
-}, null, 2));
-run(path.join(blobNode, 'bin', 'node'), ['--experimental-sea-config', seaConfig], { cwd: seaDir, env: cleanEnv() });
+const strippedNode = path.join(seaDir, 'node-stripped');
+copyFileSync(path.join(targetNode, 'bin', 'node'), strippedNode);
+run(targetArch === 'arm64' && cross ? 'aarch64-linux-gnu-strip' : 'strip', [strippedNode]);
 
-// 5. The executable.
+/** 5. The executable: the blob of these assets injected into a copy of the stripped node. */
+function writeExecutable(blobAssets, file) {
+  const blob = path.join(seaDir, 'sea-prep.blob');
+  const seaConfig = path.join(seaDir, 'sea-config.json');
+  writeFileSync(seaConfig, JSON.stringify({
+    main: path.join(root, 'scripts', 'sea-main.cjs'),
+    output: blob,
+    disableExperimentalSEAWarning: true,
+    // The loader is a few lines; the program's code cache is the asset app.cjs.codecache.
+    useCodeCache: false,
+    useSnapshot: false,
+    assets: blobAssets,
+  }, null, 2));
+  run(path.join(blobNode, 'bin', 'node'), ['--experimental-sea-config', seaConfig], { cwd: seaDir, env: cleanEnv() });
+  const tmpOut = `${file}.${process.pid}.tmp`;
+  copyFileSync(strippedNode, tmpOut);
+  chmodSync(tmpOut, 0o755);
+  // postject prints "Can't find string offset for section name" warnings: harmless.
+  run(process.execPath, [
+    path.join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmpOut, 'NODE_SEA_BLOB', blob,
+    '--sentinel-fuse', SEA_FUSE,
+  ], {}, true);
+  // The final file is a fresh copy, not postject's output renamed: postject writes the 110 MB
+  // in one write(), which leaves the file in the page cache as large folios, and every page
+  // fault of the executable then maps a whole large folio: 93 vs 77 MB idle RSS for the same
+  // bytes (BENCHMARKS.md). A copied, installed or cold-read file is cached in small pieces.
+  const copied = `${file}.${process.pid}.copy`;
+  copyFileSync(tmpOut, copied);
+  rmSync(tmpOut);
+  renameSync(copied, file);
+}
+
+/**
+ * Runs `serve` of an executable once to warm a data dir (assets extracted, certificate made),
+ * then once more with TELEMETRYD_SEA_CODE_CACHE_OUT: it is stopped once both listeners are up
+ * and, exiting, writes the V8 code cache of app.cjs with every function the start compiled
+ * (scripts/sea-main.cjs).
+ */
+async function makeCodeCache(exe) {
+  // Under .cache, not /tmp: the run extracts the addon into its data dir, and dlopen fails
+  // on a noexec /tmp (docs/executable.md).
+  const dir = mkdtempSync(path.join(seaDir, 'codecache-run-'));
+  const cacheFile = path.join(seaDir, `${ASSET_APP}.codecache`);
+  try {
+    const serveOnce = (env) => new Promise((resolve, reject) => {
+      const child = spawn(exe, [
+        'serve', '--data-dir', path.join(dir, 'data'), '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', '0', '--log-level', 'warn',
+      ], { cwd: dir, env: { PATH: process.env.PATH, HOME: dir, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
+      let out = '';
+      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+      child.stdout.on('data', (d) => {
+        out += d;
+        if (/HTTP listening on/.test(out) && /MQTT over TLS listening on/.test(out) && !child.stopping) {
+          child.stopping = true;
+          child.kill('SIGTERM');
+        }
+      });
+      child.on('exit', (code, signal) => {
+        clearTimeout(timer);
+        if (code === 0) resolve();
+        else reject(new Error(`serve exited with ${code ?? signal}: ${out}`));
+      });
+    });
+    await serveOnce({});
+    await serveOnce({ TELEMETRYD_SEA_CODE_CACHE_OUT: cacheFile });
+    if (!existsSync(cacheFile)) fail('the code cache run wrote no cache');
+    return cacheFile;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The loader reads app.cjs and its cache from the executable file, not from the mapped assets
+ * (scripts/sea-main.cjs: mapped pages once read stay in the RSS): their offsets in the final
+ * file go into the asset app.location, a fixed-size placeholder with a marker unique to this
+ * build, overwritten in place. The loader checks the bytes it reads against the assets' edges.
+ */
+const locationPlaceholder = `x${randomBytes(16).toString('hex')}`.padEnd(ASSET_APP_LOCATION_SIZE, ' ');
+const locationFile = path.join(seaDir, ASSET_APP_LOCATION);
+writeFileSync(locationFile, locationPlaceholder, 'latin1');
+function recordAssetPlaces(file, assetFiles) {
+  const image = readFileSync(file);
+  const at = image.indexOf(locationPlaceholder, 0, 'latin1');
+  if (at < 0 || image.indexOf(locationPlaceholder, at + 1, 'latin1') >= 0) fail('app.location placeholder not found exactly once');
+  const places = assetFiles.map((f) => {
+    const bytes = readFileSync(f);
+    const offset = image.indexOf(bytes);
+    if (offset < 0) fail(`${f} not found in ${file}`);
+    return `${offset} ${bytes.length}`;
+  });
+  const text = places.join(' ').padEnd(ASSET_APP_LOCATION_SIZE, ' ');
+  if (text.length !== ASSET_APP_LOCATION_SIZE) fail('app.location overflow');
+  const fd = openSync(file, 'r+');
+  try {
+    writeSync(fd, Buffer.from(text, 'latin1'), 0, ASSET_APP_LOCATION_SIZE, at);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 step('injecting the blob into a stripped copy of node');
-const tmpOut = `${output}.${process.pid}.tmp`;
-copyFileSync(path.join(targetNode, 'bin', 'node'), tmpOut);
-chmodSync(tmpOut, 0o755);
-run(targetArch === 'arm64' && cross ? 'aarch64-linux-gnu-strip' : 'strip', [tmpOut]);
-// postject prints "Can't find string offset for section name" warnings: harmless.
-run(process.execPath, [
-  path.join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmpOut, 'NODE_SEA_BLOB', blob,
-  '--sentinel-fuse', SEA_FUSE,
-], {}, true);
-// The final file is a fresh copy, not postject's output renamed: postject writes the 110 MB
-// in one write(), which leaves the file in the page cache as large folios, and every page
-// fault of the executable then maps a whole large folio: 93 vs 77 MB idle RSS for the same
-// bytes (BENCHMARKS.md). A copied, installed or cold-read file is cached in small pieces.
-const copied = `${output}.${process.pid}.copy`;
-copyFileSync(tmpOut, copied);
-rmSync(tmpOut);
-renameSync(copied, output);
+writeExecutable(assets, output);
+if (!cross) {
+  // 6. A V8 code cache of app.cjs made by a start of this very executable (same V8, same
+  // flags), then the executable again with the cache as an asset. A cross-built executable
+  // cannot run here (and V8's cache is architecture specific): it compiles without one.
+  step('making the code cache from a start of the executable');
+  const cacheFile = await makeCodeCache(output);
+  step(`code cache ${(statSync(cacheFile).size / 1024 / 1024).toFixed(1)} MB; injecting again with it`);
+  writeExecutable({ ...assets, [`${ASSET_APP}.codecache`]: cacheFile, [ASSET_APP_LOCATION]: locationFile }, output);
+  recordAssetPlaces(output, [app, cacheFile]);
+}
+rmSync(strippedNode);
 const mb = (statSync(output).size / 1024 / 1024).toFixed(1);
 step(`built ${path.relative(root, output)} (${mb} MB, Node ${NODE_VERSION} linux-${targetArch}, ${files.length} dashboard files)`);

@@ -12,7 +12,7 @@ import { dashboardRoutes } from './routes/dashboard.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
 import { createMetrics, installMetrics } from './metrics.js';
 import { parseJsonBody } from './jsonBody.js';
-import { buildSharedSerializer } from './serializers.js';
+import { buildLazyValidator, buildSharedSerializer } from './serializers.js';
 
 export interface AppOptions {
   services: Services;
@@ -52,7 +52,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     http: { headersTimeout: timeouts.headersMs, connectionsCheckingInterval: timeouts.checkIntervalMs },
     routerOptions: { maxParamLength: 200 },
     return503OnClosing: true,
-    schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer } },
+    schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer, buildValidator: buildLazyValidator } },
     ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false, validateSchema: false } },
   });
 

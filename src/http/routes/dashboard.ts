@@ -1,3 +1,4 @@
+import { readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fastifyStatic from '@fastify/static';
@@ -21,6 +22,16 @@ declare module 'fastify' {
     /** A dashboard route reachable without a session (sign-in, setup, session probe). */
     dashboardPublic?: boolean;
   }
+}
+
+/** The files under the dashboard root as URL paths, without dot files (as @fastify/static). */
+function dashboardFiles(root: string): string[] {
+  return readdirSync(root, { recursive: true, withFileTypes: true })
+    .map((entry) => ({ entry, rel: path.relative(root, path.join(entry.parentPath, entry.name)).split(path.sep).join('/') }))
+    .filter(({ entry, rel }) => !rel.split('/').some((segment) => segment.startsWith('.'))
+      && (entry.isFile() || (entry.isSymbolicLink() && statSync(path.join(root, rel)).isFile())))
+    .map(({ rel }) => rel)
+    .sort();
 }
 
 function contentSecurityPolicy(publicUrl: string): string {
@@ -71,7 +82,14 @@ export async function dashboardRoutes(app: FastifyInstance, opts: { services: Se
   };
 
   if (webRoot) {
-    await app.register(fastifyStatic, { root: path.resolve(webRoot), prefix: '/', wildcard: false, index: false, cacheControl: false });
+    // The routes @fastify/static makes with `wildcard: false` (GET and HEAD of each file), but
+    // from a synchronous listing: its glob walk of the directory was ~5 ms of a start
+    // (BENCHMARKS.md). Not `wildcard: true`: every unknown path would then be a file lookup.
+    const root = path.resolve(webRoot);
+    await app.register(fastifyStatic, { root, serve: false, index: false, cacheControl: false });
+    for (const file of dashboardFiles(root)) {
+      app.route({ method: ['HEAD', 'GET'], url: `/${file}`, schema: { hide: true }, handler: (_request, reply) => reply.sendFile(file, root) });
+    }
   } else {
     app.log.warn('dashboard files not found (dist/web): run npm run build');
   }
