@@ -7,10 +7,10 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /**
  * Packages the code imports only with `import()` on first use (an Excel export, the first
- * start's certificate, the first alert email). In the single executable each is its own SEA
+ * start's certificate, the first alert email, a backup or restore). In the single executable each is its own SEA
  * asset `lazy/<name>.cjs` instead of part of the main script (src/seaLazy.ts).
  */
-export const LAZY_PACKAGES = ['exceljs', 'selfsigned', 'nodemailer'];
+export const LAZY_PACKAGES = ['exceljs', 'selfsigned', 'nodemailer', 'tar'];
 export const lazyAssetName = (pkg) => `lazy/${pkg}.cjs`;
 
 const common = {

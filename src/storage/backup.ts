@@ -1,7 +1,6 @@
 import Database from 'better-sqlite3';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import * as tar from 'tar';
 import { DB_FILE, type Db } from './db.js';
 import { loadNativeBinding } from './native.js';
 
@@ -72,6 +71,8 @@ export async function createBackup(
     if (hasSnapshots) symlinkSync(snapshots, path.join(staging, SNAPSHOTS_DIR), 'dir');
     const manifest: BackupManifest = { format: BACKUP_FORMAT, version, created_at: new Date().toISOString(), snapshots: hasSnapshots };
     writeFileSync(path.join(staging, MANIFEST), JSON.stringify(manifest, null, 2) + '\n');
+    // Loaded on first use: a serve that never backs up does not load tar (and zlib) at start.
+    const tar = await import('tar');
     await tar.create(
       {
         gzip: true,
@@ -140,6 +141,7 @@ export async function restoreBackup(file: string, dataDir: string, opts: { force
   const staging = mkdtempSync(path.join(dir, '.restore-'));
   try {
     try {
+      const tar = await import('tar');
       await tar.extract({
         file: source,
         cwd: staging,

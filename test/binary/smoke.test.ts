@@ -206,6 +206,15 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
       }
     });
 
+    it('backs up the running server and restores the archive: tar loads from its own asset on first use', async () => {
+      const backup = runJson(['backup', 'backup.tar.gz']);
+      expect(backup.bytes).toBeGreaterThan(0);
+      const r = runExe(['restore', 'backup.tar.gz', '--data-dir', 'restored', '--json']);
+      expect(r.status, r.stderr).toBe(0);
+      expect(JSON.parse(r.stdout).data_dir).toBe(path.join(dir, 'restored'));
+      expect(existsSync(path.join(dir, 'restored', 'telemetryd.db'))).toBe(true);
+    });
+
     it.skipIf(!hasMqtt)('accepts a reading published over MQTT with TLS (mqtt.js), pinned to the printed certificate', async () => {
       const m = /MQTT over TLS listening on [^\s]+:(\d+) \(.*certificate (\S+), SHA-256 fingerprint ([0-9A-Fa-f:]+)\)/.exec(output);
       expect(m, output).toBeTruthy();
