@@ -143,6 +143,15 @@ describe('readings inbox (migration 5)', () => {
     expect(repos.readings.latest(a.seq)!.data).toBe('{"last":1}');
   });
 
+  it('counts readings left in the inbox by an earlier process (a crash, a restored backup) when it opens', async () => {
+    const { db, repos, a, inInbox } = await setup();
+    repos.readings.insertBatch([{ deviceSeq: a.seq, time: NOW, data: '{}' }]);
+    const reopened = createRepositories(db);
+    expect(reopened.readings.inboxRows()).toBe(1);
+    expect(reopened.readings.mergeInbox()).toBe(1);
+    expect(inInbox()).toBe(0);
+  });
+
   it('is merged on close, so a stopped server leaves an empty inbox', async () => {
     const { services, a, inInbox, inTable } = await setup();
     await services.writer.append({ deviceSeq: a.seq, time: NOW, data: '{}' });

@@ -59,8 +59,12 @@ export function readingsRepo(db: Db) {
   const insertInbox = inserts('readings_inbox');
   const insertByDevice = inserts('readings_by_device');
   const rowParams: unknown[] = new Array(4 * ROWS_PER_INSERT);
-  /** Readings appended to the inbox since the last merge by this connection. */
-  let inboxRows = 0;
+  /**
+   * Readings in the inbox as far as this connection knows: counted once at open (a server
+   * stopped by a crash, or a restored backup, may have left some), then kept by its own
+   * appends and merges.
+   */
+  let inboxRows = (db.prepare('SELECT count(*) FROM readings_inbox').pluck().get() as number) ?? 0;
   // Takes n seqs in one step (migration 1: reading_seq only grows, ids are never reused).
   const takeSeqs = db.prepare<[number], { last: number }>('UPDATE reading_seq SET last = last + ? RETURNING last');
   const mergeInto = db.prepare(
@@ -172,7 +176,7 @@ export function readingsRepo(db: Db) {
   return {
     insertBatch: (batch: PendingReading[]): number[] => insertBatch.immediate(batch),
     mergeInbox: (): number => mergeInbox.immediate(),
-    /** Readings this connection appended to the inbox since its last merge. */
+    /** Readings in the inbox, as counted at open and by this connection since. */
     inboxRows: (): number => inboxRows,
     latest(deviceSeq: number) {
       const stored = latestStored.get(deviceSeq);
