@@ -13,7 +13,6 @@ import { build } from 'esbuild';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir, totalmem, cpus, loadavg } from 'node:os';
 import { createConnection } from 'node:net';
-import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -328,38 +327,15 @@ async function mqttIngest() {
   };
 }
 
-/**
- * Latency of n sequential GETs from one client on one keep-alive connection (node:http; the
- * body is read as Buffers). fetch() + text() added its own decoding of the 130 KB history
- * body to every figure: the same run's server-side histogram (/metrics) had 99 % of history
- * requests under 5 ms while fetch's p99 was 9-13 ms (BENCHMARKS.md).
- */
+/** Latency of n sequential GETs from one client in its own process (scripts/bench/latency.mjs); the first 20 warm the connection and caches. */
 async function timeRequests(url, key, n, paths) {
-  const { hostname, port } = new URL(url);
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
-  const get = (p) =>
-    new Promise((resolve, reject) => {
-      http
-        .get({ host: hostname, port, path: p, agent, headers: { authorization: `Bearer ${key}` } }, (res) => {
-          const chunks = [];
-          res.on('data', (c) => chunks.push(c));
-          res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks) }));
-          res.on('error', reject);
-        })
-        .on('error', reject);
-    });
-  const times = [];
-  try {
-    for (let i = 0; i < n + 20; i++) {
-      const t0 = performance.now();
-      const { status, body } = await get(paths(i));
-      const ms = performance.now() - t0;
-      if (status !== 200 || body.length === 0) throw new Error(`GET ${paths(i)}: ${status} ${body.toString('utf8', 0, 200)}`);
-      if (i >= 20) times.push(ms); // the first 20 warm the connection and caches
-    }
-  } finally {
-    agent.destroy();
-  }
+  const warmup = 20;
+  const { times_ms: times } = await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'latency.mjs'), {
+    url,
+    key,
+    warmup,
+    paths: Array.from({ length: n + warmup }, (_, i) => paths(i)),
+  });
   return times.sort((a, b) => a - b);
 }
 
