@@ -3,8 +3,8 @@ import type { Database } from 'better-sqlite3';
 /**
  * Keeps reading_counts equal to the readings table when readings are deleted (retention,
  * device deletion): one row per account and UTC minute, a zero row dropped. Inserts are
- * counted by the writer once per batch (readings repository, COUNT_INSERTED_READINGS): a
- * per-row INSERT trigger cost a third of sustained ingest (BENCHMARKS.md).
+ * counted by the writer once per batch and per account and minute (readings repository,
+ * insertBatch): a per-row INSERT trigger cost a third of sustained ingest (BENCHMARKS.md).
  */
 export const READING_COUNTS_TRIGGERS = `
   CREATE TRIGGER reading_counts_delete AFTER DELETE ON readings BEGIN
@@ -13,16 +13,6 @@ export const READING_COUNTS_TRIGGERS = `
     DELETE FROM reading_counts
       WHERE account_seq = (SELECT account_seq FROM devices WHERE seq = OLD.device_seq) AND minute = OLD.time / 60000 AND n <= 0;
   END;`;
-
-/**
- * Adds one committed batch to reading_counts in one statement: ? is a JSON array of
- * [device_seq, minute, n] the writer aggregated (readings repository).
- */
-export const COUNT_INSERTED_READINGS = `
-  INSERT INTO reading_counts (account_seq, minute, n)
-    SELECT d.account_seq, j.value ->> 1, sum(j.value ->> 2) FROM json_each(?) j JOIN devices d ON d.seq = j.value ->> 0
-    WHERE true GROUP BY d.account_seq, j.value ->> 1
-  ON CONFLICT (account_seq, minute) DO UPDATE SET n = n + excluded.n`;
 
 /** Recomputes reading_counts from readings (migration 4; bulk loads that bypass the triggers). */
 export const REBUILD_READING_COUNTS = `

@@ -51,4 +51,19 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     repos.readings.rebuildDerived();
     for (const since of sinces) expect(repos.readings.countSinceForAccount(other.seq, since)).toBe(brute(other.seq, since));
   });
+
+  it('counts batches whose readings carry their account (the ingest pipeline) and batches that do not, alike', async () => {
+    const { repos, services, account, other, a, b, x, brute } = await setup();
+    // Two accounts and several minutes in one batch, with the account given.
+    const batch = [];
+    for (let t = NOW - 3 * HOUR; t <= NOW; t += 50_000) for (const d of [a, b, x]) batch.push({ deviceSeq: d.seq, accountSeq: d.accountSeq, time: t, data: '{}' });
+    repos.readings.insertBatch(batch);
+    // The same shape through the writer, as ingest sends it.
+    await Promise.all([a, x].map((d) => services.writer.append({ deviceSeq: d.seq, accountSeq: d.accountSeq, time: NOW - 1, data: '{}' })));
+    for (const since of [NOW - 24 * HOUR, NOW - 90 * 60_000, NOW - 1]) {
+      expect(repos.readings.countSinceForAccount(account.seq, since)).toBe(brute(account.seq, since));
+      expect(repos.readings.countSinceForAccount(other.seq, since)).toBe(brute(other.seq, since));
+    }
+    expect(brute(other.seq, NOW - 24 * HOUR)).toBe(batch.length / 3 + 1);
+  });
 });

@@ -156,7 +156,7 @@ export function ingestPipeline(deps: {
    * object that was validated.
    */
   async function store(device: Device, data: Record<string, unknown>, text?: string): Promise<StoredReading> {
-    const reading = { deviceSeq: device.seq, time: clock.now(), data: text ?? JSON.stringify(data) };
+    const reading = { deviceSeq: device.seq, accountSeq: device.accountSeq, time: clock.now(), data: text ?? JSON.stringify(data) };
     const seq = await sink.append(reading);
     return { seq, ...reading };
   }

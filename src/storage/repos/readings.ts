@@ -1,6 +1,6 @@
 import type { Db } from '../db.js';
 import type { StoredReading } from '../../domain/types.js';
-import { COUNT_INSERTED_READINGS, REBUILD_READING_COUNTS } from '../migrations.js';
+import { REBUILD_READING_COUNTS } from '../migrations.js';
 
 const MINUTE_MS = 60_000;
 const ROWS_PER_INSERT = 32;
@@ -38,6 +38,8 @@ const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.
 
 export interface PendingReading {
   deviceSeq: number;
+  /** The device's account, when the caller has it (the ingest pipeline); looked up otherwise. */
+  accountSeq?: number;
   time: number;
   data: string;
 }
@@ -121,7 +123,13 @@ export function readingsRepo(db: Db) {
     'DELETE FROM readings_by_device WHERE (device_seq, time, seq) IN (SELECT device_seq, time, seq FROM readings_by_device WHERE device_seq = ? AND time < ? ORDER BY time, seq LIMIT ?)',
   );
 
-  const countInserted = db.prepare<[string]>(COUNT_INSERTED_READINGS);
+  // reading_counts (migration 4) takes one upsert per account and minute of a batch: usually
+  // one. As one json_each statement over per-device counts joined to devices, a 1,000-reading
+  // batch spent ~1-2 µs a reading there (BENCHMARKS.md).
+  const countInserted = db.prepare<[number, number, number]>(
+    'INSERT INTO reading_counts (account_seq, minute, n) VALUES (?, ?, ?) ON CONFLICT (account_seq, minute) DO UPDATE SET n = n + excluded.n',
+  );
+  const accountOfDevice = db.prepare<[number], number>('SELECT account_seq FROM devices WHERE seq = ?').pluck();
 
   /**
    * One transaction for a whole batch (group commit); returns the new seqs in order. The
@@ -140,6 +148,7 @@ export function readingsRepo(db: Db) {
     const last = takeSeqs.get(batch.length)!.last;
     const first = last - batch.length + 1;
     const seqs = new Array<number>(batch.length);
+    // minute → account → readings, for reading_counts.
     const perMinute = new Map<number, Map<number, number>>();
     const devices = new Set<number>();
     for (let i = 0; i < batch.length; i++) devices.add(batch[i]!.deviceSeq);
@@ -162,13 +171,14 @@ export function readingsRepo(db: Db) {
       if (i >= grouped) insert.one.run(r.deviceSeq, r.time, seq, r.data);
       seqs[i] = seq;
       const minute = Math.floor(r.time / MINUTE_MS);
-      let perDevice = perMinute.get(minute);
-      if (!perDevice) perMinute.set(minute, (perDevice = new Map()));
-      perDevice.set(r.deviceSeq, (perDevice.get(r.deviceSeq) ?? 0) + 1);
+      const accountSeq = r.accountSeq ?? accountOfDevice.get(r.deviceSeq);
+      // A device deleted meanwhile has no account: its reading is not counted (as before).
+      if (accountSeq === undefined) continue;
+      let perAccount = perMinute.get(minute);
+      if (!perAccount) perMinute.set(minute, (perAccount = new Map()));
+      perAccount.set(accountSeq, (perAccount.get(accountSeq) ?? 0) + 1);
     }
-    const counts: [number, number, number][] = [];
-    for (const [minute, perDevice] of perMinute) for (const [deviceSeq, n] of perDevice) counts.push([deviceSeq, minute, n]);
-    countInserted.run(JSON.stringify(counts));
+    for (const [minute, perAccount] of perMinute) for (const [accountSeq, n] of perAccount) countInserted.run(accountSeq, minute, n);
     if (toInbox) inboxRows += batch.length;
     return seqs;
   });
