@@ -24,8 +24,9 @@ const common = {
   // Names stay readable; the linked source map maps stack traces back to the sources.
   minifyWhitespace: true,
   logLevel: 'warning',
-  // debug (via mqtt-packet) optionally requires supports-color; keep it out of the bundle.
-  alias: { 'supports-color': path.join(root, 'scripts', 'empty-module.cjs') },
+  // debug loggers (mqtt-packet, json-schema-resolver) are never enabled here: a no-op stands in
+  // for the package (scripts/noop-debug.cjs); supports-color, which debug may require, stays out.
+  alias: { debug: path.join(root, 'scripts', 'noop-debug.cjs'), 'supports-color': path.join(root, 'scripts', 'empty-module.cjs') },
 };
 
 /** Resolves our own `import('<lazy package>')` to src/seaLazy.ts loading its asset. */
