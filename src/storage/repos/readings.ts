@@ -49,7 +49,7 @@ export interface PendingReading {
  * appended in seq order, and `readings_by_device`, clustered on (device_seq, time, seq), into
  * which mergeInbox moves the inbox in one sorted pass. The inbox stays small (the writer
  * merges it every INBOX_MERGE_ROWS readings, and when ingest pauses), so the queries below
- * read both: the clustered table by its key, the inbox by a scan of a few thousand rows.
+ * read both: the clustered table by its key, the inbox by a scan of at most ~16,000 rows.
  */
 export function readingsRepo(db: Db) {
   // Rows go in ROWS_PER_INSERT per statement where a batch has that many, then one by one:
