@@ -287,12 +287,14 @@ describe('bad input sweep (HTTP)', () => {
     // Content-Length and chunked together.
     const both = await rawHttp(server.port, [`POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`]);
     expect(both.status).toBe(400);
-    // A chunked body over the limit is cut off with 413.
+    // A chunked body over the limit is cut off with 413. The client sends just past the
+    // limit and then waits (no last chunk): had it kept sending, the server's close of a
+    // socket with unread bytes is a TCP reset, which can discard the 413 before the client
+    // reads it (a flaky test, not a server fault).
     const chunk = 'x'.repeat(30_000);
     const chunked = await rawHttp(server.port, [
       `POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`,
-      ...Array.from({ length: 4 }, () => `${chunk.length.toString(16)}\r\n${chunk}\r\n`),
-      '0\r\n\r\n',
+      ...Array.from({ length: 3 }, () => `${chunk.length.toString(16)}\r\n${chunk}\r\n`),
     ]);
     expect(chunked.status).toBe(413);
     await expectAlive();
