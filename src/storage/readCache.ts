@@ -9,39 +9,46 @@ import type { Db } from './db.js';
  * the CLI's effect without a restart):
  * - this connection: TEMP triggers on the watched tables call back into JS, whichever code
  *   wrote (any repository, raw SQL, a rolled-back transaction counts too): seen at once;
- * - other connections (the admin CLI, another process): ExternalCommits above.
+ * - other connections (the admin CLI, another process): ConfigChanges above.
  */
 /**
- * Commits made by other connections (the admin CLI, another process), seen through
- * PRAGMA data_version, which changes exactly when another connection has committed.
+ * Changes to the tables the server caches (accounts, devices, alerts) made by any
+ * connection, the admin CLI and other processes included: the `config_changes` counter
+ * that triggers bump (migration 6). Not PRAGMA data_version: that changes on every commit
+ * of another connection, and the writer thread's connection commits readings every batch.
  *
- * Read at most once per EXTERNAL_CHECK_MS, not per lookup: the pragma starts a read
- * transaction (shared-memory locks), profiled at 8 % of HTTP ingest CPU when read once per
- * request (BENCHMARKS.md). So a commit by another process is seen by every lookup that
- * starts more than EXTERNAL_CHECK_MS after it: an admin command's effect is visible before
- * the command has even exited (decisions.md §2: no restart needed).
+ * Read at most once per EXTERNAL_CHECK_MS, not per lookup: a read starts a read transaction
+ * (shared-memory locks), profiled at 8 % of HTTP ingest CPU when done once per request
+ * (BENCHMARKS.md). So a commit by another process is seen by every lookup that starts more
+ * than EXTERNAL_CHECK_MS after it: an admin command's effect is visible before the command
+ * has even exited (decisions.md §2: no restart needed).
  */
 export const EXTERNAL_CHECK_MS = 1;
 
-export class ExternalCommits {
+export class ConfigChanges {
   private generation = 0;
-  private lastDataVersion: number;
+  private lastCount: number;
   private checkedAt = -Infinity;
-  private readonly dataVersion;
+  private readonly count;
 
   constructor(db: Db) {
-    this.dataVersion = db.prepare('PRAGMA data_version').pluck();
-    this.lastDataVersion = this.dataVersion.get() as number;
+    this.count = db.prepare('SELECT n FROM config_changes').pluck();
+    this.lastCount = this.read();
   }
 
-  /** A number that differs from any earlier one once another connection may have committed. */
+  /** The counter as stored now (uncached: the change watcher polls this). */
+  read(): number {
+    return this.count.get() as number;
+  }
+
+  /** A number that differs from any earlier one once a cached table may have changed. */
   current(): number {
     const now = performance.now();
     if (now - this.checkedAt >= EXTERNAL_CHECK_MS) {
       this.checkedAt = now;
-      const v = this.dataVersion.get() as number;
-      if (v !== this.lastDataVersion) {
-        this.lastDataVersion = v;
+      const n = this.read();
+      if (n !== this.lastCount) {
+        this.lastCount = n;
         this.generation++;
       }
     }
@@ -54,7 +61,7 @@ export class TableChanges {
 
   constructor(
     private readonly db: Db,
-    private readonly external: ExternalCommits,
+    private readonly external: ConfigChanges,
     tables: string[],
   ) {
     db.function('telemetryd_tables_changed', { deterministic: false, varargs: false }, () => {
