@@ -72,7 +72,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
 
   app = await buildApp({ services, config, logger, version: VERSION, setupToken, httpTimeouts: options.httpTimeouts });
   const watcher = new ChangeWatcher(
-    services.repos.configChangeCount,
+    db,
     () => services.events.emit('external.change', {}),
     250,
     (err) => app?.log.error({ err }, 'database change check failed'),

@@ -1,21 +1,25 @@
+import type { Db } from './db.js';
+
 /**
- * Notices changes to accounts, devices and alerts made by other connections (the admin CLI)
- * through the config_changes counter (migration 6, readCache.ts), which triggers bump on
- * every such change. Cheap enough to poll often; lets the server close MQTT sessions of a
- * device paused from the CLI without a restart. (PRAGMA data_version would also change on
- * every batch the writer thread commits.)
+ * Notices commits made by other connections (the admin CLI) through PRAGMA data_version,
+ * which changes only when another connection commits. Cheap enough to poll often; lets the
+ * server close MQTT sessions of a device paused from the CLI without a restart.
  */
 export class ChangeWatcher {
   private timer: NodeJS.Timeout | null = null;
   private last: number;
 
   constructor(
-    private readonly version: () => number,
+    private readonly db: Db,
     private readonly onChange: () => void,
     private readonly intervalMs = 250,
     private readonly onError: (err: unknown) => void = () => {},
   ) {
     this.last = this.version();
+  }
+
+  private version(): number {
+    return this.db.pragma('data_version', { simple: true }) as number;
   }
 
   start(): void {

@@ -6,16 +6,15 @@ import { readingsRepo } from './repos/readings.js';
 import { alertsRepo } from './repos/alerts.js';
 import { sessionsRepo } from './repos/sessions.js';
 import { snapshotsRepo } from './repos/snapshots.js';
-import { ConfigChanges, TableChanges } from './readCache.js';
+import { ExternalCommits, TableChanges } from './readCache.js';
 
 /** Every repository over one connection: what the domain layer is given. */
 export function createRepositories(db: Db) {
-  // Changes to cached tables by any connection (the admin CLI), one cheap check shared by
-  // every cache.
-  const configChanges = new ConfigChanges(db);
+  // Commits by another connection (the admin CLI), one cheap check shared by every cache.
+  const externalCommits = new ExternalCommits(db);
   // Device authentication and its account are looked up on every reading: cached, and
   // dropped on any change to either table by anyone (readCache.ts).
-  const authTables = new TableChanges(db, configChanges, ['devices', 'accounts']);
+  const authTables = new TableChanges(db, externalCommits, ['devices', 'accounts']);
   return {
     db,
     accounts: accountsRepo(db, authTables),
@@ -25,10 +24,8 @@ export function createRepositories(db: Db) {
     alerts: alertsRepo(db),
     sessions: sessionsRepo(db),
     snapshots: snapshotsRepo(db),
-    /** Changes once any connection (the admin CLI) changed accounts, devices or alerts (readCache.ts). */
-    configChanges: (): number => configChanges.current(),
-    /** The stored counter behind configChanges, read now (the change watcher's poll). */
-    configChangeCount: (): number => configChanges.read(),
+    /** Changes once another connection (the admin CLI) has committed (readCache.ts). */
+    externalCommits: (): number => externalCommits.current(),
     /** Runs fn in one synchronous transaction (never spans an await). */
     // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the
     // server) waits on busy_timeout instead of failing with SQLITE_BUSY on lock upgrade.

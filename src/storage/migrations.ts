@@ -21,13 +21,6 @@ export const REBUILD_READING_COUNTS = `
     SELECT d.account_seq, r.time / 60000, count(*) FROM readings r JOIN devices d ON d.seq = r.device_seq
     GROUP BY d.account_seq, r.time / 60000;`;
 
-/** Triggers bumping config_changes (migration 6); `columns` limits which UPDATEs count. */
-function changeCounterTriggers(table: string, columns: string | null): string {
-  return ['INSERT', columns ? `UPDATE OF ${columns}` : 'UPDATE', 'DELETE']
-    .map((op) => `CREATE TRIGGER ${table}_${op.split(' ')[0]!.toLowerCase()}_counted AFTER ${op} ON ${table} BEGIN UPDATE config_changes SET n = n + 1; END;`)
-    .join('\n');
-}
-
 /**
  * Numbered migrations, applied in order inside one transaction each before the server
  * listens. PRAGMA user_version records the last one applied. Never edit a released
@@ -236,25 +229,6 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
       CREATE VIEW readings AS
         SELECT device_seq, time, seq, data FROM readings_by_device
         UNION ALL SELECT device_seq, time, seq, data FROM readings_inbox;
-    `,
-  },
-  {
-    // A counter that every change to the tables the server caches bumps, whichever
-    // connection makes it (the admin CLI, the server's main connection). The caches used
-    // PRAGMA data_version, which changes on any other connection's commit: with readings
-    // written by the writer thread's own connection (src/storage/writerThread.ts) it changed
-    // every batch and emptied the caches each time. Columns that ingest itself writes
-    // (rejection counts, archived last_seen, an alert's last_triggered) are left out: they
-    // are not what the caches hold, and counting them would empty the caches on every
-    // rejected reading or trigger.
-    version: 6,
-    name: 'change counter',
-    sql: `
-      CREATE TABLE config_changes (n INTEGER NOT NULL);
-      INSERT INTO config_changes (n) VALUES (0);
-      ${changeCounterTriggers('accounts', null)}
-      ${changeCounterTriggers('devices', 'id, account_seq, name, type, description, status, settings, schema_mode, fields, snapshots_enabled, token_hash, created_at, updated_at')}
-      ${changeCounterTriggers('alerts', 'id, account_seq, device_seq, name, field, operator, value, actions, webhook_url, severity, enabled, cooldown, created_at, updated_at')}
     `,
   },
 ];

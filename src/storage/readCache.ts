@@ -9,46 +9,39 @@ import type { Db } from './db.js';
  * the CLI's effect without a restart):
  * - this connection: TEMP triggers on the watched tables call back into JS, whichever code
  *   wrote (any repository, raw SQL, a rolled-back transaction counts too): seen at once;
- * - other connections (the admin CLI, another process): ConfigChanges above.
+ * - other connections (the admin CLI, another process): ExternalCommits above.
  */
 /**
- * Changes to the tables the server caches (accounts, devices, alerts) made by any
- * connection, the admin CLI and other processes included: the `config_changes` counter
- * that triggers bump (migration 6). Not PRAGMA data_version: that changes on every commit
- * of another connection, and the writer thread's connection commits readings every batch.
+ * Commits made by other connections (the admin CLI, another process), seen through
+ * PRAGMA data_version, which changes exactly when another connection has committed.
  *
- * Read at most once per EXTERNAL_CHECK_MS, not per lookup: a read starts a read transaction
- * (shared-memory locks), profiled at 8 % of HTTP ingest CPU when done once per request
- * (BENCHMARKS.md). So a commit by another process is seen by every lookup that starts more
- * than EXTERNAL_CHECK_MS after it: an admin command's effect is visible before the command
- * has even exited (decisions.md §2: no restart needed).
+ * Read at most once per EXTERNAL_CHECK_MS, not per lookup: the pragma starts a read
+ * transaction (shared-memory locks), profiled at 8 % of HTTP ingest CPU when read once per
+ * request (BENCHMARKS.md). So a commit by another process is seen by every lookup that
+ * starts more than EXTERNAL_CHECK_MS after it: an admin command's effect is visible before
+ * the command has even exited (decisions.md §2: no restart needed).
  */
 export const EXTERNAL_CHECK_MS = 1;
 
-export class ConfigChanges {
+export class ExternalCommits {
   private generation = 0;
-  private lastCount: number;
+  private lastDataVersion: number;
   private checkedAt = -Infinity;
-  private readonly count;
+  private readonly dataVersion;
 
   constructor(db: Db) {
-    this.count = db.prepare('SELECT n FROM config_changes').pluck();
-    this.lastCount = this.read();
+    this.dataVersion = db.prepare('PRAGMA data_version').pluck();
+    this.lastDataVersion = this.dataVersion.get() as number;
   }
 
-  /** The counter as stored now (uncached: the change watcher polls this). */
-  read(): number {
-    return this.count.get() as number;
-  }
-
-  /** A number that differs from any earlier one once a cached table may have changed. */
+  /** A number that differs from any earlier one once another connection may have committed. */
   current(): number {
     const now = performance.now();
     if (now - this.checkedAt >= EXTERNAL_CHECK_MS) {
       this.checkedAt = now;
-      const n = this.read();
-      if (n !== this.lastCount) {
-        this.lastCount = n;
+      const v = this.dataVersion.get() as number;
+      if (v !== this.lastDataVersion) {
+        this.lastDataVersion = v;
         this.generation++;
       }
     }
@@ -61,7 +54,7 @@ export class TableChanges {
 
   constructor(
     private readonly db: Db,
-    private readonly external: ConfigChanges,
+    private readonly external: ExternalCommits,
     tables: string[],
   ) {
     db.function('telemetryd_tables_changed', { deterministic: false, varargs: false }, () => {

@@ -6,7 +6,7 @@
  *   statement on `alerts_by_device` and dropped whenever an alert changes here
  *   ('alert.changed') or another process (the admin CLI) commits. The change watcher reports
  *   such commits only every 250 ms, so the evaluator also asks the repositories'
- *   `configChanges()` (a counter bumped by triggers, read at most once a millisecond): an alert
+ *   `externalCommits()` (PRAGMA data_version, read at most once a millisecond): an alert
  *   created or disabled with the CLI applies to the next reading (decisions.md §2). A device
  *   without alerts costs one Map lookup per reading.
  * - Race-free cooldown: the cooldown check and the cached `last_triggered` update happen in
@@ -87,9 +87,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     flushTriggers();
     enabledByDevice.clear();
   };
-  let seenExternal = repos.configChanges();
+  let seenExternal = repos.externalCommits();
   function dropCacheIfChangedElsewhere() {
-    const external = repos.configChanges();
+    const external = repos.externalCommits();
     if (external !== seenExternal) {
       seenExternal = external;
       dropCache();
