@@ -11,7 +11,7 @@ import { Aedes, type Client } from 'aedes';
 import type { ServerConfig } from '../config.js';
 import type { Services } from '../domain/services.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
-import { brokerHooks } from './hooks.js';
+import { brokerHooks, skipTelemetryFanOut } from './hooks.js';
 import { SessionRegistry } from './sessions.js';
 import { loadTlsMaterial, type TlsMaterial } from './tls.js';
 
@@ -57,6 +57,7 @@ export async function startMqtt(config: ServerConfig, services: Services, log: L
     maxClientsIdLength: 23 + 64,
     ...brokerHooks({ services, sessions, log, broker: () => broker! }),
   });
+  skipTelemetryFanOut(broker);
   const stopWatching = sessions.watch();
   broker.on('clientError', (client: Client, err: Error) => log.debug({ clientId: client.id, err: err.message }, 'MQTT client error'));
   broker.on('connectionError', (_client: Client, err: Error) => log.debug({ err: err.message }, 'MQTT connection error'));
