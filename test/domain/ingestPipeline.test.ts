@@ -1,0 +1,42 @@
+import { rmSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { openDatabase, type Db } from '../../src/storage/db.js';
+import { createRepositories } from '../../src/storage/index.js';
+import { createServices } from '../../src/domain/services.js';
+import { tempDir } from '../helpers/server.js';
+
+/**
+ * The MQTT hook chains `.then` on ingestReading (src/mqtt/hooks.ts): every refusal must come
+ * back as a rejected promise, never as a synchronous throw into aedes.
+ */
+describe('ingestReading', () => {
+  let db: Db | null = null;
+  let dir = '';
+  afterEach(() => {
+    db?.close();
+    db = null;
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('refuses by rejecting, and stores a valid payload once committed', async () => {
+    dir = tempDir();
+    db = openDatabase(dir);
+    const services = createServices(createRepositories(db));
+    const account = await services.accounts.create({ email: 'p@example.com', plan: 'business' });
+    const { device, accessToken } = services.devices.create(account, { name: 'd' });
+    const calls = [
+      () => services.ingest.ingestReading({ transport: 'mqtt', deviceId: 'dev_missing', data: Buffer.from('{"t":1}') }),
+      () => services.ingest.ingestReading({ transport: 'http', deviceId: device.id, token: 'wrong', data: { t: 1 } }),
+      () => services.ingest.ingestReading({ transport: 'mqtt', deviceId: device.id, data: Buffer.from('not json') }),
+      () => services.ingest.ingestReading({ transport: 'http', deviceId: device.id, token: accessToken, data: [1, 2] }),
+    ];
+    for (const call of calls) {
+      let result: Promise<unknown> | undefined;
+      expect(() => (result = call())).not.toThrow();
+      await expect(result).rejects.toMatchObject({ status: expect.any(Number) });
+    }
+    const stored = await services.ingest.ingestReading({ transport: 'mqtt', deviceId: device.id, data: Buffer.from('{ "t" : 1.50 }') });
+    expect(stored.data).toBe('{ "t" : 1.50 }');
+    expect(db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(device.seq)).toEqual({ n: 1 });
+  });
+});
