@@ -166,10 +166,9 @@ type FanOut = (packet: PublishPacket, client: Client | null, done?: (err?: Error
  * (authorizeForward refuses it) nor retained (authorizePublish clears the flag), yet after the
  * PUBACK aedes still fans it out: subscription-trie lookups for live and for offline
  * subscribers, the emitter, the 'publish' event. That work can deliver nothing, and it was
- * ~1.5 µs of the broker thread per message under QoS 1 load (BENCHMARKS.md); a persistent
- * session subscribed to its own telemetry topic would also have had every reading queued for
- * it while offline, only to be refused at delivery. Those packets skip the fan-out; every other
- * publish (none reaches here from devices today) goes through aedes unchanged.
+ * ~1.5 µs of the broker thread per message under QoS 1 load (BENCHMARKS.md). Those packets
+ * skip the fan-out; every other publish (none reaches here from devices today) goes through
+ * aedes unchanged.
  */
 export function skipTelemetryFanOut(broker: Aedes): void {
   const target = broker as unknown as { publish: FanOut };

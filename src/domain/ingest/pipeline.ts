@@ -173,48 +173,46 @@ export function ingestPipeline(deps: {
     events.emit('reading.stored', { device, reading, parsed: data, transport });
   }
 
+  /** ingestReading's steps; the checks before the commit throw. */
+  function ingestNow(req: IngestRequest): Promise<StoredReading> {
+    const { device, account } = authorizeDevice(req);
+    let data: Record<string, unknown>;
+    let text: string | undefined;
+    try {
+      if (Buffer.isBuffer(req.data)) {
+        const payload = payloadText(req.data);
+        data = requireObject(parsePayloadText(payload));
+        if (spellsEachKeyOnce(payload, checkShape(data))) text = payload;
+      } else {
+        data = validateData(req.data);
+      }
+      checkSchema(device, account, data);
+    } catch (err) {
+      if (err instanceof AppError && err.permanent) {
+        devices.recordRejection(device, err.message);
+        events.emit('reading.rejected', { device, reason: err.message, transport: req.transport });
+      }
+      throw err;
+    }
+    return store(device, data, text).then((reading) => {
+      afterStore(device, account, reading, data, req.transport);
+      return reading;
+    });
+  }
+
   return {
     /**
-     * Stores one reading and resolves once it is committed; rejects with an AppError otherwise.
-     * Not an async function: on the MQTT path its promise and the await's extra turn were one
-     * more promise per reading than the writer's (profile, BENCHMARKS.md).
+     * Stores one reading and resolves once it is committed; rejects with an AppError otherwise,
+     * never throws (the MQTT hook chains on the promise). Not an async function: on the MQTT
+     * path its promise and the await's extra turn were one more promise per reading than the
+     * writer's (profile, BENCHMARKS.md).
      */
     ingestReading(req: IngestRequest): Promise<StoredReading> {
-      let device: Device;
-      let account: Account;
-      let data: Record<string, unknown>;
-      let text: string | undefined;
       try {
-        ({ device, account } = authorizeDevice(req));
+        return ingestNow(req);
       } catch (err) {
         return Promise.reject(err);
       }
-      try {
-        if (Buffer.isBuffer(req.data)) {
-          const payload = payloadText(req.data);
-          data = requireObject(parsePayloadText(payload));
-          if (spellsEachKeyOnce(payload, checkShape(data))) text = payload;
-        } else {
-          data = validateData(req.data);
-        }
-        checkSchema(device, account, data);
-      } catch (err) {
-        if (err instanceof AppError && err.permanent) {
-          devices.recordRejection(device, err.message);
-          events.emit('reading.rejected', { device, reason: err.message, transport: req.transport });
-        }
-        return Promise.reject(err);
-      }
-      let stored: Promise<StoredReading>;
-      try {
-        stored = store(device, data, text);
-      } catch (err) {
-        return Promise.reject(err);
-      }
-      return stored.then((reading) => {
-        afterStore(device, account, reading, data, req.transport);
-        return reading;
-      });
     },
 
     /** A permanent rejection seen by a transport before the pipeline (e.g. unparsable MQTT payload). */
