@@ -1,26 +1,17 @@
-import { rmSync } from 'node:fs';
-import { afterEach, describe, expect, it } from 'vitest';
-import { openDatabase, type Db } from '../../src/storage/db.js';
+import { describe, expect, it } from 'vitest';
 import { createRepositories } from '../../src/storage/index.js';
 import { createServices } from '../../src/domain/services.js';
-import { tempDir } from '../helpers/server.js';
+import { useTempDatabases } from '../helpers/db.js';
 
 /**
  * The MQTT hook chains `.then` on ingestReading (src/mqtt/hooks.ts): every refusal must come
  * back as a rejected promise, never as a synchronous throw into aedes.
  */
 describe('ingestReading', () => {
-  let db: Db | null = null;
-  let dir = '';
-  afterEach(() => {
-    db?.close();
-    db = null;
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const temp = useTempDatabases();
 
   it('refuses by rejecting, and stores a valid payload once committed', async () => {
-    dir = tempDir();
-    db = openDatabase(dir);
+    const db = temp.open(temp.dir());
     const services = createServices(createRepositories(db));
     const account = await services.accounts.create({ email: 'p@example.com', plan: 'business' });
     const { device, accessToken } = services.devices.create(account, { name: 'd' });
