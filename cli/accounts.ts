@@ -1,6 +1,6 @@
 import { Command } from 'commander';
-import { presentAccount } from '../src/domain/presenters.js';
 import { PLAN_NAMES, type PlanLimits } from '../src/domain/plans.js';
+import { presentAccount } from '../src/domain/presenters.js';
 import { intOption, readStdin, runAdmin, withCommonOptions } from './context.js';
 
 const human = (a: ReturnType<typeof presentAccount>) => `${a.id}  ${a.email}  plan=${a.plan}  status=${a.status}`;

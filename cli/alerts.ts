@@ -26,7 +26,18 @@ export function alertsCommand(): Command {
       .option('--disabled', 'create it disabled'),
   ).action(
     (
-      opts: { device: string; name: string; field: string; operator: string; value: string; severity?: string; cooldown?: number; action?: string[]; webhookUrl?: string; disabled?: boolean },
+      opts: {
+        device: string;
+        name: string;
+        field: string;
+        operator: string;
+        value: string;
+        severity?: string;
+        cooldown?: number;
+        action?: string[];
+        webhookUrl?: string;
+        disabled?: boolean;
+      },
       cmd: Command,
     ) =>
       runAdmin(cmd, ({ services, print }) => {
@@ -50,11 +61,12 @@ export function alertsCommand(): Command {
   );
 
   for (const action of ['enable', 'disable'] as const) {
-    withCommonOptions(alerts.command(action).description(`${action} an alert`).argument('<id>', 'alert_… id')).action((id: string, _o, cmd: Command) =>
-      runAdmin(cmd, ({ services, print }) => {
-        const shown = presentAlertDetail(services.alerts.setEnabled(services.alerts.getAny(id), action === 'enable'));
-        print(shown, human(shown));
-      }),
+    withCommonOptions(alerts.command(action).description(`${action} an alert`).argument('<id>', 'alert_… id')).action(
+      (id: string, _o, cmd: Command) =>
+        runAdmin(cmd, ({ services, print }) => {
+          const shown = presentAlertDetail(services.alerts.setEnabled(services.alerts.getAny(id), action === 'enable'));
+          print(shown, human(shown));
+        }),
     );
   }
 

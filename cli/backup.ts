@@ -2,8 +2,8 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { Command } from 'commander';
 import { DATA_DIR_OPTION } from '../src/config.js';
+import { type BackupProgress, createBackup, restoreBackup } from '../src/storage/backup.js';
 import { DB_FILE, openDatabase } from '../src/storage/db.js';
-import { createBackup, restoreBackup, type BackupProgress } from '../src/storage/backup.js';
 import { VERSION } from '../src/version.js';
 import { fail, resolveRawOptions, withCommonOptions } from './context.js';
 
@@ -34,7 +34,7 @@ export function backupCommands(): Command[] {
       // Never create an empty database just to back it up.
       if (!existsSync(path.join(dataDir, DB_FILE))) throw new Error(`no database in ${dataDir}`);
       const db = openDatabase(dataDir);
-      let result;
+      let result: Awaited<ReturnType<typeof createBackup>>;
       try {
         const progress = terminalProgress();
         result = await createBackup(db, dataDir, file, VERSION, progress);
@@ -42,7 +42,7 @@ export function backupCommands(): Command[] {
       } finally {
         db.close();
       }
-      process.stdout.write(opts.json ? JSON.stringify(result) + '\n' : `wrote ${result.file} (${result.bytes} bytes)\n`);
+      process.stdout.write(opts.json ? `${JSON.stringify(result)}\n` : `wrote ${result.file} (${result.bytes} bytes)\n`);
     } catch (err) {
       fail(err);
     }
@@ -56,7 +56,9 @@ export function backupCommands(): Command[] {
   ).action(async (file: string, opts: { json?: boolean; force?: boolean }, cmd: Command) => {
     try {
       const result = await restoreBackup(file, dataDirOf(cmd), { force: Boolean(opts.force) });
-      process.stdout.write(opts.json ? JSON.stringify(result) + '\n' : `restored ${result.file} into ${result.data_dir} (${result.readings} readings)\n`);
+      process.stdout.write(
+        opts.json ? `${JSON.stringify(result)}\n` : `restored ${result.file} into ${result.data_dir} (${result.readings} readings)\n`,
+      );
     } catch (err) {
       fail(err);
     }

@@ -1,9 +1,9 @@
-import { Command, Option } from 'commander';
+import { type Command, Option } from 'commander';
 import { CONFIG_OPTION, DATA_DIR_OPTION, envName, loadConfigFile, type OptionSpec } from '../src/config.js';
-import { openDatabase } from '../src/storage/db.js';
-import { createRepositories } from '../src/storage/index.js';
 import { createServices, type Services } from '../src/domain/services.js';
 import { AppError } from '../src/errors.js';
+import { openDatabase } from '../src/storage/db.js';
+import { createRepositories } from '../src/storage/index.js';
 
 /** Declares an option once: flag, TELEMETRYD_<FLAG> env var, and its default in the help. */
 export function addSpecOption(cmd: Command, spec: OptionSpec): Command {
@@ -61,7 +61,7 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
         services,
         json,
         print(value, human) {
-          process.stdout.write(json ? JSON.stringify(value) + '\n' : human.endsWith('\n') ? human : human + '\n');
+          process.stdout.write(json ? `${JSON.stringify(value)}\n` : human.endsWith('\n') ? human : `${human}\n`);
         },
       });
     } finally {
@@ -94,5 +94,7 @@ export function collect(value: string, previous: string[] = []): string[] {
 export async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
-  return Buffer.concat(chunks).toString('utf8').replace(/\r?\n$/, '');
+  return Buffer.concat(chunks)
+    .toString('utf8')
+    .replace(/\r?\n$/, '');
 }

@@ -42,12 +42,24 @@ export function devicesCommand(): Command {
       .option('--fields-file <file.json>', 'declare data fields from a JSON array of {name, label, unit}'),
   ).action(
     (
-      opts: { account: string; name: string; type?: string; description?: string; snapshots?: boolean; schema?: string; field?: string[]; fieldsFile?: string },
+      opts: {
+        account: string;
+        name: string;
+        type?: string;
+        description?: string;
+        snapshots?: boolean;
+        schema?: string;
+        field?: string[];
+        fieldsFile?: string;
+      },
       cmd: Command,
     ) =>
       runAdmin(cmd, ({ services, print }) => {
         const account = services.accounts.resolve(opts.account);
-        const fields = [...(opts.fieldsFile ? (readFieldsFile(opts.fieldsFile) as unknown[]) : []), ...(opts.field ?? []).map(parseFieldFlag)];
+        const fields = [
+          ...(opts.fieldsFile ? (readFieldsFile(opts.fieldsFile) as unknown[]) : []),
+          ...(opts.field ?? []).map(parseFieldFlag),
+        ];
         const { device, accessToken } = services.devices.create(account, {
           name: opts.name,
           type: opts.type,
@@ -62,20 +74,25 @@ export function devicesCommand(): Command {
       }),
   );
 
-  withCommonOptions(devices.command('list').description("list an account's devices").requiredOption('--account <account>', 'account id or email')).action(
-    (opts: { account: string }, cmd: Command) =>
-      runAdmin(cmd, ({ services, print }) => {
-        const account = services.accounts.resolve(opts.account);
-        const data = services.devices.list(account, { limit: Number.MAX_SAFE_INTEGER, offset: 0 }).devices.map(presentDeviceDetail);
-        print({ data }, data.length ? data.map(human).join('\n') : 'no devices');
-      }),
+  withCommonOptions(
+    devices.command('list').description("list an account's devices").requiredOption('--account <account>', 'account id or email'),
+  ).action((opts: { account: string }, cmd: Command) =>
+    runAdmin(cmd, ({ services, print }) => {
+      const account = services.accounts.resolve(opts.account);
+      const data = services.devices.list(account, { limit: Number.MAX_SAFE_INTEGER, offset: 0 }).devices.map(presentDeviceDetail);
+      print({ data }, data.length ? data.map(human).join('\n') : 'no devices');
+    }),
   );
 
   for (const action of ['pause', 'resume'] as const) {
     withCommonOptions(
       devices
         .command(action)
-        .description(action === 'pause' ? 'pause a device: its data is refused (403) and MQTT sessions closed' : 'accept data from a paused device again')
+        .description(
+          action === 'pause'
+            ? 'pause a device: its data is refused (403) and MQTT sessions closed'
+            : 'accept data from a paused device again',
+        )
         .argument('<id>', 'dev_… id'),
     ).action((id: string, _o, cmd: Command) =>
       runAdmin(cmd, ({ services, print }) => {
@@ -87,7 +104,11 @@ export function devicesCommand(): Command {
   }
 
   withCommonOptions(
-    devices.command('delete').description('delete a device and all its data, permanently').argument('<id>', 'dev_… id').option('--yes', 'confirm the deletion'),
+    devices
+      .command('delete')
+      .description('delete a device and all its data, permanently')
+      .argument('<id>', 'dev_… id')
+      .option('--yes', 'confirm the deletion'),
   ).action((id: string, opts: { yes?: boolean }, cmd: Command) =>
     runAdmin(cmd, ({ services, print }) => {
       if (!opts.yes) throw badRequest(`deleting ${id} removes all its data; repeat with --yes to confirm`);
@@ -97,7 +118,10 @@ export function devicesCommand(): Command {
   );
 
   withCommonOptions(
-    devices.command('regenerate-token').description('issue a new access token; the old one stops working at once').argument('<id>', 'dev_… id'),
+    devices
+      .command('regenerate-token')
+      .description('issue a new access token; the old one stops working at once')
+      .argument('<id>', 'dev_… id'),
   ).action((id: string, _o, cmd: Command) =>
     runAdmin(cmd, ({ services, print }) => {
       const { device, accessToken } = services.devices.regenerateToken(services.devices.getAny(id));

@@ -23,7 +23,10 @@ export function keysCommand(): Command {
   );
 
   withCommonOptions(
-    keys.command('list').description("list an account's keys, newest first, revoked included").requiredOption('--account <account>', 'account id or email'),
+    keys
+      .command('list')
+      .description("list an account's keys, newest first, revoked included")
+      .requiredOption('--account <account>', 'account id or email'),
   ).action((opts: { account: string }, cmd: Command) =>
     runAdmin(cmd, ({ services, print }) => {
       const data = services.keys.list(services.accounts.resolve(opts.account)).map(presentApiKey);
@@ -31,12 +34,13 @@ export function keysCommand(): Command {
     }),
   );
 
-  withCommonOptions(keys.command('revoke').description('revoke a key: refused with 401 from its next request').argument('<key-id>', 'key_… id')).action(
-    (keyId: string, _o, cmd: Command) =>
-      runAdmin(cmd, ({ services, print }) => {
-        const shown = presentApiKey(services.keys.revoke(keyId));
-        print(shown, human(shown));
-      }),
+  withCommonOptions(
+    keys.command('revoke').description('revoke a key: refused with 401 from its next request').argument('<key-id>', 'key_… id'),
+  ).action((keyId: string, _o, cmd: Command) =>
+    runAdmin(cmd, ({ services, print }) => {
+      const shown = presentApiKey(services.keys.revoke(keyId));
+      print(shown, human(shown));
+    }),
   );
 
   return keys;

@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { VERSION, COMMIT } from '../src/version.js';
+import { COMMIT, VERSION } from '../src/version.js';
 import { accountsCommand } from './accounts.js';
 import { alertsCommand } from './alerts.js';
 import { backupCommands } from './backup.js';
@@ -26,7 +26,7 @@ export function buildProgram(): Command {
     .description('print the version and build commit')
     .option('--json', 'print exactly one JSON object on stdout')
     .action((opts: { json?: boolean }) => {
-      process.stdout.write(opts.json ? JSON.stringify({ version: VERSION, commit: COMMIT }) + '\n' : `telemetryd ${VERSION} (${COMMIT})\n`);
+      process.stdout.write(opts.json ? `${JSON.stringify({ version: VERSION, commit: COMMIT })}\n` : `telemetryd ${VERSION} (${COMMIT})\n`);
     });
   return program;
 }

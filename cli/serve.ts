@@ -1,5 +1,5 @@
 import { Command } from 'commander';
-import { buildServerConfig, DATA_DIR_OPTION, SERVE_OPTIONS } from '../src/config.js';
+import { buildServerConfig, DATA_DIR_OPTION, SERVE_OPTIONS, type ServerConfig } from '../src/config.js';
 import type { startServer as StartServer } from '../src/server.js';
 import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
 
@@ -11,7 +11,7 @@ export function serveCommand(): Command {
   withCommonOptions(serve);
   for (const spec of SERVE_OPTIONS) addSpecOption(serve, spec);
   serve.action(async (_opts, cmd: Command) => {
-    let config;
+    let config: ServerConfig;
     try {
       config = buildServerConfig(resolveRawOptions(cmd, [DATA_DIR_OPTION, ...SERVE_OPTIONS]));
     } catch (err) {

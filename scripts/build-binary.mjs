@@ -13,8 +13,21 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import {
-  chmodSync, closeSync, copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, renameSync, rmSync,
-  statSync, writeFileSync, writeSync,
+  chmodSync,
+  closeSync,
+  copyFileSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
 } from 'node:fs';
 import { arch as hostArch } from 'node:os';
 import path from 'node:path';
@@ -64,11 +77,14 @@ function fail(message) {
  */
 function run(cmd, cmdArgs, opts = {}, quiet = false) {
   const r = spawnSync(cmd, cmdArgs, {
-    stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit', cwd: root, maxBuffer: 256 * 1024 * 1024, ...opts,
+    stdio: quiet ? ['ignore', 'pipe', 'pipe'] : 'inherit',
+    cwd: root,
+    maxBuffer: 256 * 1024 * 1024,
+    ...opts,
   });
   if (r.error) fail(`${cmd}: ${r.error.message}`);
   if (r.status !== 0) {
-    if (quiet) process.stderr.write(`${r.stdout}\n${r.stderr}`.split('\n').slice(-60).join('\n') + '\n');
+    if (quiet) process.stderr.write(`${`${r.stdout}\n${r.stderr}`.split('\n').slice(-60).join('\n')}\n`);
     fail(`${cmd} ${cmdArgs.join(' ')} exited with ${r.status ?? r.signal}`);
   }
 }
@@ -116,9 +132,10 @@ function addon(nodeDir) {
   const gyp = process.env.npm_config_node_gyp || findOnPath('node-gyp');
   if (!gyp) fail('node-gyp not found: run this through npm (npm run build:binary), which ships node-gyp');
   const gypArgs = ['rebuild', '--release', `--nodedir=${nodeDir}`, `--arch=${targetArch}`, '--jobs=max'];
-  const crossEnv = targetArch === 'arm64' && cross
-    ? { CC: 'aarch64-linux-gnu-gcc', CXX: 'aarch64-linux-gnu-g++', LINK: 'aarch64-linux-gnu-g++', AR: 'aarch64-linux-gnu-ar' }
-    : {};
+  const crossEnv =
+    targetArch === 'arm64' && cross
+      ? { CC: 'aarch64-linux-gnu-gcc', CXX: 'aarch64-linux-gnu-g++', LINK: 'aarch64-linux-gnu-g++', AR: 'aarch64-linux-gnu-ar' }
+      : {};
   if (gyp.endsWith('.js')) run(process.execPath, [gyp, ...gypArgs], { cwd: work, env: cleanEnv(crossEnv) }, true);
   else run(gyp, gypArgs, { cwd: work, env: cleanEnv(crossEnv) }, true);
   mkdirSync(path.dirname(cached), { recursive: true });
@@ -205,7 +222,10 @@ if (files.length === 0) console.warn('build-binary: dist/web/index.html not foun
 const webHash = createHash('sha256');
 for (const rel of files) {
   assets[ASSET_WEB_PREFIX + rel] = path.join(webDir, rel);
-  webHash.update(`${rel}\0`).update(readFileSync(path.join(webDir, rel))).update('\0');
+  webHash
+    .update(`${rel}\0`)
+    .update(readFileSync(path.join(webDir, rel)))
+    .update('\0');
 }
 const manifestFile = path.join(seaDir, ASSET_WEB_MANIFEST);
 writeFileSync(manifestFile, JSON.stringify({ hash: webHash.digest('hex'), files }));
@@ -218,24 +238,33 @@ run(targetArch === 'arm64' && cross ? 'aarch64-linux-gnu-strip' : 'strip', [stri
 function writeExecutable(blobAssets, file) {
   const blob = path.join(seaDir, 'sea-prep.blob');
   const seaConfig = path.join(seaDir, 'sea-config.json');
-  writeFileSync(seaConfig, JSON.stringify({
-    main: path.join(root, 'scripts', 'sea-main.cjs'),
-    output: blob,
-    disableExperimentalSEAWarning: true,
-    // The loader is a few lines; the program's code cache is the asset app.cjs.codecache.
-    useCodeCache: false,
-    useSnapshot: false,
-    assets: blobAssets,
-  }, null, 2));
+  writeFileSync(
+    seaConfig,
+    JSON.stringify(
+      {
+        main: path.join(root, 'scripts', 'sea-main.cjs'),
+        output: blob,
+        disableExperimentalSEAWarning: true,
+        // The loader is a few lines; the program's code cache is the asset app.cjs.codecache.
+        useCodeCache: false,
+        useSnapshot: false,
+        assets: blobAssets,
+      },
+      null,
+      2,
+    ),
+  );
   run(path.join(blobNode, 'bin', 'node'), ['--experimental-sea-config', seaConfig], { cwd: seaDir, env: cleanEnv() });
   const tmpOut = `${file}.${process.pid}.tmp`;
   copyFileSync(strippedNode, tmpOut);
   chmodSync(tmpOut, 0o755);
   // postject prints "Can't find string offset for section name" warnings: harmless.
-  run(process.execPath, [
-    path.join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmpOut, 'NODE_SEA_BLOB', blob,
-    '--sentinel-fuse', SEA_FUSE,
-  ], {}, true);
+  run(
+    process.execPath,
+    [path.join(root, 'node_modules', 'postject', 'dist', 'cli.js'), tmpOut, 'NODE_SEA_BLOB', blob, '--sentinel-fuse', SEA_FUSE],
+    {},
+    true,
+  );
   // The final file is a fresh copy, not postject's output renamed: postject writes the 110 MB
   // in one write(), which leaves the file in the page cache as large folios, and every page
   // fault of the executable then maps a whole large folio: 93 vs 77 MB idle RSS for the same
@@ -258,25 +287,40 @@ async function makeCodeCache(exe) {
   const dir = mkdtempSync(path.join(seaDir, 'codecache-run-'));
   const cacheFile = path.join(seaDir, `${ASSET_APP}.codecache`);
   try {
-    const serveOnce = (env) => new Promise((resolve, reject) => {
-      const child = spawn(exe, [
-        'serve', '--data-dir', path.join(dir, 'data'), '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', '0', '--log-level', 'warn',
-      ], { cwd: dir, env: { PATH: process.env.PATH, HOME: dir, ...env }, stdio: ['ignore', 'pipe', 'inherit'] });
-      let out = '';
-      const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
-      child.stdout.on('data', (d) => {
-        out += d;
-        if (/HTTP listening on/.test(out) && /MQTT over TLS listening on/.test(out) && !child.stopping) {
-          child.stopping = true;
-          child.kill('SIGTERM');
-        }
+    const serveOnce = (env) =>
+      new Promise((resolve, reject) => {
+        const child = spawn(
+          exe,
+          [
+            'serve',
+            '--data-dir',
+            path.join(dir, 'data'),
+            '--host',
+            '127.0.0.1',
+            '--http-port',
+            '0',
+            '--mqtt-port',
+            '0',
+            '--log-level',
+            'warn',
+          ],
+          { cwd: dir, env: { PATH: process.env.PATH, HOME: dir, ...env }, stdio: ['ignore', 'pipe', 'inherit'] },
+        );
+        let out = '';
+        const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
+        child.stdout.on('data', (d) => {
+          out += d;
+          if (/HTTP listening on/.test(out) && /MQTT over TLS listening on/.test(out) && !child.stopping) {
+            child.stopping = true;
+            child.kill('SIGTERM');
+          }
+        });
+        child.on('exit', (code, signal) => {
+          clearTimeout(timer);
+          if (code === 0) resolve();
+          else reject(new Error(`serve exited with ${code ?? signal}: ${out}`));
+        });
       });
-      child.on('exit', (code, signal) => {
-        clearTimeout(timer);
-        if (code === 0) resolve();
-        else reject(new Error(`serve exited with ${code ?? signal}: ${out}`));
-      });
-    });
     await serveOnce({});
     await serveOnce({ TELEMETRYD_SEA_CODE_CACHE_OUT: cacheFile });
     if (!existsSync(cacheFile)) fail('the code cache run wrote no cache');

@@ -1,8 +1,9 @@
 // Bundles the dashboard (web/) into dist/web: index.html, app.js, app.css. Everything is
 // local (no CDN, no external fonts), so the dashboard works offline and inside the single
 // executable, which ships dist/web as its assets.
-import { build } from 'esbuild';
+
 import { copyFileSync, mkdirSync, rmSync } from 'node:fs';
+import { build } from 'esbuild';
 
 export async function buildWeb() {
   rmSync('dist/web', { recursive: true, force: true });

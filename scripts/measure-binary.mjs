@@ -2,7 +2,7 @@
 // size, time from exec to the HTTP listener accepting connections (median of N starts),
 // and idle RSS. Usage: node scripts/measure-binary.mjs [path/to/telemetryd] [--runs 5]
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, statSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 
@@ -19,11 +19,15 @@ const dataDir = path.join(dir, 'data');
  */
 function start() {
   const t0 = process.hrtime.bigint();
-  const child = spawn(exe, ['serve', '--data-dir', dataDir, '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', '0', '--log-level', 'warn'], {
-    cwd: dir,
-    env: { PATH: '/usr/bin:/bin', HOME: dir },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const child = spawn(
+    exe,
+    ['serve', '--data-dir', dataDir, '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', '0', '--log-level', 'warn'],
+    {
+      cwd: dir,
+      env: { PATH: '/usr/bin:/bin', HOME: dir },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
   let out = '';
   return new Promise((resolve, reject) => {
     child.on('exit', (code) => reject(new Error(`serve exited with ${code}: ${out}`)));

@@ -45,8 +45,12 @@ function readAsset(name, index) {
   // The recorded place is checked against the asset's first and last bytes (two pages).
   const asset = sea.getRawAsset(name);
   const edge = Math.min(256, located.length);
-  if (asset.byteLength !== located.length || !bytes.subarray(0, edge).equals(Buffer.from(asset, 0, edge))
-    || !bytes.subarray(-edge).equals(Buffer.from(asset, asset.byteLength - edge, edge))) return mapped();
+  if (
+    asset.byteLength !== located.length ||
+    !bytes.subarray(0, edge).equals(Buffer.from(asset, 0, edge)) ||
+    !bytes.subarray(-edge).equals(Buffer.from(asset, asset.byteLength - edge, edge))
+  )
+    return mapped();
   return bytes;
 }
 

@@ -50,13 +50,26 @@ export const SERVE_OPTIONS: OptionSpec[] = [
   { name: 'host', flags: '--host <host>', description: 'address to bind', default: '0.0.0.0' },
   { name: 'http-port', flags: '--http-port <port>', description: 'HTTP port (Public API, Device API, dashboard)', default: '8080' },
   { name: 'mqtt-port', flags: '--mqtt-port <port|off>', description: 'MQTT over TLS port, or "off"', default: '8883' },
-  { name: 'mqtt-plain-port', flags: '--mqtt-plain-port <port>', description: 'plain MQTT port for LAN devices without TLS (off by default)' },
+  {
+    name: 'mqtt-plain-port',
+    flags: '--mqtt-plain-port <port>',
+    description: 'plain MQTT port for LAN devices without TLS (off by default)',
+  },
   { name: 'public-url', flags: '--public-url <url>', description: 'address devices and browsers use (default http://<host>:<http-port>)' },
-  { name: 'tls-cert', flags: '--tls-cert <file>', description: 'TLS certificate (PEM); default: self-signed, generated into <data-dir>/tls/' },
+  {
+    name: 'tls-cert',
+    flags: '--tls-cert <file>',
+    description: 'TLS certificate (PEM); default: self-signed, generated into <data-dir>/tls/',
+  },
   { name: 'tls-key', flags: '--tls-key <file>', description: 'TLS private key (PEM)' },
   { name: 'smtp-url', flags: '--smtp-url <url>', description: 'SMTP server for alert email: smtp://[user:pass@]host:port or smtps://…' },
   { name: 'smtp-from', flags: '--smtp-from <addr>', description: 'sender address of alert email', default: 'telemetryd@localhost' },
-  { name: 'durability', flags: '--durability <normal|full>', description: 'normal: survives a process crash; full: also power loss (slower)', default: 'normal' },
+  {
+    name: 'durability',
+    flags: '--durability <normal|full>',
+    description: 'normal: survives a process crash; full: also power loss (slower)',
+    default: 'normal',
+  },
   { name: 'log-level', flags: '--log-level <level>', description: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
 ];
 
@@ -141,5 +154,5 @@ export function buildServerConfig(values: Record<string, unknown>): ServerConfig
 
 /** Environment variable of an option: `http-port` → `TELEMETRYD_HTTP_PORT`. */
 export function envName(optionName: string): string {
-  return 'TELEMETRYD_' + optionName.toUpperCase().replace(/-/g, '_');
+  return `TELEMETRYD_${optionName.toUpperCase().replace(/-/g, '_')}`;
 }

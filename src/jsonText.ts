@@ -8,7 +8,8 @@ export function jsonDepth(text: string): number {
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
     if (inString) {
-      if (c === 0x5c) i++; // backslash: skip the escaped character
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
       else if (c === 0x22) inString = false;
     } else if (c === 0x22) inString = true;
     else if (c === 0x7b || c === 0x5b) max = Math.max(max, ++depth);
@@ -25,6 +26,7 @@ export function jsonDepth(text: string): number {
  * "proto" or with \u escapes, so a text holding neither is parsed by JSON.parse alone.
  */
 export function parseJsonRefusingProto(text: string): unknown {
-  if (text.includes('proto') || text.includes('\\u')) return sjson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' });
+  if (text.includes('proto') || text.includes('\\u'))
+    return sjson.parse(text, undefined, { protoAction: 'error', constructorAction: 'error' });
   return JSON.parse(text);
 }

@@ -72,7 +72,9 @@ export function extractAssetFile(sea: SeaApi, dataDir: string, assetName: string
 /** The first 16 hex digits of the asset's SHA-256 as the build recorded it, or null (an older build). */
 function builtDigest(sea: SeaApi, assetName: string): string | null {
   try {
-    const text = Buffer.from(sea.getRawAsset(assetName + SEA_ASSET.digestSuffix)).toString('utf8').trim();
+    const text = Buffer.from(sea.getRawAsset(assetName + SEA_ASSET.digestSuffix))
+      .toString('utf8')
+      .trim();
     return /^[0-9a-f]{16}$/.test(text) ? text : null;
   } catch {
     return null;

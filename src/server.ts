@@ -1,16 +1,16 @@
-import type { FastifyInstance } from 'fastify';
 import type { AddressInfo } from 'node:net';
-import { randomBase62 } from './ids.js';
+import type { FastifyInstance } from 'fastify';
 import type { ServerConfig } from './config.js';
-import { openDatabase, type Db } from './storage/db.js';
-import { createRepositories } from './storage/index.js';
-import { ChangeWatcher } from './storage/changeWatcher.js';
+import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 import { createServices, type Services } from './domain/services.js';
 import { buildApp, type HttpTimeouts } from './http/app.js';
-import { VERSION } from './version.js';
-import { startMqtt, type RunningMqtt } from './mqtt/broker.js';
+import { randomBase62 } from './ids.js';
+import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
+import { ChangeWatcher } from './storage/changeWatcher.js';
+import { type Db, openDatabase } from './storage/db.js';
+import { createRepositories } from './storage/index.js';
 import type { Clock } from './time.js';
-import { RetentionJob, type RetentionOptions } from './domain/retention.js';
+import { VERSION } from './version.js';
 
 /** How long close() waits for in-flight HTTP requests before cutting their connections. */
 const HTTP_DRAIN_MS = 5_000;
@@ -85,7 +85,9 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   });
   retention.start();
   // Snapshot retention (decisions.md §4): shortly after start, then hourly.
-  const stopSnapshotRetention = services.snapshots.scheduleRetention({ onError: (err) => app?.log.error({ err }, 'snapshot retention failed') });
+  const stopSnapshotRetention = services.snapshots.scheduleRetention({
+    onError: (err) => app?.log.error({ err }, 'snapshot retention failed'),
+  });
 
   await app.listen({ host: config.host, port: config.httpPort });
   const address = app.server.address() as AddressInfo;
@@ -93,7 +95,9 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const httpUrl = `http://${shownHost}:${address.port}`;
   // With an ephemeral port (0) the default public URL can only be known once bound.
   if (config.httpPort === 0 && config.publicUrl.endsWith(':0')) config.publicUrl = config.publicUrl.replace(/:0$/, `:${address.port}`);
-  print(`telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`);
+  print(
+    `telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`,
+  );
   let mqtt: RunningMqtt | null = null;
   try {
     mqtt = await startMqtt(config, services, app.log, print);
@@ -108,7 +112,10 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   }
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
-  if (setupUrl) print(`First run: open ${setupUrl} to create the first account (or: echo 'a password' | telemetryd accounts create --email you@example.com --password-stdin)`);
+  if (setupUrl)
+    print(
+      `First run: open ${setupUrl} to create the first account (or: echo 'a password' | telemetryd accounts create --email you@example.com --password-stdin)`,
+    );
 
   let closed = false;
   return {

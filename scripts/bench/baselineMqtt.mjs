@@ -1,7 +1,8 @@
 // Bare aedes baseline (issue 8): accepts any client, acknowledges QoS 1 publishes (PUBACK)
 // and stores nothing. Prints its port on stdout, then serves until killed.
-import { Aedes } from 'aedes';
+
 import { createServer } from 'node:net';
+import { Aedes } from 'aedes';
 
 const broker = await Aedes.createBroker();
 const server = createServer(broker.handle);

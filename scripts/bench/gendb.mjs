@@ -3,9 +3,10 @@
 // through the real CLI (`accounts set-plan`), then readings bulk-inserted with better-sqlite3
 // in big transactions, with readings' triggers dropped and restored afterwards.
 // argv[2] is a JSON file: {bundle, cli, dir, rows, devices, spanMs}. Writes <dir>/bench.json.
-import { createRequire } from 'node:module';
+
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
@@ -29,7 +30,11 @@ for (let i = 0; i < cfg.devices; i++) {
 const generatedAt = Date.now();
 if (cfg.rows > 0) {
   // Secondary indexes and triggers of readings go during the load and come back after it.
-  const indexes = db.prepare("SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name = 'readings_by_device' AND sql IS NOT NULL").all();
+  const indexes = db
+    .prepare(
+      "SELECT type, name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND tbl_name = 'readings_by_device' AND sql IS NOT NULL",
+    )
+    .all();
   for (const ix of indexes) db.exec(`DROP ${ix.type.toUpperCase()} ${ix.name}`);
   db.pragma('synchronous = OFF');
   const insert = db.prepare('INSERT INTO readings_by_device (device_seq, time, seq, data) VALUES (?, ?, ?, ?)');
@@ -40,7 +45,12 @@ if (cfg.rows > 0) {
     for (let i = from; i < to; i++) {
       const d = devices[i % devices.length];
       const v = i % 1000;
-      insert.run(d.seq, Math.floor(start + i * step), i + 1, `{"temperature":${(15 + v / 50).toFixed(2)},"humidity":${(30 + (v % 400) / 10).toFixed(1)},"battery":${(3 + (v % 100) / 100).toFixed(2)}}`);
+      insert.run(
+        d.seq,
+        Math.floor(start + i * step),
+        i + 1,
+        `{"temperature":${(15 + v / 50).toFixed(2)},"humidity":${(30 + (v % 400) / 10).toFixed(1)},"battery":${(3 + (v % 100) / 100).toFixed(2)}}`,
+      );
     }
   });
   for (let from = 0; from < cfg.rows; from += chunk) insertChunk(from, Math.min(cfg.rows, from + chunk));
@@ -53,8 +63,25 @@ if (cfg.rows > 0) {
 db.close();
 
 // Enterprise with rate limits raised, so the Public API measurements never meet a 429.
-execFileSync(process.execPath, [cfg.cli, 'accounts', 'set-plan', email, 'enterprise', '--rate-per-minute', '100000000', '--rate-per-day', '1000000000', '--data-dir', cfg.dir, '--json'], {
-  stdio: ['ignore', 'ignore', 'inherit'],
-});
+execFileSync(
+  process.execPath,
+  [
+    cfg.cli,
+    'accounts',
+    'set-plan',
+    email,
+    'enterprise',
+    '--rate-per-minute',
+    '100000000',
+    '--rate-per-day',
+    '1000000000',
+    '--data-dir',
+    cfg.dir,
+    '--json',
+  ],
+  {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  },
+);
 writeFileSync(path.join(cfg.dir, 'bench.json'), JSON.stringify({ email, key, devices, rows: cfg.rows, generatedAt }));
 console.log(JSON.stringify({ rows: cfg.rows, devices: devices.length }));

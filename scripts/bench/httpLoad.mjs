@@ -1,8 +1,9 @@
 // HTTP load generator, run as its own process (issue 8: load never shares the server's
 // process). argv[2] is a JSON file: {url, connections, durationS, warmupS, bodies: [string]}.
 // Bodies are sent round-robin, so every device of the list writes. Prints one JSON line.
-import autocannon from 'autocannon';
+
 import { readFileSync } from 'node:fs';
+import autocannon from 'autocannon';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const bodies = cfg.bodies;

@@ -1,7 +1,8 @@
 // What the benchmark drives in-process: the real storage and domain code of telemetryd,
 // bundled by run.mjs into .cache/bench/internals.cjs (better-sqlite3 stays external and
 // is resolved from node_modules). Nothing here is part of the product.
-export { openDatabase, DB_FILE } from '../../src/storage/db.js';
+
+export { createServices } from '../../src/domain/services.js';
+export { DB_FILE, openDatabase } from '../../src/storage/db.js';
 export { createRepositories } from '../../src/storage/index.js';
 export { MIGRATIONS } from '../../src/storage/migrations.js';
-export { createServices } from '../../src/domain/services.js';

@@ -4,8 +4,9 @@
 // (node:http, body read as Buffers: fetch + text() added its own decoding of each 130 KB
 // history body, BENCHMARKS.md). Prints one JSON line: {times_ms: [...]} of the requests after
 // the warm-up ones.
-import http from 'node:http';
+
 import { readFileSync } from 'node:fs';
+import http from 'node:http';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const { hostname, port } = new URL(cfg.url);

@@ -2,8 +2,9 @@
 // {port, clients: [{id, token}], inflight, durationS, warmupS, payload}. Each client keeps
 // `inflight` QoS 1 publishes outstanding and publishes again on each PUBACK. Prints one JSON
 // line: acknowledged messages per second over the measured window.
-import mqtt from 'mqtt';
+
 import { readFileSync } from 'node:fs';
+import mqtt from 'mqtt';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 let counting = false;

@@ -7,14 +7,14 @@
 //   --rows=N  size of the big database (default 10 M, 300 k with --quick)
 // The full run writes BENCHMARKS.md (its generated section); --quick writes
 // .cache/bench/BENCHMARKS-quick.md, so test runs never rewrite the committed figures.
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { build } from 'esbuild';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir, totalmem, cpus, loadavg } from 'node:os';
 import { createConnection } from 'node:net';
+import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const args = new Set(process.argv.slice(2));
@@ -24,11 +24,35 @@ const CACHE = path.join(ROOT, '.cache', 'bench');
 const DAY_MS = 86_400_000;
 
 const P = QUICK
-  ? { rows: 300_000, devices: 1_000, httpS: 3, httpWarmS: 1, rounds: 2, mqttS: 4, mqttWarmS: 1, sustainedS: 4, historyN: 200, usageN: 50, starts: 3 }
-  // 8 ABBA rounds and 1,000 history requests: on the shared 2-core machine single rounds moved
-  // 0.49-1.02 (MQTT) and a p99 over 500 requests is the 5th-slowest; twice the samples steady the
-  // medians and the p99 at ~7 minutes for the whole run (the limit is 15).
-  : { rows: 10_000_000, devices: 1_000, httpS: 8, httpWarmS: 2, rounds: 8, mqttS: 10, mqttWarmS: 2, sustainedS: 15, historyN: 1000, usageN: 200, starts: 5 };
+  ? {
+      rows: 300_000,
+      devices: 1_000,
+      httpS: 3,
+      httpWarmS: 1,
+      rounds: 2,
+      mqttS: 4,
+      mqttWarmS: 1,
+      sustainedS: 4,
+      historyN: 200,
+      usageN: 50,
+      starts: 3,
+    }
+  : // 8 ABBA rounds and 1,000 history requests: on the shared 2-core machine single rounds moved
+    // 0.49-1.02 (MQTT) and a p99 over 500 requests is the 5th-slowest; twice the samples steady the
+    // medians and the p99 at ~7 minutes for the whole run (the limit is 15).
+    {
+      rows: 10_000_000,
+      devices: 1_000,
+      httpS: 8,
+      httpWarmS: 2,
+      rounds: 8,
+      mqttS: 10,
+      mqttWarmS: 2,
+      sustainedS: 15,
+      historyN: 1000,
+      usageN: 200,
+      starts: 5,
+    };
 const ROWS_ARG = [...args].find((a) => a.startsWith('--rows='));
 if (ROWS_ARG) P.rows = Number(ROWS_ARG.slice(7));
 const HTTP_CONNECTIONS = 50;
@@ -145,7 +169,10 @@ const BINARY = path.join(ROOT, 'dist', 'telemetryd');
 const { createRequire } = await import('node:module');
 const internals = createRequire(import.meta.url)(BUNDLE);
 // Cached databases are keyed by schema: the last migration and a digest of all of them.
-const SCHEMA_VERSION = `${Math.max(...internals.MIGRATIONS.map((m) => m.version))}-${createHash('sha256').update(internals.MIGRATIONS.map((m) => m.sql).join('\n')).digest('hex').slice(0, 8)}`;
+const SCHEMA_VERSION = `${Math.max(...internals.MIGRATIONS.map((m) => m.version))}-${createHash('sha256')
+  .update(internals.MIGRATIONS.map((m) => m.sql).join('\n'))
+  .digest('hex')
+  .slice(0, 8)}`;
 const HAS_MQTT = existsSync(path.join(ROOT, 'src', 'mqtt'));
 
 // ---------------------------------------------------------------------------- data sets
@@ -160,11 +187,19 @@ async function dataset(rows) {
   }
   rmSync(dir, { recursive: true, force: true });
   // Databases of an older schema are never used again: a 10 M-row one is ~1 GB.
-  for (const stale of readdirSync(CACHE)) if (stale.startsWith(`db-${rows}-`) && stale !== path.basename(dir)) rmSync(path.join(CACHE, stale), { recursive: true, force: true });
+  for (const stale of readdirSync(CACHE))
+    if (stale.startsWith(`db-${rows}-`) && stale !== path.basename(dir)) rmSync(path.join(CACHE, stale), { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   log(`generating a ${rows.toLocaleString('en')}-row database over ${P.devices} devices in ${path.relative(ROOT, dir)}`);
   const t0 = performance.now();
-  await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'gendb.mjs'), { bundle: BUNDLE, cli: CLI, dir, rows, devices: P.devices, spanMs: SPAN_MS }).catch(async (e) => {
+  await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'gendb.mjs'), {
+    bundle: BUNDLE,
+    cli: CLI,
+    dir,
+    rows,
+    devices: P.devices,
+    spanMs: SPAN_MS,
+  }).catch(async (e) => {
     // gendb prints nothing on success; a missing JSON line is expected.
     if (!existsSync(metaFile)) throw e;
   });
@@ -190,23 +225,49 @@ function newestSourceMtime(dir) {
 }
 const binaryIsCurrent =
   existsSync(BINARY) && statSync(BINARY).mtimeMs >= Math.max(...['src', 'cli', 'web'].map((d) => newestSourceMtime(path.join(ROOT, d))));
-if (existsSync(BINARY) && !binaryIsCurrent) log('dist/telemetryd is older than the sources: measuring node dist/telemetryd.cjs (npm run build:binary to measure the executable)');
-const serverCommand = binaryIsCurrent ? { cmd: BINARY, pre: [], label: 'dist/telemetryd (single executable)' } : { cmd: process.execPath, pre: [CLI], label: 'node dist/telemetryd.cjs' };
+if (existsSync(BINARY) && !binaryIsCurrent)
+  log('dist/telemetryd is older than the sources: measuring node dist/telemetryd.cjs (npm run build:binary to measure the executable)');
+const serverCommand = binaryIsCurrent
+  ? { cmd: BINARY, pre: [], label: 'dist/telemetryd (single executable)' }
+  : { cmd: process.execPath, pre: [CLI], label: 'node dist/telemetryd.cjs' };
 
 /** mqtt: false (off), 'plain' (--mqtt-plain-port 0) or 'tls' (--mqtt-port 0, as a default serve). */
 async function startTelemetryd(dataDir, { mqtt = false } = {}) {
-  const argv = [...serverCommand.pre, 'serve', '--data-dir', dataDir, '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', mqtt === 'tls' ? '0' : 'off', '--log-level', 'warn'];
+  const argv = [
+    ...serverCommand.pre,
+    'serve',
+    '--data-dir',
+    dataDir,
+    '--host',
+    '127.0.0.1',
+    '--http-port',
+    '0',
+    '--mqtt-port',
+    mqtt === 'tls' ? '0' : 'off',
+    '--log-level',
+    'warn',
+  ];
   if (mqtt === 'plain') argv.push('--mqtt-plain-port', '0');
   const mqttLine = mqtt === 'tls' ? 'MQTT over TLS listening on' : 'MQTT without TLS listening on';
   // Both listener lines, in whichever order the server prints them (src/server.ts, src/mqtt/broker.ts).
-  const ready = mqtt ? new RegExp(`^(?=[\\s\\S]*HTTP listening on [^\\s]*:(\\d+))(?=[\\s\\S]*${mqttLine} [^\\s]*:(\\d+))`) : /HTTP listening on [^\s]*:(\d+)/;
+  const ready = mqtt
+    ? new RegExp(`^(?=[\\s\\S]*HTTP listening on [^\\s]*:(\\d+))(?=[\\s\\S]*${mqttLine} [^\\s]*:(\\d+))`)
+    : /HTTP listening on [^\s]*:(\d+)/;
   const proc = await spawnUntil(serverCommand.cmd, argv, ready);
   proc.httpPort = Number(proc.match[1]);
   if (mqtt) proc.mqttPort = Number(proc.match[2]);
   return proc;
 }
-const startBaselineHttp = () => spawnUntil(process.execPath, ['scripts/bench/baselineHttp.mjs'], /PORT (\d+)/).then((p) => ((p.httpPort = Number(p.match[1])), p));
-const startBaselineMqtt = () => spawnUntil(process.execPath, ['scripts/bench/baselineMqtt.mjs'], /PORT (\d+)/).then((p) => ((p.mqttPort = Number(p.match[1])), p));
+const startBaselineHttp = () =>
+  spawnUntil(process.execPath, ['scripts/bench/baselineHttp.mjs'], /PORT (\d+)/).then((p) => {
+    p.httpPort = Number(p.match[1]);
+    return p;
+  });
+const startBaselineMqtt = () =>
+  spawnUntil(process.execPath, ['scripts/bench/baselineMqtt.mjs'], /PORT (\d+)/).then((p) => {
+    p.mqttPort = Number(p.match[1]);
+    return p;
+  });
 
 function rssMb(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
@@ -251,8 +312,11 @@ async function httpIngest() {
       b = await load(base.httpPort);
     }
     okTotal += t.ok;
-    log(`HTTP round ${r + 1}: bare fastify ${b.rps.toFixed(0)} req/s, telemetryd ${t.rps.toFixed(0)} req/s (ratio ${(t.rps / b.rps).toFixed(2)}, p99 ${t.p99_ms} ms, non-2xx ${t.non2xx}, errors ${t.errors})`);
-    if (t.non2xx > 0 || t.errors > 0) results.notes.push(`HTTP round ${r + 1}: telemetryd answered ${t.non2xx} non-2xx and ${t.errors} errors`);
+    log(
+      `HTTP round ${r + 1}: bare fastify ${b.rps.toFixed(0)} req/s, telemetryd ${t.rps.toFixed(0)} req/s (ratio ${(t.rps / b.rps).toFixed(2)}, p99 ${t.p99_ms} ms, non-2xx ${t.non2xx}, errors ${t.errors})`,
+    );
+    if (t.non2xx > 0 || t.errors > 0)
+      results.notes.push(`HTTP round ${r + 1}: telemetryd answered ${t.non2xx} non-2xx and ${t.errors} errors`);
     rounds.push({ b, t });
   }
   await stop(srv);
@@ -276,18 +340,40 @@ async function httpIngest() {
 
 async function mqttIngest() {
   if (!HAS_MQTT) {
-    results.mqtt_qos1 = { baseline_mps: null, mps: null, ratio: null, note: 'skipped: src/mqtt does not exist on this branch yet (MQTT ingest lands from its own issue)' };
+    results.mqtt_qos1 = {
+      baseline_mps: null,
+      mps: null,
+      ratio: null,
+      note: 'skipped: src/mqtt does not exist on this branch yet (MQTT ingest lands from its own issue)',
+    };
     log('MQTT: skipped (no src/mqtt yet)');
     return;
   }
   const small = await dataset(0);
   const rounds = [];
-  const payload = JSON.stringify({ temperature: 21.5, humidity: 41.5, battery: 3.71, rssi: -61, seq: 123456, status: 'ok', firmware: '1.4.2', uptime_s: 86400, env: { t: 1 } });
+  const payload = JSON.stringify({
+    temperature: 21.5,
+    humidity: 41.5,
+    battery: 3.71,
+    rssi: -61,
+    seq: 123456,
+    status: 'ok',
+    firmware: '1.4.2',
+    uptime_s: 86400,
+    env: { t: 1 },
+  });
   const load = async (port, devices) => {
     const per = Math.ceil(MQTT_CLIENTS / MQTT_PROCS);
     const parts = await Promise.all(
       Array.from({ length: MQTT_PROCS }, (_, i) =>
-        runNodeJson(path.join(ROOT, 'scripts', 'bench', 'mqttLoad.mjs'), { port, clients: devices.slice(i * per, (i + 1) * per), inflight: MQTT_INFLIGHT, durationS: P.mqttS, warmupS: P.mqttWarmS, payload }),
+        runNodeJson(path.join(ROOT, 'scripts', 'bench', 'mqttLoad.mjs'), {
+          port,
+          clients: devices.slice(i * per, (i + 1) * per),
+          inflight: MQTT_INFLIGHT,
+          durationS: P.mqttS,
+          warmupS: P.mqttWarmS,
+          payload,
+        }),
       ),
     );
     return { mps: parts.reduce((s, p) => s + p.mps, 0), failed: parts.reduce((s, p) => s + p.failed, 0) };
@@ -300,7 +386,12 @@ async function mqttIngest() {
     srv = await startTelemetryd(dir, { mqtt: 'plain' });
   } catch (e) {
     await stop(base);
-    results.mqtt_qos1 = { baseline_mps: null, mps: null, ratio: null, note: `telemetryd did not start a plain MQTT listener: ${e.message.slice(0, 200)}` };
+    results.mqtt_qos1 = {
+      baseline_mps: null,
+      mps: null,
+      ratio: null,
+      note: `telemetryd did not start a plain MQTT listener: ${e.message.slice(0, 200)}`,
+    };
     results.notes.push(results.mqtt_qos1.note);
     return;
   }
@@ -315,7 +406,9 @@ async function mqttIngest() {
       t = await load(srv.mqttPort, devices);
       b = await load(base.mqttPort, devices);
     }
-    log(`MQTT round ${r + 1}: bare aedes ${b.mps.toFixed(0)} msg/s, telemetryd ${t.mps.toFixed(0)} msg/s (ratio ${(t.mps / b.mps).toFixed(2)}, failed ${t.failed})`);
+    log(
+      `MQTT round ${r + 1}: bare aedes ${b.mps.toFixed(0)} msg/s, telemetryd ${t.mps.toFixed(0)} msg/s (ratio ${(t.mps / b.mps).toFixed(2)}, failed ${t.failed})`,
+    );
     if (t.failed > 0) results.notes.push(`MQTT round ${r + 1}: ${t.failed} publishes failed`);
     rounds.push({ b, t });
   }
@@ -348,18 +441,45 @@ async function bigDatabase() {
   const srv = await startTelemetryd(dir);
   const url = `http://127.0.0.1:${srv.httpPort}`;
   // History of rotating devices: newest 1,000 of the last 24 h, single client.
-  const check = await (await fetch(`${url}/v1/devices/${meta.devices[0].id}/telemetry?range=24h&limit=1000`, { headers: { authorization: `Bearer ${meta.key}` } })).json();
-  const h = await timeRequests(url, meta.key, P.historyN, (i) => `/v1/devices/${meta.devices[(i * 7) % meta.devices.length].id}/telemetry?range=24h&limit=1000`);
+  const check = await (
+    await fetch(`${url}/v1/devices/${meta.devices[0].id}/telemetry?range=24h&limit=1000`, {
+      headers: { authorization: `Bearer ${meta.key}` },
+    })
+  ).json();
+  const h = await timeRequests(
+    url,
+    meta.key,
+    P.historyN,
+    (i) => `/v1/devices/${meta.devices[(i * 7) % meta.devices.length].id}/telemetry?range=24h&limit=1000`,
+  );
   const u = await timeRequests(url, meta.key, P.usageN, () => '/v1/account/usage');
   const usageBody = await (await fetch(`${url}/v1/account/usage`, { headers: { authorization: `Bearer ${meta.key}` } })).json();
   await stop(srv);
-  results.history = { rows_in_db: meta.rows, rows_returned: check.data.length, p50_ms: round(pct(h, 50)), p99_ms: round(pct(h, 99)), requests: h.length };
+  results.history = {
+    rows_in_db: meta.rows,
+    rows_returned: check.data.length,
+    p50_ms: round(pct(h, 50)),
+    p99_ms: round(pct(h, 99)),
+    requests: h.length,
+  };
   results.usage = { p50_ms: round(pct(u, 50)), p99_ms: round(pct(u, 99)), data_points_24h: usageBody.data.telemetry.data_points_24h };
-  log(`history at ${meta.rows} rows: p50 ${results.history.p50_ms} ms, p99 ${results.history.p99_ms} ms (${check.data.length} rows per response); usage p50 ${results.usage.p50_ms} ms (${usageBody.data.telemetry.data_points_24h} points in 24 h)`);
+  log(
+    `history at ${meta.rows} rows: p50 ${results.history.p50_ms} ms, p99 ${results.history.p99_ms} ms (${check.data.length} rows per response); usage p50 ${results.usage.p50_ms} ms (${usageBody.data.telemetry.data_points_24h} points in 24 h)`,
+  );
   // Sustained ingest into the same big database (the server is stopped: one writer).
-  const s = await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'sustained.mjs'), { bundle: BUNDLE, dir, durationS: P.sustainedS, perPass: 1000 });
+  const s = await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'sustained.mjs'), {
+    bundle: BUNDLE,
+    dir,
+    durationS: P.sustainedS,
+    perPass: 1000,
+  });
   results.sustained_rows_per_s = round(s.rows_per_s, 0);
-  results.sustained = { rows_per_s: round(s.rows_per_s, 0), rows_before: s.rows_before, readings_per_pass: 1000, path: 'ingest pipeline in-process (auth, validation, group-commit writer), no transport' };
+  results.sustained = {
+    rows_per_s: round(s.rows_per_s, 0),
+    rows_before: s.rows_before,
+    readings_per_pass: 1000,
+    path: 'ingest pipeline in-process (auth, validation, group-commit writer), no transport',
+  };
   log(`sustained ingest at ${s.rows_before} rows: ${s.rows_per_s.toFixed(0)} readings/s`);
 }
 
@@ -377,7 +497,10 @@ async function startAndIdle() {
     const srv = await startTelemetryd(dir, { mqtt });
     // Accepting connections: a TCP connect succeeds.
     await new Promise((resolve, reject) => {
-      const sock = createConnection({ host: '127.0.0.1', port: srv.httpPort }, () => (sock.destroy(), resolve()));
+      const sock = createConnection({ host: '127.0.0.1', port: srv.httpPort }, () => {
+        sock.destroy();
+        resolve();
+      });
       sock.on('error', reject);
     });
     starts.push(performance.now() - t0);
@@ -393,9 +516,16 @@ async function startAndIdle() {
   let bareRss = null;
   for (let i = 0; i < P.starts; i++) {
     const t0 = performance.now();
-    const bare = await spawnUntil(process.execPath, ['-e', "const s=require('net').createServer(c=>c.end()).listen(0,'127.0.0.1',()=>console.log('PORT '+s.address().port))"], /PORT (\d+)/);
+    const bare = await spawnUntil(
+      process.execPath,
+      ['-e', "const s=require('net').createServer(c=>c.end()).listen(0,'127.0.0.1',()=>console.log('PORT '+s.address().port))"],
+      /PORT (\d+)/,
+    );
     await new Promise((resolve, reject) => {
-      const sock = createConnection({ host: '127.0.0.1', port: Number(bare.match[1]) }, () => (sock.destroy(), resolve()));
+      const sock = createConnection({ host: '127.0.0.1', port: Number(bare.match[1]) }, () => {
+        sock.destroy();
+        resolve();
+      });
       sock.on('error', reject);
     });
     bareStarts.push(performance.now() - t0);
@@ -406,13 +536,18 @@ async function startAndIdle() {
   results.idle_rss_mb = round(rss, 1);
   results.bare_node = { start_ms: round(median(bareStarts), 0), idle_rss_mb: round(bareRss, 1) };
   results.executable = `${serverCommand.label} serve${HAS_MQTT ? ' (HTTP and MQTT over TLS)' : ' (HTTP; no MQTT on this branch)'}`;
-  log(`start ${results.start_ms} ms (median of ${P.starts}), idle RSS ${results.idle_rss_mb} MB, of ${serverCommand.label}; bare node listener ${results.bare_node.start_ms} ms, ${results.bare_node.idle_rss_mb} MB`);
+  log(
+    `start ${results.start_ms} ms (median of ${P.starts}), idle RSS ${results.idle_rss_mb} MB, of ${serverCommand.label}; bare node listener ${results.bare_node.start_ms} ms, ${results.bare_node.idle_rss_mb} MB`,
+  );
 }
 
 // ---------------------------------------------------------------------------- run
 // --only=start,http,mqtt,big runs a subset while developing (figures of the rest are null);
 // a subset never writes a report.
-const ONLY = [...args].find((a) => a.startsWith('--only='))?.slice(7).split(',');
+const ONLY = [...args]
+  .find((a) => a.startsWith('--only='))
+  ?.slice(7)
+  .split(',');
 const want = (name) => !ONLY || ONLY.includes(name);
 const t0 = performance.now();
 const date = new Date().toISOString();
@@ -422,7 +557,13 @@ if (want('http')) await httpIngest();
 if (want('mqtt')) await mqttIngest();
 if (want('big')) await bigDatabase();
 results.duration_s = round((performance.now() - t0) / 1000, 0);
-results.machine = { nproc: cpus().length, memory_gb: round(totalmem() / 2 ** 30, 1), node: process.version, platform: `${process.platform} ${process.arch}`, load_average_1m: [round(loadBefore, 1), round(loadavg()[0], 1)] };
+results.machine = {
+  nproc: cpus().length,
+  memory_gb: round(totalmem() / 2 ** 30, 1),
+  node: process.version,
+  platform: `${process.platform} ${process.arch}`,
+  load_average_1m: [round(loadBefore, 1), round(loadavg()[0], 1)],
+};
 results.command = `npm run bench${QUICK || JSON_OUT ? ' --' : ''}${QUICK ? ' --quick' : ''}${JSON_OUT ? ' --json' : ''}`;
 results.date = date;
 results.quick = QUICK;
@@ -435,7 +576,7 @@ process.exit(0);
 function writeReport(file) {
   const r = results;
   const mark = (ok) => (ok == null ? 'n/a' : ok ? 'met' : 'missed');
-  const rowsLabel = (r.history.rows_in_db / 1e6).toLocaleString('en', { maximumFractionDigits: 1 }) + ' M';
+  const rowsLabel = `${(r.history.rows_in_db / 1e6).toLocaleString('en', { maximumFractionDigits: 1 })} M`;
   const lines = [
     '<!-- bench:begin (generated by scripts/bench/run.mjs; edit outside these markers) -->',
     `Measured ${r.date} with \`${r.command}\` in ${r.duration_s} s on ${r.machine.nproc} cores, ${r.machine.memory_gb} GB, Node ${r.machine.node} (${r.machine.platform}); 1-minute load average ${r.machine.load_average_1m[0]} at start, ${r.machine.load_average_1m[1]} at end (other work on the machine).`,
@@ -459,6 +600,8 @@ function writeReport(file) {
   ];
   const generated = lines.join('\n');
   let text = existsSync(file) ? readFileSync(file, 'utf8') : '# Benchmarks\n\n<!-- bench:begin -->\n<!-- bench:end -->\n';
-  text = /<!-- bench:begin[\s\S]*<!-- bench:end -->/.test(text) ? text.replace(/<!-- bench:begin[\s\S]*<!-- bench:end -->/, () => generated) : `${text}\n${generated}\n`;
+  text = /<!-- bench:begin[\s\S]*<!-- bench:end -->/.test(text)
+    ? text.replace(/<!-- bench:begin[\s\S]*<!-- bench:end -->/, () => generated)
+    : `${text}\n${generated}\n`;
   writeFileSync(file, text);
 }

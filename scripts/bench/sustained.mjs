@@ -4,8 +4,9 @@
 // event-loop pass, as many concurrent connections would produce. Transport cost is measured
 // by the HTTP and MQTT scenarios; this one measures what storage sustains.
 // argv[2] is a JSON file: {bundle, dir, durationS, perPass}. Prints one JSON line.
-import { createRequire } from 'node:module';
+
 import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import path from 'node:path';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
@@ -24,7 +25,14 @@ async function pass() {
   const batch = [];
   for (let i = 0; i < cfg.perPass; i++) {
     const d = devices[n++ % devices.length];
-    batch.push(services.ingest.ingestReading({ transport: 'http', deviceId: d.id, token: d.token, data: { temperature: 20 + (n % 100) / 10, humidity: 41.5, battery: 3.71 } }));
+    batch.push(
+      services.ingest.ingestReading({
+        transport: 'http',
+        deviceId: d.id,
+        token: d.token,
+        data: { temperature: 20 + (n % 100) / 10, humidity: 41.5, battery: 3.71 },
+      }),
+    );
   }
   await Promise.all(batch);
 }

@@ -1,10 +1,10 @@
-import { randomBase62, newId } from '../ids.js';
 import { badRequest, conflict, notFound } from '../errors.js';
-import type { Clock } from '../time.js';
+import { newId, randomBase62 } from '../ids.js';
 import type { Repositories } from '../storage/index.js';
+import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
-import { PLAN_DEFAULTS, PLAN_NAMES, isPlanName, type PlanLimits } from './plans.js';
 import { hashPassword, MIN_PASSWORD_LENGTH } from './passwords.js';
+import { isPlanName, PLAN_DEFAULTS, PLAN_NAMES, type PlanLimits } from './plans.js';
 import type { Account } from './types.js';
 
 const EMAIL = /^[^\s@]+@[^\s@]+$/;
@@ -38,7 +38,16 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
       const passwordHash = input.password != null ? await hashPassword(input.password) : null;
       if (repos.accounts.findByEmail(email)) throw conflict(`an account with email ${email} exists`);
       const id = newId('acc');
-      repos.accounts.insert({ id, email, name: input.name?.trim() ?? '', passwordHash, plan, limits: PLAN_DEFAULTS[plan], webhookSecret: newWebhookSecret(), now: clock.now() });
+      repos.accounts.insert({
+        id,
+        email,
+        name: input.name?.trim() ?? '',
+        passwordHash,
+        plan,
+        limits: PLAN_DEFAULTS[plan],
+        webhookSecret: newWebhookSecret(),
+        now: clock.now(),
+      });
       return repos.accounts.findById(id)!;
     },
 

@@ -1,10 +1,19 @@
-import { newId } from '../ids.js';
 import { badRequest, notFound } from '../errors.js';
+import { newId } from '../ids.js';
+import type { Repositories } from '../storage/index.js';
 import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
 import { presentAlertEventDetail } from './presenters.js';
-import type { Repositories } from '../storage/index.js';
-import { ALERT_ACTIONS, ALERT_OPERATORS, ALERT_SEVERITIES, type Account, type Alert, type AlertAction, type AlertOperator, type Device } from './types.js';
+import {
+  type Account,
+  ALERT_ACTIONS,
+  ALERT_OPERATORS,
+  ALERT_SEVERITIES,
+  type Alert,
+  type AlertAction,
+  type AlertOperator,
+  type Device,
+} from './types.js';
 
 export interface AlertInput {
   name: string;
@@ -31,7 +40,8 @@ export function validateAlertInput(input: AlertInput, existing?: Alert) {
   const value = Number(input.value ?? existing?.value);
   if (!Number.isFinite(value)) throw badRequest('value must be a number');
   const severity = input.severity ?? existing?.severity ?? 'warning';
-  if (!(ALERT_SEVERITIES as readonly string[]).includes(severity)) throw badRequest(`unknown severity "${severity}" (one of ${ALERT_SEVERITIES.join(', ')})`);
+  if (!(ALERT_SEVERITIES as readonly string[]).includes(severity))
+    throw badRequest(`unknown severity "${severity}" (one of ${ALERT_SEVERITIES.join(', ')})`);
   const cooldown = input.cooldown ?? existing?.cooldown ?? 300;
   if (!Number.isInteger(cooldown) || cooldown < 0) throw badRequest('cooldown must be a whole number of seconds >= 0');
   const actions = [...new Set(input.actions ?? existing?.actions ?? ['email'])];
@@ -68,7 +78,8 @@ export function validateAlertInput(input: AlertInput, existing?: Alert) {
  * process, reaches it as 'external.change' instead.
  */
 export function alertService(repos: Repositories, clock: Clock, events?: DomainEvents) {
-  const changed = (alertId: string, change: 'created' | 'updated' | 'enabled' | 'disabled' | 'deleted') => events?.emit('alert.changed', { alertId, change });
+  const changed = (alertId: string, change: 'created' | 'updated' | 'enabled' | 'disabled' | 'deleted') =>
+    events?.emit('alert.changed', { alertId, change });
 
   function getOwned(account: Account, id: string): Alert {
     const alert = repos.alerts.findById(id);
@@ -128,8 +139,7 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
      * failed with a reason, not_configured), for the dashboard; the Public API shows only
      * the interface.md fields.
      */
-    historyWithDeliveries: (alert: Alert, limit: number) =>
-      repos.alerts.history(alert.seq, limit).map(presentAlertEventDetail),
+    historyWithDeliveries: (alert: Alert, limit: number) => repos.alerts.history(alert.seq, limit).map(presentAlertEventDetail),
 
     /** Sets acknowledged and acknowledged_at = now (decisions.md §4); idempotent. */
     acknowledge(account: Account, eventId: string) {

@@ -1,10 +1,10 @@
-import { hashSecret, newDeviceToken, newId, sameHash } from '../ids.js';
 import { badRequest, forbidden, notFound, unauthorized } from '../errors.js';
-import type { Clock } from '../time.js';
+import { hashSecret, newDeviceToken, newId, sameHash } from '../ids.js';
 import type { Repositories } from '../storage/index.js';
 import type { DeviceWithToken } from '../storage/repos/devices.js';
+import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
-import { DEVICE_TYPES, type Account, type Device, type FieldDefinition, type SchemaMode } from './types.js';
+import { type Account, DEVICE_TYPES, type Device, type FieldDefinition, type SchemaMode } from './types.js';
 
 export interface DeviceInput {
   name: string;
@@ -46,7 +46,8 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
     if (!name) throw badRequest('a device needs a name');
     if (name.length > 200) throw badRequest('device name is longer than 200 characters');
     const type = input.type ?? existing?.type ?? 'sensor';
-    if (!(DEVICE_TYPES as readonly string[]).includes(type)) throw badRequest(`unknown device type "${type}" (one of ${DEVICE_TYPES.join(', ')})`);
+    if (!(DEVICE_TYPES as readonly string[]).includes(type))
+      throw badRequest(`unknown device type "${type}" (one of ${DEVICE_TYPES.join(', ')})`);
     // Strict is the default on the free plan, flexible elsewhere (decisions.md §2).
     const schemaMode = (input.schemaMode ?? existing?.schemaMode ?? (account.plan === 'free' ? 'strict' : 'flexible')) as SchemaMode;
     if (schemaMode !== 'strict' && schemaMode !== 'flexible') throw badRequest('schema mode must be strict or flexible');

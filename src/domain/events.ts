@@ -36,7 +36,10 @@ export class DomainEvents {
     this.listeners.set(event, list);
     return () => {
       const current = this.listeners.get(event) ?? [];
-      this.listeners.set(event, current.filter((l) => l !== (listener as Listener<never>)));
+      this.listeners.set(
+        event,
+        current.filter((l) => l !== (listener as Listener<never>)),
+      );
     };
   }
 

@@ -1,7 +1,7 @@
-import { hashSecret, newApiKey, newId, API_KEY_PREFIX } from '../ids.js';
 import { badRequest, notFound, unauthorized } from '../errors.js';
-import type { Clock } from '../time.js';
+import { API_KEY_PREFIX, hashSecret, newApiKey, newId } from '../ids.js';
 import type { Repositories } from '../storage/index.js';
+import type { Clock } from '../time.js';
 import type { Account, ApiKey } from './types.js';
 
 /** last_used_at is written at most this often per key, so reads do not each cost a write. */

@@ -14,10 +14,42 @@ export interface PlanLimits {
 
 export const PLAN_DEFAULTS: Record<PlanName, PlanLimits> = {
   free: { ratePerMinute: 0, ratePerDay: 0, deviceLimit: 3, retentionDays: 7, snapshotsPerDay: 10, snapshotRetentionDays: 7, fieldLimit: 5 },
-  starter: { ratePerMinute: 60, ratePerDay: 10_000, deviceLimit: 10, retentionDays: 30, snapshotsPerDay: 50, snapshotRetentionDays: 30, fieldLimit: 20 },
-  business: { ratePerMinute: 300, ratePerDay: 50_000, deviceLimit: 100, retentionDays: 90, snapshotsPerDay: 200, snapshotRetentionDays: 365, fieldLimit: 50 },
-  scale: { ratePerMinute: 600, ratePerDay: 100_000, deviceLimit: 1_000, retentionDays: 365, snapshotsPerDay: 1_000, snapshotRetentionDays: 365, fieldLimit: 100 },
-  enterprise: { ratePerMinute: 1_200, ratePerDay: 1_000_000, deviceLimit: 100_000, retentionDays: 365, snapshotsPerDay: 5_000, snapshotRetentionDays: 365, fieldLimit: 200 },
+  starter: {
+    ratePerMinute: 60,
+    ratePerDay: 10_000,
+    deviceLimit: 10,
+    retentionDays: 30,
+    snapshotsPerDay: 50,
+    snapshotRetentionDays: 30,
+    fieldLimit: 20,
+  },
+  business: {
+    ratePerMinute: 300,
+    ratePerDay: 50_000,
+    deviceLimit: 100,
+    retentionDays: 90,
+    snapshotsPerDay: 200,
+    snapshotRetentionDays: 365,
+    fieldLimit: 50,
+  },
+  scale: {
+    ratePerMinute: 600,
+    ratePerDay: 100_000,
+    deviceLimit: 1_000,
+    retentionDays: 365,
+    snapshotsPerDay: 1_000,
+    snapshotRetentionDays: 365,
+    fieldLimit: 100,
+  },
+  enterprise: {
+    ratePerMinute: 1_200,
+    ratePerDay: 1_000_000,
+    deviceLimit: 100_000,
+    retentionDays: 365,
+    snapshotsPerDay: 5_000,
+    snapshotRetentionDays: 365,
+    fieldLimit: 200,
+  },
 };
 
 export function isPlanName(value: string): value is PlanName {

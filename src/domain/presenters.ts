@@ -87,7 +87,13 @@ export function presentAlertEvent(e: AlertEvent) {
 export function presentAlertEventDetail(e: AlertEvent) {
   return {
     ...presentAlertEvent(e),
-    deliveries: e.deliveries.map((d) => ({ action: d.action, status: d.status, detail: d.detail ?? null, attempts: d.attempts ?? null, at: iso(d.at) })),
+    deliveries: e.deliveries.map((d) => ({
+      action: d.action,
+      status: d.status,
+      detail: d.detail ?? null,
+      attempts: d.attempts ?? null,
+      at: iso(d.at),
+    })),
   };
 }
 

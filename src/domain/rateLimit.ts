@@ -1,5 +1,5 @@
 import { rateLimited } from '../errors.js';
-import { DAY_MS, MINUTE_MS, type Clock } from '../time.js';
+import { type Clock, DAY_MS, MINUTE_MS } from '../time.js';
 import type { Account } from './types.js';
 
 export interface RateLimitState {

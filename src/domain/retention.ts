@@ -1,5 +1,5 @@
 import type { Repositories } from '../storage/index.js';
-import { DAY_MS, HOUR_MS, type Clock } from '../time.js';
+import { type Clock, DAY_MS, HOUR_MS } from '../time.js';
 
 export interface RetentionOptions {
   /** Readings deleted per transaction: short transactions keep the write lock free for ingest. */

@@ -1,21 +1,21 @@
+import path from 'node:path';
+import { createNotifier, type NotifySettings } from '../notify/index.js';
 import type { Repositories } from '../storage/index.js';
 import { ReadingWriter } from '../storage/readingWriter.js';
-import { systemClock, type Clock } from '../time.js';
+import { snapshotFiles } from '../storage/snapshotFiles.js';
+import { type Clock, systemClock } from '../time.js';
 import { accountService } from './accounts.js';
-import { alertService } from './alerts.js';
 import { alertEvaluator } from './alerts/evaluator.js';
-import { createNotifier, type NotifySettings } from '../notify/index.js';
+import { alertService } from './alerts.js';
 import { deviceService } from './devices.js';
 import { DomainEvents } from './events.js';
 import { ingestPipeline } from './ingest/pipeline.js';
 import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
 import { sessionService } from './sessions.js';
+import { snapshotService } from './snapshots.js';
 import { telemetryService } from './telemetry.js';
 import { usageService } from './usage.js';
-import { snapshotService } from './snapshots.js';
-import { snapshotFiles } from '../storage/snapshotFiles.js';
-import path from 'node:path';
 
 /**
  * The domain layer, assembled once per process over one set of repositories. Transports

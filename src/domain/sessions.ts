@@ -3,11 +3,12 @@
  * database keeps only its SHA-256 hash, with an expiry and a per-session CSRF token that the
  * dashboard's JS sends back in a header on every state-changing request (docs/dashboard.md).
  */
-import { randomBase62, hashSecret, sameHash } from '../ids.js';
+
 import { badRequest, rateLimited, unauthorized } from '../errors.js';
-import { DAY_MS, HOUR_MS, MINUTE_MS, type Clock } from '../time.js';
+import { hashSecret, randomBase62, sameHash } from '../ids.js';
 import type { Repositories } from '../storage/index.js';
 import type { SessionRecord } from '../storage/repos/sessions.js';
+import { type Clock, DAY_MS, HOUR_MS, MINUTE_MS } from '../time.js';
 import type { AccountService } from './accounts.js';
 import { hashPassword, verifyPassword } from './passwords.js';
 import type { Account } from './types.js';
@@ -40,7 +41,10 @@ export class SignInThrottle {
 
   /** Throws 429 when either the email or the address has too many recent failures. */
   check(email: string, ip: string): void {
-    for (const [key, max] of [[`e:${email.toLowerCase()}`, MAX_FAILURES_PER_EMAIL], [`i:${ip}`, MAX_FAILURES_PER_IP]] as const) {
+    for (const [key, max] of [
+      [`e:${email.toLowerCase()}`, MAX_FAILURES_PER_EMAIL],
+      [`i:${ip}`, MAX_FAILURES_PER_IP],
+    ] as const) {
       const list = this.recent(key);
       if (list.length >= max) {
         const retryAfter = Math.max(1, Math.ceil((list[0]! + THROTTLE_WINDOW_MS - this.clock.now()) / 1000));
@@ -75,7 +79,14 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
     const sessionId = randomBase62(43);
     const now = clock.now();
     repos.sessions.removeExpired(now);
-    const session: SessionRecord = { idHash: hashSecret(sessionId), accountSeq: account.seq, csrfToken: randomBase62(32), createdAt: now, lastUsedAt: now, expiresAt: now + SESSION_IDLE_MS };
+    const session: SessionRecord = {
+      idHash: hashSecret(sessionId),
+      accountSeq: account.seq,
+      csrfToken: randomBase62(32),
+      createdAt: now,
+      lastUsedAt: now,
+      expiresAt: now + SESSION_IDLE_MS,
+    };
     repos.sessions.insert(session);
     return { sessionId, session };
   }
@@ -89,9 +100,10 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       if (!normalized || !password) throw badRequest('email and password are required');
       throttle.check(normalized, ip);
       const account = repos.accounts.findByEmail(normalized);
-      const ok = account?.passwordHash
-        ? await verifyPassword(password, account.passwordHash)
-        : (await verifyPassword(password, await (dummyHash ??= hashPassword(randomBase62(16)))), false);
+      // An unknown email costs the same scrypt work as a wrong password, so timing tells nothing.
+      dummyHash ??= hashPassword(randomBase62(16));
+      const hash = account?.passwordHash ?? (await dummyHash);
+      const ok = (await verifyPassword(password, hash)) && !!account?.passwordHash;
       if (!ok || !account) {
         throttle.fail(normalized, ip);
         throw unauthorized(SIGN_IN_FAILED);

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { badRequest, forbidden, notFound, payloadTooLarge, rateLimited } from '../errors.js';
-import { DAY_MS, type Clock } from '../time.js';
 import type { Repositories } from '../storage/index.js';
-import type { SnapshotFiles } from '../storage/snapshotFiles.js';
 import type { SnapshotRecord } from '../storage/repos/snapshots.js';
+import type { SnapshotFiles } from '../storage/snapshotFiles.js';
+import { type Clock, DAY_MS } from '../time.js';
 import type { DeviceService } from './devices.js';
 
 /** "500 KB" is 512,000 bytes: that size is accepted, one byte more is 413 (decisions.md §4). */
@@ -75,7 +75,10 @@ function startsWith(bytes: Buffer, magic: number[]): boolean {
 
 export function snapshotService(repos: Repositories, devices: DeviceService, files: SnapshotFiles, clock: Clock) {
   const quotaError = (limit: number, now: number) =>
-    rateLimited(`daily snapshot quota of ${limit} used up for this device; it resets at midnight UTC`, Math.max(1, Math.ceil((startOfUtcDay(now) + DAY_MS - now) / 1000)));
+    rateLimited(
+      `daily snapshot quota of ${limit} used up for this device; it resets at midnight UTC`,
+      Math.max(1, Math.ceil((startOfUtcDay(now) + DAY_MS - now) / 1000)),
+    );
 
   /** Expired = older than the owning account's snapshot retention (decisions.md §4). */
   function isExpired(snapshot: SnapshotRecord, now: number): boolean {

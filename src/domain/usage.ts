@@ -1,5 +1,5 @@
 import type { Repositories } from '../storage/index.js';
-import { DAY_MS, iso, startOfNextUtcMonth, startOfUtcMonth, type Clock } from '../time.js';
+import { type Clock, DAY_MS, iso, startOfNextUtcMonth, startOfUtcMonth } from '../time.js';
 import type { Account } from './types.js';
 
 /** Account usage (interface.md "Account usage"; decisions.md §3-§4 for the period and counts). */

@@ -1,17 +1,17 @@
-import Fastify, { LogController, type FastifyInstance } from 'fastify';
 import swagger from '@fastify/swagger';
-import type { Services } from '../domain/services.js';
+import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { ServerConfig } from '../config.js';
+import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+import type { Services } from '../domain/services.js';
 import { errorBody, handleError } from './errors.js';
-import { SHARED_SCHEMAS } from './schemas.js';
-import { publicApiRoutes } from './routes/publicApi.js';
+import { parseJsonBody } from './jsonBody.js';
+import { createMetrics, installMetrics } from './metrics.js';
+import { dashboardRoutes } from './routes/dashboard.js';
 import { deviceApiRoutes } from './routes/deviceApi.js';
 import { healthRoutes } from './routes/health.js';
+import { publicApiRoutes } from './routes/publicApi.js';
 import { snapshotRoutes } from './routes/snapshots.js';
-import { dashboardRoutes } from './routes/dashboard.js';
-import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
-import { createMetrics, installMetrics } from './metrics.js';
-import { parseJsonBody } from './jsonBody.js';
+import { SHARED_SCHEMAS } from './schemas.js';
 import { buildLazyValidator, buildSharedSerializer } from './serializers.js';
 
 export interface AppOptions {
@@ -74,7 +74,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   await app.register(swagger, {
     openapi: {
       openapi: '3.0.3',
-      info: { title: 'telemetryd Public API', version: opts.version, description: 'Read-only access to devices, telemetry, alerts and account usage.' },
+      info: {
+        title: 'telemetryd Public API',
+        version: opts.version,
+        description: 'Read-only access to devices, telemetry, alerts and account usage.',
+      },
       servers: [{ url: config.publicUrl }],
       components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'API key (tlm_…)' } } },
     },

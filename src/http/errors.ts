@@ -31,7 +31,10 @@ function fromFastify(err: FastifyError, url: string): { status: number; message:
   }
   if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
     // e.g. malformed JSON (secure-json-parse) or a __proto__ key.
-    return { status: err.statusCode, message: err.statusCode === 400 && /JSON|Unexpected|proto/i.test(err.message) ? `invalid JSON body: ${err.message}` : err.message };
+    return {
+      status: err.statusCode,
+      message: err.statusCode === 400 && /JSON|Unexpected|proto/i.test(err.message) ? `invalid JSON body: ${err.message}` : err.message,
+    };
   }
   return { status: 500, message: 'internal server error' };
 }

@@ -16,7 +16,8 @@ export { jsonDepth } from '../jsonText.js';
  * carry statusCode 400 for the error handler.
  */
 export function parseJsonBody(text: string): unknown {
-  if (jsonDepth(text) > MAX_BODY_DEPTH) throw Object.assign(new Error(`invalid JSON body: nested deeper than ${MAX_BODY_DEPTH} levels`), { statusCode: 400 });
+  if (jsonDepth(text) > MAX_BODY_DEPTH)
+    throw Object.assign(new Error(`invalid JSON body: nested deeper than ${MAX_BODY_DEPTH} levels`), { statusCode: 400 });
   try {
     return parseJsonRefusingProto(text);
   } catch (err) {

@@ -1,5 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { Counter, Gauge, Registry, type Metric } from 'prom-client';
+import { Counter, Gauge, type Metric, Registry } from 'prom-client';
 import type { Services } from '../domain/services.js';
 
 /**
@@ -15,8 +15,18 @@ export interface MetricsSources {
 
 export function createMetrics(services: Services, sources: MetricsSources = {}) {
   const registry = new Registry();
-  const readings = new Counter({ name: 'telemetryd_ingest_readings_total', help: 'Readings stored, by transport', labelNames: ['transport'], registers: [registry] });
-  const rejected = new Counter({ name: 'telemetryd_ingest_rejected_total', help: 'Readings refused for good (not JSON, not an object, schema, too large), by transport', labelNames: ['transport'], registers: [registry] });
+  const readings = new Counter({
+    name: 'telemetryd_ingest_readings_total',
+    help: 'Readings stored, by transport',
+    labelNames: ['transport'],
+    registers: [registry],
+  });
+  const rejected = new Counter({
+    name: 'telemetryd_ingest_rejected_total',
+    help: 'Readings refused for good (not JSON, not an object, schema, too large), by transport',
+    labelNames: ['transport'],
+    registers: [registry],
+  });
   const latency = new RequestLatency(
     'telemetryd_http_request_duration_seconds',
     'HTTP request latency, by method, route pattern and status class',
@@ -75,7 +85,9 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     observeRequest(method: string, route: string, statusCode: number, seconds: number) {
       latency.observe(method, route, statusCode, seconds);
     },
-    close: () => unsubscribe.forEach((off) => off()),
+    close: () => {
+      for (const off of unsubscribe) off();
+    },
   };
 }
 

@@ -60,7 +60,19 @@ export const alertSchema = {
     created_at: timestamp,
     updated_at: timestamp,
   },
-  required: ['id', 'device_id', 'name', 'condition', 'actions', 'severity', 'enabled', 'cooldown', 'last_triggered', 'created_at', 'updated_at'],
+  required: [
+    'id',
+    'device_id',
+    'name',
+    'condition',
+    'actions',
+    'severity',
+    'enabled',
+    'cooldown',
+    'last_triggered',
+    'created_at',
+    'updated_at',
+  ],
 } as const;
 
 export const alertEventSchema = {

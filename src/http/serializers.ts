@@ -1,5 +1,5 @@
-import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import ValidatorSelector from '@fastify/ajv-compiler';
+import { SerializerSelector } from '@fastify/fast-json-stringify-compiler';
 import type { FastifyServerOptions } from 'fastify';
 
 type BuildSerializer = ReturnType<typeof SerializerSelector>;
@@ -30,7 +30,10 @@ export const buildSharedSerializer: BuildSerializer = (externalSchemas, serializ
     if (!serializer) {
       let serialize: ReturnType<ReturnType<BuildSerializer>> | undefined;
       serializer = (data) => {
-        serialize ??= (compile ??= SerializerSelector()(externalSchemas, serializerOpts))(route);
+        if (!serialize) {
+          compile ??= SerializerSelector()(externalSchemas, serializerOpts);
+          serialize = compile(route);
+        }
         return serialize(data);
       };
       compiled.set(key, serializer);

@@ -9,8 +9,8 @@ import net, { type AddressInfo, type Socket } from 'node:net';
 import tls from 'node:tls';
 import { Aedes, type Client } from 'aedes';
 import type { ServerConfig } from '../config.js';
-import type { Services } from '../domain/services.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+import type { Services } from '../domain/services.js';
 import { brokerHooks, skipTelemetryFanOut } from './hooks.js';
 import { SessionRegistry } from './sessions.js';
 import { loadTlsMaterial, type TlsMaterial } from './tls.js';
@@ -46,7 +46,12 @@ export interface RunningMqtt {
 }
 
 /** Starts the broker and its listeners; returns null when both listeners are off. */
-export async function startMqtt(config: ServerConfig, services: Services, log: Log, print: (line: string) => void): Promise<RunningMqtt | null> {
+export async function startMqtt(
+  config: ServerConfig,
+  services: Services,
+  log: Log,
+  print: (line: string) => void,
+): Promise<RunningMqtt | null> {
   if (config.mqttPort === null && config.mqttPlainPort === null) return null;
 
   const sessions = new SessionRegistry(services, log);
@@ -89,12 +94,17 @@ export async function startMqtt(config: ServerConfig, services: Services, log: L
   try {
     if (config.mqttPort !== null) {
       material = await loadTlsMaterial(config);
-      const server = tls.createServer({ cert: material.cert, key: material.key, minVersion: 'TLSv1.2', handshakeTimeout: CONNECT_TIMEOUT_MS }, accept);
+      const server = tls.createServer(
+        { cert: material.cert, key: material.key, minVersion: 'TLSv1.2', handshakeTimeout: CONNECT_TIMEOUT_MS },
+        accept,
+      );
       server.on('tlsClientError', (err) => log.debug({ err: err.message }, 'MQTT TLS handshake failed'));
       servers.push(server);
       tlsPort = await listen(server, config.host, config.mqttPort);
       const origin = { generated: 'generated self-signed', reused: 'self-signed', configured: 'configured' }[material.source];
-      print(`MQTT over TLS listening on ${config.host}:${tlsPort} (${origin} certificate ${material.certPath}, SHA-256 fingerprint ${material.fingerprint})`);
+      print(
+        `MQTT over TLS listening on ${config.host}:${tlsPort} (${origin} certificate ${material.certPath}, SHA-256 fingerprint ${material.fingerprint})`,
+      );
     }
     if (config.mqttPlainPort !== null) {
       const server = net.createServer(accept);

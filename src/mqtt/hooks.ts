@@ -5,10 +5,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Aedes, AedesOptions, AuthenticateError, Client, PublishPacket } from 'aedes';
-import { AppError } from '../errors.js';
 import type { Services } from '../domain/services.js';
-import type { SessionRegistry } from './sessions.js';
+import { AppError } from '../errors.js';
 import { AuthThrottle } from './authThrottle.js';
+import type { SessionRegistry } from './sessions.js';
 
 /** MQTT 3.1.1 CONNACK return codes (§3.2.2.3) used here. */
 export const CONNACK = {
@@ -132,7 +132,8 @@ export function brokerHooks(deps: {
           () => callback(null),
           (err: unknown) => {
             if (isRejectedReading(err)) return callback(null);
-            if (!(err instanceof AppError)) log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
+            if (!(err instanceof AppError))
+              log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
             callback(err instanceof Error ? err : new Error(String(err)));
           },
         );
@@ -187,7 +188,8 @@ export function skipTelemetryFanOut(broker: Aedes): void {
  * for this session and must not be ingested twice; aedes answers it with PUBREC again.
  */
 async function alreadyReceived(broker: Aedes, client: Client, packet: PublishPacket): Promise<boolean> {
-  const persistence = (broker as unknown as { persistence: { incomingGetPacket(c: Client, p: { messageId?: number }): Promise<unknown> } }).persistence;
+  const persistence = (broker as unknown as { persistence: { incomingGetPacket(c: Client, p: { messageId?: number }): Promise<unknown> } })
+    .persistence;
   try {
     await persistence.incomingGetPacket(client, { messageId: packet.messageId });
     return true;

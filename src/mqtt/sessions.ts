@@ -1,6 +1,6 @@
 import type { Client } from 'aedes';
-import { AppError } from '../errors.js';
 import type { Services } from '../domain/services.js';
+import { AppError } from '../errors.js';
 
 /** What CONNECT established for one MQTT connection. */
 export interface Session {
@@ -46,7 +46,10 @@ export class SessionRegistry {
     if (session.client.closed || session.client.conn.destroyed) return;
     this.byClient.set(session.client, session);
     let set = this.byDevice.get(session.deviceId);
-    if (!set) this.byDevice.set(session.deviceId, (set = new Set()));
+    if (!set) {
+      set = new Set();
+      this.byDevice.set(session.deviceId, set);
+    }
     set.add(session);
     // The socket's close is the one event every ending goes through (DISCONNECT, error,
     // keep-alive timeout, takeover, broker shutdown), registered or not.
@@ -105,6 +108,8 @@ export class SessionRegistry {
       events.on('account.changed', ({ accountId }) => this.recheckAccount(accountId)),
       events.on('external.change', () => this.recheckAll()),
     ];
-    return () => offs.forEach((off) => off());
+    return () => {
+      for (const off of offs) off();
+    };
   }
 }

@@ -1,8 +1,8 @@
 import { X509Certificate } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import path from 'node:path';
-import { isIP } from 'node:net';
 import type { ServerConfig } from '../config.js';
 
 export interface TlsMaterial {

@@ -70,7 +70,7 @@ export async function deliverWebhook(url: string, body: string, secret: string, 
       // The body is not needed; drain it so the connection can be reused or closed.
       await res.arrayBuffer().catch(() => undefined);
       if (res.status >= 200 && res.status < 300) return { ok: true, attempts: attempt };
-      reason = `HTTP ${res.status}${res.statusText ? ' ' + res.statusText : ''}`;
+      reason = `HTTP ${res.status}${res.statusText ? ` ${res.statusText}` : ''}`;
     } catch (err) {
       const e = err as Error & { cause?: { code?: string; message?: string } };
       reason = e.name === 'TimeoutError' ? `no answer within ${timeoutMs} ms` : (e.cause?.code ?? e.cause?.message ?? e.message);

@@ -1,6 +1,17 @@
-import Database from 'better-sqlite3';
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { DB_FILE, type Db } from './db.js';
 import { loadNativeBinding } from './native.js';
 
@@ -70,7 +81,7 @@ export async function createBackup(
     // The snapshot files are archived in place (a link followed by tar), not copied twice.
     if (hasSnapshots) symlinkSync(snapshots, path.join(staging, SNAPSHOTS_DIR), 'dir');
     const manifest: BackupManifest = { format: BACKUP_FORMAT, version, created_at: new Date().toISOString(), snapshots: hasSnapshots };
-    writeFileSync(path.join(staging, MANIFEST), JSON.stringify(manifest, null, 2) + '\n');
+    writeFileSync(path.join(staging, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
     // Loaded on first use: a serve that never backs up does not load tar (and zlib) at start.
     const tar = await import('tar');
     await tar.create(
@@ -128,7 +139,11 @@ export class RestoreError extends Error {}
  * unpacked and checked (manifest, integrity_check) in a staging folder inside the data dir
  * first; only then are the current files replaced, so a bad archive changes nothing.
  */
-export async function restoreBackup(file: string, dataDir: string, opts: { force: boolean }): Promise<{ file: string; data_dir: string; readings: number }> {
+export async function restoreBackup(
+  file: string,
+  dataDir: string,
+  opts: { force: boolean },
+): Promise<{ file: string; data_dir: string; readings: number }> {
   const source = path.resolve(file);
   if (!existsSync(source)) throw new RestoreError(`no backup file ${source}`);
   const dir = path.resolve(dataDir);
@@ -158,7 +173,8 @@ export async function restoreBackup(file: string, dataDir: string, opts: { force
     } catch {
       throw new RestoreError(`${source} is not a telemetryd backup (no ${MANIFEST})`);
     }
-    if (manifest.format !== BACKUP_FORMAT) throw new RestoreError(`backup format ${manifest.format} is not supported (expected ${BACKUP_FORMAT})`);
+    if (manifest.format !== BACKUP_FORMAT)
+      throw new RestoreError(`backup format ${manifest.format} is not supported (expected ${BACKUP_FORMAT})`);
     const restoredDb = path.join(staging, DB_FILE);
     if (!existsSync(restoredDb)) throw new RestoreError(`${source} holds no ${DB_FILE}`);
     let readings: number;

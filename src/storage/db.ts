@@ -1,8 +1,8 @@
-import Database from 'better-sqlite3';
 import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { loadNativeBinding } from './native.js';
+import Database from 'better-sqlite3';
 import { migrate } from './migrations.js';
+import { loadNativeBinding } from './native.js';
 
 export type Db = Database.Database;
 

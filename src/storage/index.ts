@@ -1,12 +1,12 @@
 import type { Db } from './db.js';
+import { ExternalCommits, TableChanges } from './readCache.js';
 import { accountsRepo } from './repos/accounts.js';
+import { alertsRepo } from './repos/alerts.js';
 import { apiKeysRepo } from './repos/apiKeys.js';
 import { devicesRepo } from './repos/devices.js';
 import { readingsRepo } from './repos/readings.js';
-import { alertsRepo } from './repos/alerts.js';
 import { sessionsRepo } from './repos/sessions.js';
 import { snapshotsRepo } from './repos/snapshots.js';
-import { ExternalCommits, TableChanges } from './readCache.js';
 
 /** Every repository over one connection: what the domain layer is given. */
 export function createRepositories(db: Db) {

@@ -56,7 +56,14 @@ export class ReadingWriter {
     if (this.closed) return Promise.reject(new Error('writer is closed'));
     return new Promise<number>((resolve, reject) => {
       // Explicit fields, not a spread: the spread showed at ~5 % of MQTT ingest CPU.
-      this.queue.push({ deviceSeq: reading.deviceSeq, accountSeq: reading.accountSeq, time: reading.time, data: reading.data, resolve, reject });
+      this.queue.push({
+        deviceSeq: reading.deviceSeq,
+        accountSeq: reading.accountSeq,
+        time: reading.time,
+        data: reading.data,
+        resolve,
+        reject,
+      });
       if (!this.scheduled) {
         this.scheduled = true;
         setImmediate(() => this.flush());
@@ -78,7 +85,7 @@ export class ReadingWriter {
         continue;
       }
       this.writtenSinceTick = true;
-      batch.forEach((w, i) => w.resolve(seqs[i]!));
+      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
     }
     if (this.readings.inboxRows() >= INBOX_MERGE_ROWS && !this.mergeScheduled) {
       // Its own event-loop step: the batch's answers go out first.

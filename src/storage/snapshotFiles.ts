@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { mkdir, open, readdir, readFile, rename, rm, stat, unlink, type FileHandle } from 'node:fs/promises';
 import { rmSync } from 'node:fs';
+import { type FileHandle, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
-import { AppError, unavailable } from '../errors.js';
+import { type AppError, unavailable } from '../errors.js';
 
 /**
  * Snapshot bytes on disk: `<data-dir>/snapshots/<device id>/<snapshot id>.<jpg|png>`.

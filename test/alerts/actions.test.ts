@@ -24,7 +24,11 @@ async function startSmtp() {
       let raw = '';
       stream.on('data', (chunk: Buffer) => (raw += chunk.toString('utf8')));
       stream.on('end', () => {
-        mails.push({ from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '', to: session.envelope.rcptTo.map((r) => r.address), raw });
+        mails.push({
+          from: session.envelope.mailFrom ? session.envelope.mailFrom.address : '',
+          to: session.envelope.rcptTo.map((r) => r.address),
+          raw,
+        });
         callback();
       });
     },
@@ -91,13 +95,14 @@ const unfold = (raw: string) => raw.replace(/\r\n(?=[ \t])/g, '');
 
 /** Decodes RFC 2047 encoded words (nodemailer Q-encodes long header values). */
 function decodeHeader(value: string): string {
-  return value
-    .replace(/\?=\s+=\?/g, '?==?')
-    .replace(/=\?UTF-8\?([QB])\?([^?]*)\?=/gi, (_, enc: string, text: string) =>
-      enc.toUpperCase() === 'B'
-        ? Buffer.from(text, 'base64').toString('utf8')
-        : Buffer.from(text.replace(/_/g, ' ').replace(/=([0-9A-F]{2})/gi, (_m, h: string) => String.fromCharCode(parseInt(h, 16))), 'latin1').toString('utf8'),
-    );
+  return value.replace(/\?=\s+=\?/g, '?==?').replace(/=\?UTF-8\?([QB])\?([^?]*)\?=/gi, (_, enc: string, text: string) =>
+    enc.toUpperCase() === 'B'
+      ? Buffer.from(text, 'base64').toString('utf8')
+      : Buffer.from(
+          text.replace(/_/g, ' ').replace(/=([0-9A-F]{2})/gi, (_m, h: string) => String.fromCharCode(parseInt(h, 16))),
+          'latin1',
+        ).toString('utf8'),
+  );
 }
 
 describe('email action', () => {
@@ -146,7 +151,9 @@ describe('email action without a reachable SMTP server', () => {
       await send(server, s.device, s.token, { t: 1 });
       const events = deliveries(server, alert.id);
       expect(events).toHaveLength(1);
-      expect(events[0]!.deliveries).toEqual([expect.objectContaining({ action: 'email', status: 'not_configured', detail: expect.stringContaining('SMTP') })]);
+      expect(events[0]!.deliveries).toEqual([
+        expect.objectContaining({ action: 'email', status: 'not_configured', detail: expect.stringContaining('SMTP') }),
+      ]);
       expect((await history(server, s.key, alert.id)).body.data).toHaveLength(1);
     } finally {
       await server.stop();
@@ -184,7 +191,14 @@ describe('webhook action', () => {
     const receiver = await startReceiver();
     try {
       const s = await seedAccount(server, { email: 'hooks@example.com' });
-      const alert = server.services.alerts.create(s.device, { name: 'door open', field: 'door', operator: '==', value: 1, actions: ['webhook', 'email'], webhookUrl: receiver.url });
+      const alert = server.services.alerts.create(s.device, {
+        name: 'door open',
+        field: 'door',
+        operator: '==',
+        value: 1,
+        actions: ['webhook', 'email'],
+        webhookUrl: receiver.url,
+      });
       await send(server, s.device, s.token, { door: 1, battery: { level: 80 } });
       const hook = await waitFor(() => receiver.hooks[0], 'the webhook');
 
@@ -200,7 +214,7 @@ describe('webhook action', () => {
       expect(cli.json.account).toBe(s.account.id);
       const secret = cli.json.webhook_secret as string;
       expect(m![2]).toBe(createHmac('sha256', secret).update(`${t}.${hook.body}`).digest('hex'));
-      expect(m![2]).not.toBe(createHmac('sha256', secret + 'x').update(`${t}.${hook.body}`).digest('hex'));
+      expect(m![2]).not.toBe(createHmac('sha256', `${secret}x`).update(`${t}.${hook.body}`).digest('hex'));
 
       const body = JSON.parse(hook.body);
       expect(Object.keys(body).sort()).toEqual(['alert', 'event', 'reading']);
@@ -236,7 +250,14 @@ describe('webhook action', () => {
     const receiver = await startReceiver((n, res) => res.writeHead(n <= 2 ? 500 : 204).end());
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, { name: 'flaky', field: 'p', operator: '<', value: 5, actions: ['webhook'], webhookUrl: receiver.url });
+      const alert = server.services.alerts.create(s.device, {
+        name: 'flaky',
+        field: 'p',
+        operator: '<',
+        value: 5,
+        actions: ['webhook'],
+        webhookUrl: receiver.url,
+      });
       await send(server, s.device, s.token, { p: 1 });
       const d = await settledDelivery(server, alert.id, 'webhook');
       expect(d).toMatchObject({ status: 'sent', attempts: 3 });
@@ -258,7 +279,14 @@ describe('webhook action', () => {
     });
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, { name: 'down', field: 'p', operator: '>', value: 0, actions: ['webhook'], webhookUrl: receiver.url });
+      const alert = server.services.alerts.create(s.device, {
+        name: 'down',
+        field: 'p',
+        operator: '>',
+        value: 0,
+        actions: ['webhook'],
+        webhookUrl: receiver.url,
+      });
       const res = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { p: 7 } });
       await waitFor(() => receiver.hooks.length === 1, 'the first attempt');
       // Ingest answered 200 while the webhook attempt was still open, and the reading is stored.
@@ -283,7 +311,14 @@ describe('webhook action', () => {
   it('an unreachable webhook URL ends "failed" with the network reason', async () => {
     const port = await closedPort();
     const s = await seedAccount(server);
-    const alert = server.services.alerts.create(s.device, { name: 'nowhere', field: 'p', operator: '>', value: 0, actions: ['webhook'], webhookUrl: `http://127.0.0.1:${port}/x` });
+    const alert = server.services.alerts.create(s.device, {
+      name: 'nowhere',
+      field: 'p',
+      operator: '>',
+      value: 0,
+      actions: ['webhook'],
+      webhookUrl: `http://127.0.0.1:${port}/x`,
+    });
     expect((await ingest(server, { device_id: s.device.id, access_token: s.token, data: { p: 1 } })).status).toBe(200);
     const d = await settledDelivery(server, alert.id, 'webhook');
     expect(d).toMatchObject({ status: 'failed', attempts: 4 });

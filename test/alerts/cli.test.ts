@@ -18,7 +18,21 @@ describe('telemetryd alerts (CLI) against a running server', () => {
   afterAll(() => server.stop());
 
   it('alerts create applies the decisions.md §2 defaults and the running server evaluates it at once', async () => {
-    const r = await cli(['alerts', 'create', '--device', s.device.id, '--name', 'hot', '--field', 'env.temp', '--operator', '>', '--value', '30', '--json']);
+    const r = await cli([
+      'alerts',
+      'create',
+      '--device',
+      s.device.id,
+      '--name',
+      'hot',
+      '--field',
+      'env.temp',
+      '--operator',
+      '>',
+      '--value',
+      '30',
+      '--json',
+    ]);
     expect(r.status, r.stderr).toBe(0);
     expect(r.json).toMatchObject({
       device_id: s.device.id,
@@ -40,11 +54,40 @@ describe('telemetryd alerts (CLI) against a running server', () => {
 
   it('--action is repeatable, --disabled creates it disabled, and enable/disable take effect on the next reading', async () => {
     const r = await cli([
-      'alerts', 'create', '--device', s.device.id, '--name', 'cold', '--field', 't', '--operator', '<=', '--value', '-5',
-      '--severity', 'critical', '--cooldown', '0', '--action', 'email', '--action', 'webhook', '--webhook-url', 'http://127.0.0.1:9/hook', '--disabled', '--json',
+      'alerts',
+      'create',
+      '--device',
+      s.device.id,
+      '--name',
+      'cold',
+      '--field',
+      't',
+      '--operator',
+      '<=',
+      '--value',
+      '-5',
+      '--severity',
+      'critical',
+      '--cooldown',
+      '0',
+      '--action',
+      'email',
+      '--action',
+      'webhook',
+      '--webhook-url',
+      'http://127.0.0.1:9/hook',
+      '--disabled',
+      '--json',
     ]);
     expect(r.status, r.stderr).toBe(0);
-    expect(r.json).toMatchObject({ actions: ['email', 'webhook'], severity: 'critical', cooldown: 0, enabled: false, webhook_url: 'http://127.0.0.1:9/hook', condition: { value: -5 } });
+    expect(r.json).toMatchObject({
+      actions: ['email', 'webhook'],
+      severity: 'critical',
+      cooldown: 0,
+      enabled: false,
+      webhook_url: 'http://127.0.0.1:9/hook',
+      condition: { value: -5 },
+    });
     const id = r.json.id as string;
 
     await send(server, s.device, s.token, { t: -6 });
@@ -69,7 +112,13 @@ describe('telemetryd alerts (CLI) against a running server', () => {
     const db = openDatabase(server.dataDir);
     try {
       const admin = createServices(createRepositories(db));
-      const alert = server.services.alerts.create(s.device, { name: 'second connection', field: 'q', operator: '>', value: 0, cooldown: 0 });
+      const alert = server.services.alerts.create(s.device, {
+        name: 'second connection',
+        field: 'q',
+        operator: '>',
+        value: 0,
+        cooldown: 0,
+      });
       await send(server, s.device, s.token, { q: 1 });
       admin.alerts.setEnabled(admin.alerts.getAny(alert.id), false);
       await send(server, s.device, s.token, { q: 2 });
@@ -98,7 +147,21 @@ describe('telemetryd alerts (CLI) against a running server', () => {
       expect(r.stderr.trim().split('\n'), extra.join(' ')).toHaveLength(1);
       expect(r.stderr, extra.join(' ')).toMatch(message);
     }
-    const unknownDevice = await cli(['alerts', 'create', '--device', 'dev_nope', '--name', 'x', '--field', 't', '--operator', '>', '--value', '1', '--json']);
+    const unknownDevice = await cli([
+      'alerts',
+      'create',
+      '--device',
+      'dev_nope',
+      '--name',
+      'x',
+      '--field',
+      't',
+      '--operator',
+      '>',
+      '--value',
+      '1',
+      '--json',
+    ]);
     expect(unknownDevice.status).not.toBe(0);
     const unknownAlert = await cli(['alerts', 'enable', 'alert_nope', '--json']);
     expect(unknownAlert.status).not.toBe(0);

@@ -8,19 +8,39 @@ describe('alert rules (pure)', () => {
     expect(numericValueAt(data, fieldPath('env.temp'))).toBe(-3);
     expect(numericValueAt(data, fieldPath('env.deep.x'))).toBe(0);
     expect(numericValueAt(data, fieldPath('list.0'))).toBe(7);
-    for (const f of ['s', 'b', 'n', 'env', 'missing', 'env.missing', 'temp.x', 'a.b', 'constructor', 'toString', '__proto__', 'env.constructor', 'list.length']) {
+    for (const f of [
+      's',
+      'b',
+      'n',
+      'env',
+      'missing',
+      'env.missing',
+      'temp.x',
+      'a.b',
+      'constructor',
+      'toString',
+      '__proto__',
+      'env.constructor',
+      'list.length',
+    ]) {
       expect(numericValueAt(data, fieldPath(f)), f).toBeNull();
     }
   });
 
   it('compares with each operator', () => {
     const cases: [Parameters<typeof compare>[1], number, boolean][] = [
-      ['>', 21, true], ['>', 20, false],
-      ['>=', 20, true], ['>=', 19.99, false],
-      ['<', 19, true], ['<', 20, false],
-      ['<=', 20, true], ['<=', 20.01, false],
-      ['==', 20, true], ['==', 20.5, false],
-      ['!=', 21, true], ['!=', 20, false],
+      ['>', 21, true],
+      ['>', 20, false],
+      ['>=', 20, true],
+      ['>=', 19.99, false],
+      ['<', 19, true],
+      ['<', 20, false],
+      ['<=', 20, true],
+      ['<=', 20.01, false],
+      ['==', 20, true],
+      ['==', 20.5, false],
+      ['!=', 21, true],
+      ['!=', 20, false],
     ];
     for (const [op, actual, expected] of cases) expect(compare(actual, op, 20), `${actual} ${op} 20`).toBe(expected);
   });

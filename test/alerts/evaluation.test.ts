@@ -18,7 +18,10 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     const s = await fresh();
     const ops = { gt: '>', ge: '>=', lt: '<', le: '<=', eq: '==', ne: '!=' } as const;
     const alerts = Object.fromEntries(
-      Object.entries(ops).map(([field, operator]) => [field, server.services.alerts.create(s.device, { name: `op ${operator}`, field, operator, value: 20, cooldown: 0 })]),
+      Object.entries(ops).map(([field, operator]) => [
+        field,
+        server.services.alerts.create(s.device, { name: `op ${operator}`, field, operator, value: 20, cooldown: 0 }),
+      ]),
     );
     // Every condition false...
     await send(server, s.device, s.token, { gt: 20, ge: 19.9, lt: 20, le: 20.1, eq: 20.5, ne: 20 });
@@ -43,8 +46,22 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     const events = (await history(server, s.key, alert.id)).body.data;
     expect(events).toHaveLength(1);
     const event = events[0]!;
-    expect(Object.keys(event).sort()).toEqual(['acknowledged', 'acknowledged_at', 'condition_value', 'device_id', 'id', 'severity', 'triggered_at']);
-    expect(event).toMatchObject({ device_id: s.device.id, condition_value: 31.5, severity: 'critical', acknowledged: false, acknowledged_at: null });
+    expect(Object.keys(event).sort()).toEqual([
+      'acknowledged',
+      'acknowledged_at',
+      'condition_value',
+      'device_id',
+      'id',
+      'severity',
+      'triggered_at',
+    ]);
+    expect(event).toMatchObject({
+      device_id: s.device.id,
+      condition_value: 31.5,
+      severity: 'critical',
+      acknowledged: false,
+      acknowledged_at: null,
+    });
     expect(event.id).toMatch(/^evt_[0-9A-Za-z]{16}$/);
     expect(event.triggered_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
 
@@ -117,7 +134,14 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     const everyB = server.services.alerts.create(other.device, { name: 'every', field: 'x', operator: '>', value: 0, cooldown: 0 });
     const onceB = server.services.alerts.create(other.device, { name: 'once', field: 'x', operator: '>', value: 0, cooldown: 3600 });
     await Promise.all(
-      Array.from({ length: n }, (_, i) => server.services.ingest.ingestReading({ transport: 'http', deviceId: other.device.id, token: other.accessToken, data: { x: i + 1 } })),
+      Array.from({ length: n }, (_, i) =>
+        server.services.ingest.ingestReading({
+          transport: 'http',
+          deviceId: other.device.id,
+          token: other.accessToken,
+          data: { x: i + 1 },
+        }),
+      ),
     );
     expect(server.services.writer.maxBatch).toBeGreaterThanOrEqual(n);
     expect((await history(server, s.key, everyB.id)).body.data).toHaveLength(n);

@@ -26,7 +26,15 @@ describe('alerts on readings published over MQTT', () => {
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/`;
     const s = await seedAccount(server);
-    const alert = server.services.alerts.create(s.device, { name: 'mqtt hot', field: 'env.temp', operator: '>', value: 30, cooldown: 3600, actions: ['webhook'], webhookUrl: url });
+    const alert = server.services.alerts.create(s.device, {
+      name: 'mqtt hot',
+      field: 'env.temp',
+      operator: '>',
+      value: 30,
+      cooldown: 3600,
+      actions: ['webhook'],
+      webhookUrl: url,
+    });
     const client = await connectTls(server, { username: s.device.id, password: s.token });
     try {
       await client.publishAsync(`d/${s.device.id}/t`, JSON.stringify({ env: { temp: 29 } }), { qos: 1 });

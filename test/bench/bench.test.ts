@@ -26,7 +26,8 @@ describe('npm run bench -- --quick --json', () => {
     const r = JSON.parse(last);
 
     expect(r.quick).toBe(true);
-    for (const k of ['baseline_rps', 'rps', 'ratio', 'p99_ms']) expect(isFigure(r.http_ingest[k]), `http_ingest.${k} = ${r.http_ingest[k]}`).toBe(true);
+    for (const k of ['baseline_rps', 'rps', 'ratio', 'p99_ms'])
+      expect(isFigure(r.http_ingest[k]), `http_ingest.${k} = ${r.http_ingest[k]}`).toBe(true);
     expect(r.http_ingest.connections).toBe(50);
     expect(r.http_ingest.devices).toBe(1000);
 

@@ -76,10 +76,14 @@ describe.skipIf(!canRun)('install.sh into a temporary prefix, systemd skipped', 
 
   it('the service user can run the installed executable against the data dir', () => {
     chmodSync(root, 0o755); // mkdtemp made it 0700: let the service user through, as /var/lib is
-    const r = spawnSync('runuser', ['-u', 'telemetryd', '--', path.join(prefix, 'telemetryd'), 'accounts', 'list', '--json', '--data-dir', dataDir], {
-      encoding: 'utf8',
-      cwd: root,
-    });
+    const r = spawnSync(
+      'runuser',
+      ['-u', 'telemetryd', '--', path.join(prefix, 'telemetryd'), 'accounts', 'list', '--json', '--data-dir', dataDir],
+      {
+        encoding: 'utf8',
+        cwd: root,
+      },
+    );
     expect(r.stderr).toBe('');
     expect(JSON.parse(r.stdout)).toEqual({ data: [] });
     expect(statSync(path.join(dataDir, 'telemetryd.db')).mode & 0o777).toBe(0o600);

@@ -1,4 +1,4 @@
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import type { TLSSocket } from 'node:tls';
@@ -28,7 +28,8 @@ const runner = (process.env.TELEMETRYD_BINARY_RUNNER ?? '').split(' ').filter(Bo
 if (runner.length > 0) runner[0] = spawnSync('sh', ['-c', `command -v ${runner[0]}`], { encoding: 'utf8' }).stdout.trim() || runner[0];
 /** Emulation makes each start take seconds. */
 const slow = runner.length > 0 ? 4 : 1;
-const command = (exe: string, args: string[]): [string, string[]] => (runner.length > 0 ? [runner[0], [...runner.slice(1), exe, ...args]] : [exe, args]);
+const command = (exe: string, args: string[]): [string, string[]] =>
+  runner.length > 0 ? [runner[0], [...runner.slice(1), exe, ...args]] : [exe, args];
 const dashboardBuilt = existsSync('dist/web/index.html');
 const hasMqtt = existsSync('src/mqtt');
 
@@ -80,36 +81,53 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
     expect(runExe(['version']).stdout).toBe(`telemetryd ${pkg.version} (${v.commit})\n`);
   });
 
-  it('has complete help: every command and subcommand has a description and its own help', async () => {
-    const seen: string[] = [];
-    // Each level's helps run at once: one start of a 100 MB executable is slow on a busy machine.
-    const visit = async (cmdPath: string[]): Promise<void> => {
-      const r = await runExeAsync([...cmdPath, '--help']);
-      expect(r.status, `${cmdPath.join(' ')} --help`).toBe(0);
-      expect(r.stdout).toMatch(/^Usage: telemetryd/);
-      seen.push(cmdPath.join(' '));
-      const commands = r.stdout.split(/\nCommands:\n/)[1];
-      if (!commands) return;
-      const children: string[] = [];
-      // "  name [options] ARGS   description" lines; continuation lines are indented deeper.
-      for (const line of commands.split('\n')) {
-        const m = /^ {2}([a-z][a-z-]*)(.*?)(?: {2,}(\S.*))?$/.exec(line);
-        if (!m || m[1] === 'help') continue;
-        expect(m[3], `description of "${[...cmdPath, m[1]].join(' ')}"`).toBeTruthy();
-        children.push(m[1]);
+  it(
+    'has complete help: every command and subcommand has a description and its own help',
+    async () => {
+      const seen: string[] = [];
+      // Each level's helps run at once: one start of a 100 MB executable is slow on a busy machine.
+      const visit = async (cmdPath: string[]): Promise<void> => {
+        const r = await runExeAsync([...cmdPath, '--help']);
+        expect(r.status, `${cmdPath.join(' ')} --help`).toBe(0);
+        expect(r.stdout).toMatch(/^Usage: telemetryd/);
+        seen.push(cmdPath.join(' '));
+        const commands = r.stdout.split(/\nCommands:\n/)[1];
+        if (!commands) return;
+        const children: string[] = [];
+        // "  name [options] ARGS   description" lines; continuation lines are indented deeper.
+        for (const line of commands.split('\n')) {
+          const m = /^ {2}([a-z][a-z-]*)(.*?)(?: {2,}(\S.*))?$/.exec(line);
+          if (!m || m[1] === 'help') continue;
+          expect(m[3], `description of "${[...cmdPath, m[1]].join(' ')}"`).toBeTruthy();
+          children.push(m[1]);
+        }
+        await Promise.all(children.map((child) => visit([...cmdPath, child])));
+      };
+      await visit([]);
+      for (const expected of ['serve', 'accounts create', 'keys create', 'devices create', 'alerts create', 'version']) {
+        expect(seen).toContain(expected);
       }
-      await Promise.all(children.map((child) => visit([...cmdPath, child])));
-    };
-    await visit([]);
-    for (const expected of ['serve', 'accounts create', 'keys create', 'devices create', 'alerts create', 'version']) {
-      expect(seen).toContain(expected);
-    }
-    // Every serve option is in its help (decisions.md §2).
-    const serveHelp = runExe(['serve', '--help']).stdout;
-    for (const flag of ['--data-dir', '--http-port', '--mqtt-port', '--mqtt-plain-port', '--host', '--public-url', '--tls-cert', '--tls-key', '--smtp-url', '--smtp-from', '--durability', '--config']) {
-      expect(serveHelp).toContain(flag);
-    }
-  }, 120_000 * slow);
+      // Every serve option is in its help (decisions.md §2).
+      const serveHelp = runExe(['serve', '--help']).stdout;
+      for (const flag of [
+        '--data-dir',
+        '--http-port',
+        '--mqtt-port',
+        '--mqtt-plain-port',
+        '--host',
+        '--public-url',
+        '--tls-cert',
+        '--tls-key',
+        '--smtp-url',
+        '--smtp-from',
+        '--durability',
+        '--config',
+      ]) {
+        expect(serveHelp).toContain(flag);
+      }
+    },
+    120_000 * slow,
+  );
 
   describe('serve', () => {
     let server: ChildProcess;
@@ -181,7 +199,10 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
 
     it('exports readings as xlsx from the dashboard: exceljs loads from its own asset on first use', async () => {
       // In the executable exceljs is not part of the main script (src/seaLazy.ts).
-      const r = runExe(['accounts', 'create', '--email', 'export@example.com', '--password-stdin', '--json', '--data-dir', 'data'], 'password-123\n');
+      const r = runExe(
+        ['accounts', 'create', '--email', 'export@example.com', '--password-stdin', '--json', '--data-dir', 'data'],
+        'password-123\n',
+      );
       expect(r.status, r.stderr).toBe(0);
       const device = runJson(['devices', 'create', '--account', 'export@example.com', '--name', 'xlsx', '--schema', 'flexible']);
       const ingest = await fetch(`${base}/api/devices/ingest`, {
@@ -222,16 +243,22 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
       const account = runJson(['accounts', 'create', '--email', 'mqtt@example.com']);
       const key = runJson(['keys', 'create', '--account', account.id, '--name', 'mqtt']);
       const device = runJson(['devices', 'create', '--account', account.id, '--name', 'meter', '--schema', 'flexible']);
-      const client = await mqtt.connectAsync(`mqtts://127.0.0.1:${port}`, {
-        username: device.id,
-        password: device.access_token,
-        ca: readFileSync(path.resolve(dir, certPath)),
-        rejectUnauthorized: true,
-        reconnectPeriod: 0,
-      }, false);
+      const client = await mqtt.connectAsync(
+        `mqtts://127.0.0.1:${port}`,
+        {
+          username: device.id,
+          password: device.access_token,
+          ca: readFileSync(path.resolve(dir, certPath)),
+          rejectUnauthorized: true,
+          reconnectPeriod: 0,
+        },
+        false,
+      );
       try {
         const socket = (client as unknown as { stream: TLSSocket }).stream;
-        expect(socket.getPeerCertificate().fingerprint256.replace(/:/g, '').toLowerCase()).toBe(fingerprint.replace(/:/g, '').toLowerCase());
+        expect(socket.getPeerCertificate().fingerprint256.replace(/:/g, '').toLowerCase()).toBe(
+          fingerprint.replace(/:/g, '').toLowerCase(),
+        );
         await client.publishAsync(`d/${device.id}/t`, JSON.stringify({ kwh: 12.5 }), { qos: 1 });
       } finally {
         await client.endAsync();

@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli, runCliAsync } from '../helpers/cli.js';
-import { ingest, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { ingest, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
 describe('admin CLI contract (decisions.md §2)', () => {
   const dir = tempDir();
@@ -23,7 +23,10 @@ describe('admin CLI contract (decisions.md §2)', () => {
     expect(list.json.data.map((a: any) => a.email)).toEqual(['owner@example.com']);
 
     const plan = cli('accounts', 'set-plan', 'owner@example.com', 'business', '--rate-per-minute', '7', '--json');
-    expect(plan.json).toMatchObject({ plan: 'business', limits: { rate_per_minute: 7, rate_per_day: 50_000, device_limit: 100, retention_days: 90 } });
+    expect(plan.json).toMatchObject({
+      plan: 'business',
+      limits: { rate_per_minute: 7, rate_per_day: 50_000, device_limit: 100, retention_days: 90 },
+    });
     // Earlier overrides do not carry over.
     const plan2 = cli('accounts', 'set-plan', created.json.id, 'business', '--json');
     expect(plan2.json.limits.rate_per_minute).toBe(300);
@@ -44,7 +47,10 @@ describe('admin CLI contract (decisions.md §2)', () => {
   });
 
   it('accounts create --password-stdin stores only a scrypt hash', () => {
-    const r = runCli(['accounts', 'create', '--email', 'pw@example.com', '--password-stdin', '--json'], { dataDir: dir, input: 'correct horse battery\n' });
+    const r = runCli(['accounts', 'create', '--email', 'pw@example.com', '--password-stdin', '--json'], {
+      dataDir: dir,
+      input: 'correct horse battery\n',
+    });
     expect(r.status).toBe(0);
     const short = runCli(['accounts', 'create', '--email', 'pw2@example.com', '--password-stdin'], { dataDir: dir, input: 'short\n' });
     expect(short.status).not.toBe(0);
@@ -65,9 +71,40 @@ describe('admin CLI contract (decisions.md §2)', () => {
 
   it('devices create with fields / list / pause / resume / regenerate-token / delete', () => {
     const fieldsFile = path.join(dir, 'fields.json');
-    writeFileSync(fieldsFile, JSON.stringify([{ name: 'temp', label: 'Temperature', unit: '°C' }, { name: 'hum', label: 'Humidity', unit: '%' }]));
-    const d = cli('devices', 'create', '--account', 'owner@example.com', '--name', 'cam', '--type', 'camera', '--snapshots', '--schema', 'strict', '--fields-file', fieldsFile, '--field', 'co2:CO2:ppm', '--json').json;
-    expect(d).toMatchObject({ id: expect.stringMatching(/^dev_/), access_token: expect.any(String), name: 'cam', type: 'camera', status: 'active', schema_mode: 'strict', snapshots_enabled: true });
+    writeFileSync(
+      fieldsFile,
+      JSON.stringify([
+        { name: 'temp', label: 'Temperature', unit: '°C' },
+        { name: 'hum', label: 'Humidity', unit: '%' },
+      ]),
+    );
+    const d = cli(
+      'devices',
+      'create',
+      '--account',
+      'owner@example.com',
+      '--name',
+      'cam',
+      '--type',
+      'camera',
+      '--snapshots',
+      '--schema',
+      'strict',
+      '--fields-file',
+      fieldsFile,
+      '--field',
+      'co2:CO2:ppm',
+      '--json',
+    ).json;
+    expect(d).toMatchObject({
+      id: expect.stringMatching(/^dev_/),
+      access_token: expect.any(String),
+      name: 'cam',
+      type: 'camera',
+      status: 'active',
+      schema_mode: 'strict',
+      snapshots_enabled: true,
+    });
     expect(d.access_token.length).toBeGreaterThanOrEqual(32);
     expect(d.fields).toEqual([
       { name: 'temp', label: 'Temperature', unit: '°C' },
@@ -115,16 +152,83 @@ describe('admin CLI contract (decisions.md §2)', () => {
 
   it('alerts create / enable / disable with the documented defaults', () => {
     const d = cli('devices', 'create', '--account', 'owner@example.com', '--name', 'therm', '--json').json;
-    const a = cli('alerts', 'create', '--device', d.id, '--name', 'hot', '--field', 'env.temp', '--operator', '>', '--value', '30', '--json').json;
-    expect(a).toMatchObject({ id: expect.stringMatching(/^alert_/), device_id: d.id, condition: { field: 'env.temp', operator: '>', value: 30 }, severity: 'warning', cooldown: 300, actions: ['email'], enabled: true, last_triggered: null });
-    const neg = cli('alerts', 'create', '--device', d.id, '--name', 'cold', '--field', 't', '--operator', '<=', '--value', '-5.5', '--severity', 'critical', '--cooldown', '0', '--disabled', '--json').json;
+    const a = cli(
+      'alerts',
+      'create',
+      '--device',
+      d.id,
+      '--name',
+      'hot',
+      '--field',
+      'env.temp',
+      '--operator',
+      '>',
+      '--value',
+      '30',
+      '--json',
+    ).json;
+    expect(a).toMatchObject({
+      id: expect.stringMatching(/^alert_/),
+      device_id: d.id,
+      condition: { field: 'env.temp', operator: '>', value: 30 },
+      severity: 'warning',
+      cooldown: 300,
+      actions: ['email'],
+      enabled: true,
+      last_triggered: null,
+    });
+    const neg = cli(
+      'alerts',
+      'create',
+      '--device',
+      d.id,
+      '--name',
+      'cold',
+      '--field',
+      't',
+      '--operator',
+      '<=',
+      '--value',
+      '-5.5',
+      '--severity',
+      'critical',
+      '--cooldown',
+      '0',
+      '--disabled',
+      '--json',
+    ).json;
     expect(neg).toMatchObject({ condition: { value: -5.5 }, severity: 'critical', cooldown: 0, enabled: false });
     expect(cli('alerts', 'enable', neg.id, '--json').json.enabled).toBe(true);
     expect(cli('alerts', 'disable', neg.id, '--json').json.enabled).toBe(false);
-    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', '1', '--action', 'webhook').status).not.toBe(0);
-    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', '1', '--action', 'webhook', '--webhook-url', 'http://127.0.0.1:9/hook', '--json').json.actions).toEqual(['webhook']);
+    expect(
+      cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', '1', '--action', 'webhook')
+        .status,
+    ).not.toBe(0);
+    expect(
+      cli(
+        'alerts',
+        'create',
+        '--device',
+        d.id,
+        '--name',
+        'w',
+        '--field',
+        't',
+        '--operator',
+        '>',
+        '--value',
+        '1',
+        '--action',
+        'webhook',
+        '--webhook-url',
+        'http://127.0.0.1:9/hook',
+        '--json',
+      ).json.actions,
+    ).toEqual(['webhook']);
     expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '=~', '--value', '1').status).not.toBe(0);
-    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', 'abc').status).not.toBe(0);
+    expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', 'abc').status).not.toBe(
+      0,
+    );
   });
 
   it('version, help and the data dir from TELEMETRYD_DATA_DIR', () => {

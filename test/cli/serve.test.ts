@@ -31,7 +31,21 @@ describe('telemetryd serve', () => {
   it('prints the first-run setup URL while no account exists and exits 0 on SIGINT', async () => {
     const dir = tempDir();
     const port = await freePort();
-    const serve = await spawnServe(['--data-dir', dir, '--http-port', String(port), '--host', '127.0.0.1', '--mqtt-port', 'off', '--public-url', 'http://telemetry.local:8080/'], { ready: /First run/ });
+    const serve = await spawnServe(
+      [
+        '--data-dir',
+        dir,
+        '--http-port',
+        String(port),
+        '--host',
+        '127.0.0.1',
+        '--mqtt-port',
+        'off',
+        '--public-url',
+        'http://telemetry.local:8080/',
+      ],
+      { ready: /First run/ },
+    );
     expect(serve.output()).toMatch(/open http:\/\/telemetry\.local:8080\/setup\?token=[0-9A-Za-z]{32}/);
     const started = Date.now();
     serve.child.kill('SIGINT');
@@ -41,6 +55,8 @@ describe('telemetryd serve', () => {
 
   it('fails with one clear line for a bad option', async () => {
     const dir = tempDir();
-    await expect(spawnServe(['--data-dir', dir, '--http-port', 'eighty'], { timeoutMs: 5_000 })).rejects.toThrow(/--http-port must be a port number/);
+    await expect(spawnServe(['--data-dir', dir, '--http-port', 'eighty'], { timeoutMs: 5_000 })).rejects.toThrow(
+      /--http-port must be a port number/,
+    );
   });
 });

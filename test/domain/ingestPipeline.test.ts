@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { createRepositories } from '../../src/storage/index.js';
 import { createServices } from '../../src/domain/services.js';
+import { createRepositories } from '../../src/storage/index.js';
 import { useTempDatabases } from '../helpers/db.js';
 
 /**

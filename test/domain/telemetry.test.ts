@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { capRangeToRetention, RANGE_NAMES } from '../../src/domain/telemetry.js';
 import { validateFields } from '../../src/domain/devices.js';
-import { RateLimiter } from '../../src/domain/rateLimit.js';
 import { PLAN_DEFAULTS } from '../../src/domain/plans.js';
+import { RateLimiter } from '../../src/domain/rateLimit.js';
+import { capRangeToRetention, RANGE_NAMES } from '../../src/domain/telemetry.js';
 import type { Account } from '../../src/domain/types.js';
 
 describe('capRangeToRetention (interface.md rule 3, decisions.md §4)', () => {

@@ -1,4 +1,4 @@
-import { spawnSync, spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 
 export const CLI = path.resolve('dist/telemetryd.cjs');
@@ -14,7 +14,7 @@ export interface CliResult {
 export function runCli(args: string[], opts: { dataDir?: string; input?: string; env?: Record<string, string> } = {}): CliResult {
   const full = opts.dataDir ? [...args, '--data-dir', opts.dataDir] : args;
   const r = spawnSync(process.execPath, [CLI, ...full], { encoding: 'utf8', input: opts.input, env: { ...process.env, ...opts.env } });
-  let json: unknown = undefined;
+  let json: unknown;
   if (args.includes('--json') && r.status === 0) json = JSON.parse(r.stdout);
   return { status: r.status, stdout: r.stdout, stderr: r.stderr, json };
 }
@@ -30,7 +30,7 @@ export function runCliAsync(args: string[], opts: { dataDir?: string; input?: st
     child.stderr.on('data', (d) => (stderr += d));
     child.on('error', reject);
     child.on('close', (status) => {
-      let json: unknown = undefined;
+      let json: unknown;
       if (args.includes('--json') && status === 0) json = JSON.parse(stdout);
       resolve({ status, stdout, stderr, json });
     });

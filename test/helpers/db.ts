@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { afterEach } from 'vitest';
-import { openDatabase, type Db } from '../../src/storage/db.js';
+import { type Db, openDatabase } from '../../src/storage/db.js';
 import { tempDir } from './server.js';
 
 /**

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { CLI } from './cli.js';
 
@@ -22,7 +22,10 @@ export interface ServeProcess {
 }
 
 /** Starts `telemetryd serve` as a child process and waits until a line matches `ready`. */
-export async function spawnServe(args: string[], opts: { env?: Record<string, string>; ready?: RegExp; timeoutMs?: number } = {}): Promise<ServeProcess> {
+export async function spawnServe(
+  args: string[],
+  opts: { env?: Record<string, string>; ready?: RegExp; timeoutMs?: number } = {},
+): Promise<ServeProcess> {
   const child = spawn(process.execPath, [CLI, 'serve', ...args], { env: { ...process.env, ...opts.env } });
   let out = '';
   child.stdout.on('data', (d) => (out += d));

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { buildServerConfig, type ServerConfig } from '../../src/config.js';
-import { startServer, type RunningServer, type StartOptions } from '../../src/server.js';
+import { type RunningServer, type StartOptions, startServer } from '../../src/server.js';
 
 export function tempDir(prefix = 'telemetryd-test-'): string {
   return mkdtempSync(path.join(tmpdir(), prefix));
@@ -51,7 +51,10 @@ export async function seedAccount(
   opts: { email?: string; plan?: string; device?: Parameters<RunningServer['services']['devices']['create']>[1] } = {},
 ) {
   const { services } = server;
-  const account = await services.accounts.create({ email: opts.email ?? `owner-${Math.random().toString(36).slice(2)}@example.com`, plan: opts.plan ?? 'starter' });
+  const account = await services.accounts.create({
+    email: opts.email ?? `owner-${Math.random().toString(36).slice(2)}@example.com`,
+    plan: opts.plan ?? 'starter',
+  });
   const { key } = services.keys.create(account, 'test key');
   const { device, accessToken } = services.devices.create(account, opts.device ?? { name: 'sensor 1' });
   return { account, key, device, token: accessToken };

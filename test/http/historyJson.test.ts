@@ -42,6 +42,9 @@ describe('GET /v1/devices/:id/telemetry body', () => {
   it('is {data: [], query} for a device without readings', async () => {
     const { key, device } = await seedAccount(server, { plan: 'starter' });
     const res = await server.request(`/v1/devices/${device.id}/telemetry?range=30d`, { key });
-    expect(await res.json()).toEqual({ data: [], query: { device_id: device.id, requested_range: '30d', range: '30d', limit: 100, data_retention_days: 30 } });
+    expect(await res.json()).toEqual({
+      data: [],
+      query: { device_id: device.id, requested_range: '30d', range: '30d', limit: 100, data_retention_days: 30 },
+    });
   });
 });

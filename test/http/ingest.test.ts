@@ -17,7 +17,11 @@ describe('HTTP ingest', () => {
     const before = Date.now();
     const r1 = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { temp: 20 } });
     expect(r1).toMatchObject({ status: 200, body: { success: true } });
-    const r2 = await ingest(server, { device_id: s.device.id, data: { temp: 21, time: 'device clock ignored' } }, { authorization: `Bearer ${s.token}` });
+    const r2 = await ingest(
+      server,
+      { device_id: s.device.id, data: { temp: 21, time: 'device clock ignored' } },
+      { authorization: `Bearer ${s.token}` },
+    );
     expect(r2.status).toBe(200);
     const latest = (await (await server.request(`/v1/devices/${s.device.id}/telemetry/latest`, { key: s.key })).json()).data;
     expect(latest.data).toEqual({ temp: 21, time: 'device clock ignored' });
@@ -30,7 +34,9 @@ describe('HTTP ingest', () => {
 
   it('acknowledges only committed readings: the row is there when the 200 arrives', async () => {
     const n = count();
-    const results = await Promise.all(Array.from({ length: 50 }, (_, i) => ingest(server, { device_id: s.device.id, access_token: s.token, data: { i } })));
+    const results = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => ingest(server, { device_id: s.device.id, access_token: s.token, data: { i } })),
+    );
     expect(results.every((r) => r.status === 200)).toBe(true);
     expect(count()).toBe(n + 50);
   });
@@ -104,7 +110,7 @@ describe('HTTP ingest', () => {
     const exact = JSON.stringify({ device_id: s.device.id, access_token: s.token, data: { pad } });
     expect(Buffer.byteLength(exact)).toBe(65_536);
     expect((await ingest(server, exact)).status).toBe(200);
-    const over = JSON.stringify({ device_id: s.device.id, access_token: s.token, data: { pad: pad + 'x' } });
+    const over = JSON.stringify({ device_id: s.device.id, access_token: s.token, data: { pad: `${pad}x` } });
     const r = await ingest(server, over);
     expect(r.status).toBe(413);
     expect(r.body.success).toBe(false);
@@ -131,7 +137,9 @@ describe('HTTP ingest', () => {
 
   it('flexible schema: at most the plan field limit of top-level keys', async () => {
     server.services.accounts.setPlan(s.account.id, 'starter', { fieldLimit: 3 });
-    expect((await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1, b: 2, c: { d: 1, e: 2, f: 3 } } })).status).toBe(200);
+    expect(
+      (await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1, b: 2, c: { d: 1, e: 2, f: 3 } } })).status,
+    ).toBe(200);
     const r = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1, b: 2, c: 3, d: 4 } });
     expect(r.status).toBe(400);
     expect(r.body.error).toMatch(/4 fields.*allows 3/);

@@ -14,7 +14,12 @@ describe('Public API v1', () => {
   afterAll(() => server.stop());
 
   it('401 without a key, with a malformed key and with an unknown key, body exactly {error}', async () => {
-    for (const headers of [{} as Record<string, string>, { authorization: 'Bearer ' }, { authorization: 'Basic abc' }, { authorization: 'Bearer tlm_nope' }]) {
+    for (const headers of [
+      {} as Record<string, string>,
+      { authorization: 'Bearer ' },
+      { authorization: 'Basic abc' },
+      { authorization: 'Bearer tlm_nope' },
+    ]) {
       const res = await server.request('/v1/devices', { headers });
       expect(res.status).toBe(401);
       const body = await res.json();
@@ -28,13 +33,36 @@ describe('Public API v1', () => {
     const res = await server.request(`/v1/devices/${a.device.id}`, { key: a.key });
     expect(res.status).toBe(200);
     const { data } = await res.json();
-    expect(Object.keys(data).sort()).toEqual(['created_at', 'description', 'id', 'last_seen', 'name', 'settings', 'status', 'type', 'updated_at']);
-    expect(data).toMatchObject({ id: a.device.id, name: 'sensor 1', type: 'sensor', description: '', status: 'active', settings: {}, last_seen: null });
+    expect(Object.keys(data).sort()).toEqual([
+      'created_at',
+      'description',
+      'id',
+      'last_seen',
+      'name',
+      'settings',
+      'status',
+      'type',
+      'updated_at',
+    ]);
+    expect(data).toMatchObject({
+      id: a.device.id,
+      name: 'sensor 1',
+      type: 'sensor',
+      description: '',
+      status: 'active',
+      settings: {},
+      last_seen: null,
+    });
     expect(data.created_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   });
 
   it("another account's device or alert is 404, as is an unknown id", async () => {
-    for (const path of [`/v1/devices/${b.device.id}`, `/v1/devices/${b.device.id}/telemetry`, `/v1/devices/${b.device.id}/telemetry/latest`, '/v1/devices/dev_missing']) {
+    for (const path of [
+      `/v1/devices/${b.device.id}`,
+      `/v1/devices/${b.device.id}/telemetry`,
+      `/v1/devices/${b.device.id}/telemetry/latest`,
+      '/v1/devices/dev_missing',
+    ]) {
       const res = await server.request(path, { key: a.key });
       expect(res.status, path).toBe(404);
       expect(await res.json()).toEqual({ error: expect.any(String) });

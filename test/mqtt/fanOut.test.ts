@@ -14,9 +14,23 @@ describe('telemetry fan-out', () => {
     broker = null;
   });
 
-  const packet = (topic: string): PublishPacket => ({ cmd: 'publish', topic, payload: Buffer.from('{"t":1}'), qos: 1, retain: false, dup: false, messageId: 1 });
+  const packet = (topic: string): PublishPacket => ({
+    cmd: 'publish',
+    topic,
+    payload: Buffer.from('{"t":1}'),
+    qos: 1,
+    retain: false,
+    dup: false,
+    messageId: 1,
+  });
   const publish = (b: Aedes, p: PublishPacket, client: Client | null) =>
-    new Promise<void>((resolve, reject) => (b as unknown as { publish(p: PublishPacket, c: Client | null, done: (err?: Error | null) => void): void }).publish(p, client, (err) => (err ? reject(err) : resolve())));
+    new Promise<void>((resolve, reject) =>
+      (b as unknown as { publish(p: PublishPacket, c: Client | null, done: (err?: Error | null) => void): void }).publish(
+        p,
+        client,
+        (err) => (err ? reject(err) : resolve()),
+      ),
+    );
 
   it('skips a client publish on a telemetry topic and fans out everything else', async () => {
     broker = await Aedes.createBroker();

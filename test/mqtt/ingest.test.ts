@@ -2,9 +2,9 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { MAX_PACKET_BYTES } from '../../src/mqtt/broker.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
-import { MAX_PACKET_BYTES } from '../../src/mqtt/broker.js';
 import { certPath, closed, connectPlain, connectTls, storedReadings, until } from './support.js';
 
 const run = promisify(execFile);
@@ -13,7 +13,10 @@ describe('MQTT ingestion', () => {
   let server: TestServer;
   let a: Awaited<ReturnType<typeof seedAccount>>;
   const open: MqttClient[] = [];
-  const track = (c: MqttClient) => (open.push(c), c);
+  const track = (c: MqttClient) => {
+    open.push(c);
+    return c;
+  };
 
   beforeAll(async () => {
     server = await startTestServer({ 'mqtt-port': '0', 'mqtt-plain-port': '0' });
@@ -24,7 +27,8 @@ describe('MQTT ingestion', () => {
   });
   afterAll(() => server.stop());
 
-  const latest = async (deviceId: string, key = a.key) => (await (await server.request(`/v1/devices/${deviceId}/telemetry/latest`, { key })).json()).data;
+  const latest = async (deviceId: string, key = a.key) =>
+    (await (await server.request(`/v1/devices/${deviceId}/telemetry/latest`, { key })).json()).data;
   const deviceRow = async (email: string, deviceId: string) => {
     const r = await runCliAsync(['devices', 'list', '--account', email, '--json'], { dataDir: server.dataDir });
     expect(r.status, r.stderr).toBe(0);
@@ -33,7 +37,24 @@ describe('MQTT ingestion', () => {
 
   it('mosquitto_pub over TLS with --cafile stores a reading that /v1 …/telemetry/latest returns (the issue\'s "done when")', async () => {
     const { device, token, key } = await seedAccount(server, { email: 'mosquitto@example.com' });
-    await run('mosquitto_pub', ['--cafile', certPath(server), '-h', 'localhost', '-p', String(server.mqttPort), '-u', device.id, '-P', token, '-t', `d/${device.id}/t`, '-m', '{"temp":21.5}', '-q', '1']);
+    await run('mosquitto_pub', [
+      '--cafile',
+      certPath(server),
+      '-h',
+      'localhost',
+      '-p',
+      String(server.mqttPort),
+      '-u',
+      device.id,
+      '-P',
+      token,
+      '-t',
+      `d/${device.id}/t`,
+      '-m',
+      '{"temp":21.5}',
+      '-q',
+      '1',
+    ]);
     const data = await latest(device.id, key);
     expect(data).toMatchObject({ data: { temp: 21.5 } });
   });
@@ -41,7 +62,15 @@ describe('MQTT ingestion', () => {
   it('a reading over MQTT is indistinguishable through /v1 from one over HTTP', async () => {
     const viaHttp = await seedAccount(server, { email: 'shape@example.com' });
     const other = server.services.devices.create(viaHttp.account, { name: 'mqtt twin' });
-    expect((await ingest(server, { device_id: viaHttp.device.id, access_token: viaHttp.token, data: { temp: 20, env: { hum: 40 }, label: 'x' } })).status).toBe(200);
+    expect(
+      (
+        await ingest(server, {
+          device_id: viaHttp.device.id,
+          access_token: viaHttp.token,
+          data: { temp: 20, env: { hum: 40 }, label: 'x' },
+        })
+      ).status,
+    ).toBe(200);
     const client = track(await connectTls(server, { username: other.device.id, password: other.accessToken }));
     await client.publishAsync(`d/${other.device.id}/t`, JSON.stringify({ temp: 20, env: { hum: 40 }, label: 'x' }), { qos: 1 });
     const h = await latest(viaHttp.device.id, viaHttp.key);
@@ -70,10 +99,14 @@ describe('MQTT ingestion', () => {
     const s = await seedAccount(server);
     // A real SQLite failure on this device's inserts (a temp trigger on the server's own
     // connection), standing in for a full disk or an I/O error.
-    server.db.exec(`CREATE TEMP TRIGGER fail_${s.device.seq} BEFORE INSERT ON readings_inbox WHEN NEW.device_seq = ${s.device.seq} BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`);
+    server.db.exec(
+      `CREATE TEMP TRIGGER fail_${s.device.seq} BEFORE INSERT ON readings_inbox WHEN NEW.device_seq = ${s.device.seq} BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`,
+    );
     // A device that reconnects by itself and resends what was not acknowledged (mqtt.js
     // keeps the message across its automatic reconnects when clean is false).
-    const client = track(await connectTls(server, { username: s.device.id, password: s.token }, { clean: false, clientId: 'resender', reconnectPeriod: 200 }));
+    const client = track(
+      await connectTls(server, { username: s.device.id, password: s.token }, { clean: false, clientId: 'resender', reconnectPeriod: 200 }),
+    );
     let acked = false;
     const gone = closed(client);
     client.publish(`d/${s.device.id}/t`, '{"attempt":1}', { qos: 1 }, (err) => {
@@ -98,7 +131,8 @@ describe('MQTT ingestion', () => {
   it('a payload is stored as its own JSON text; one with duplicate keys is re-serialized', async () => {
     const s = await seedAccount(server);
     const client = track(await connectPlain(server, { username: s.device.id, password: s.token }));
-    const rawText = (seq: number) => (server.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(seq) as { data: string }[]).map((r) => r.data);
+    const rawText = (seq: number) =>
+      (server.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(seq) as { data: string }[]).map((r) => r.data);
     const sent = '{ "temp" : 21.50, "env": {"hum": 40}, "label": "caf\\u00e9" }';
     await client.publishAsync(`d/${s.device.id}/t`, sent, { qos: 1 });
     expect(rawText(s.device.seq)).toEqual([sent]);
@@ -145,7 +179,11 @@ describe('MQTT ingestion', () => {
 
   it('a will message is not stored when the connection drops', async () => {
     const s = await seedAccount(server);
-    const client = await connectTls(server, { username: s.device.id, password: s.token }, { will: { topic: `d/${s.device.id}/t`, payload: Buffer.from('{"online":false}'), qos: 1, retain: false } });
+    const client = await connectTls(
+      server,
+      { username: s.device.id, password: s.token },
+      { will: { topic: `d/${s.device.id}/t`, payload: Buffer.from('{"online":false}'), qos: 1, retain: false } },
+    );
     await client.publishAsync(`d/${s.device.id}/t`, '{"online":true}', { qos: 1 });
     const gone = closed(client);
     client.stream.destroy();
@@ -174,7 +212,10 @@ describe('MQTT ingestion', () => {
   });
 
   it('strict schema: undeclared fields are PUBACKed, not stored, and counted with the reason', async () => {
-    const s = await seedAccount(server, { email: 'strict@example.com', device: { name: 'strict', schemaMode: 'strict', fields: [{ name: 'temp' }] } });
+    const s = await seedAccount(server, {
+      email: 'strict@example.com',
+      device: { name: 'strict', schemaMode: 'strict', fields: [{ name: 'temp' }] },
+    });
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     await client.publishAsync(`d/${s.device.id}/t`, '{"temp":1,"hum":2}', { qos: 1 });
     await client.publishAsync(`d/${s.device.id}/t`, '{"temp":3}', { qos: 1 });
@@ -198,7 +239,7 @@ describe('MQTT ingestion', () => {
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     const body = (n: number) => {
       const prefix = '{"pad":"';
-      return prefix + 'x'.repeat(n - prefix.length - 2) + '"}';
+      return `${prefix + 'x'.repeat(n - prefix.length - 2)}"}`;
     };
     expect(Buffer.byteLength(body(65_536))).toBe(65_536);
     await client.publishAsync(`d/${s.device.id}/t`, body(65_537), { qos: 1 });

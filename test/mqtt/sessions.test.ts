@@ -1,15 +1,18 @@
-import { readFileSync, existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import mqtt, { type MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { runCliAsync } from '../helpers/cli.js';
-import { seedAccount, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { certPath, closed, connectPlain, connectTls, refusedCode, storedReadings } from './support.js';
 
 describe('MQTT sessions: who may connect, and when a connection is closed', () => {
   let server: TestServer;
   const open: MqttClient[] = [];
-  const track = (c: MqttClient) => (open.push(c), c);
+  const track = (c: MqttClient) => {
+    open.push(c);
+    return c;
+  };
 
   beforeAll(async () => {
     server = await startTestServer({ 'mqtt-port': '0', 'mqtt-plain-port': '0' });
@@ -21,7 +24,7 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
 
   it('wrong token and unknown device get CONNACK 4 (bad username or password); no credentials too', async () => {
     const s = await seedAccount(server);
-    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token + 'x' }))).toBe(4);
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: `${s.token}x` }))).toBe(4);
     expect(await refusedCode(connectTls(server, { username: 'dev_doesnotexist', password: s.token }))).toBe(4);
     expect(await refusedCode(connectPlain(server, { username: s.device.id, password: 'nope' }))).toBe(4);
     expect(await refusedCode(mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPlainPort}`, { reconnectPeriod: 0 }, false))).toBe(4);
@@ -38,7 +41,16 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
 
   it('clean=false is answered as a clean session (session present 0)', async () => {
     const s = await seedAccount(server);
-    const client = track(mqtt.connect(`mqtts://127.0.0.1:${server.mqttPort}`, { ca: readFileSync(certPath(server)), username: s.device.id, password: s.token, clean: false, clientId: 'persist', reconnectPeriod: 0 }));
+    const client = track(
+      mqtt.connect(`mqtts://127.0.0.1:${server.mqttPort}`, {
+        ca: readFileSync(certPath(server)),
+        username: s.device.id,
+        password: s.token,
+        clean: false,
+        clientId: 'persist',
+        reconnectPeriod: 0,
+      }),
+    );
     const connack = await new Promise<{ sessionPresent: boolean; returnCode?: number }>((resolve) => client.once('connect', resolve));
     expect(connack.returnCode).toBe(0);
     expect(connack.sessionPresent).toBe(false);
@@ -117,7 +129,7 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(4);
   });
 
-  it('suspending the account closes its devices\' connections (service and CLI)', async () => {
+  it("suspending the account closes its devices' connections (service and CLI)", async () => {
     const s = await seedAccount(server, { email: 'to-suspend@example.com' });
     const second = server.services.devices.create(s.account, { name: 'second' });
     const c1 = track(await connectTls(server, { username: s.device.id, password: s.token }));
@@ -171,7 +183,12 @@ describe('MQTT listeners and certificate', () => {
     const dataDir = tempDir();
     const lines: string[] = [];
     const server = await startTestServer(
-      { 'data-dir': dataDir, 'mqtt-port': '0', 'tls-cert': path.join(source, 'tls', 'cert.pem'), 'tls-key': path.join(source, 'tls', 'key.pem') },
+      {
+        'data-dir': dataDir,
+        'mqtt-port': '0',
+        'tls-cert': path.join(source, 'tls', 'cert.pem'),
+        'tls-key': path.join(source, 'tls', 'key.pem'),
+      },
       { print: (l) => lines.push(l) },
     );
     try {

@@ -18,7 +18,11 @@ function options(creds: Creds, extra: IClientOptions): IClientOptions {
 
 /** Connects over TLS on 127.0.0.1, trusting only the server's generated certificate. */
 export function connectTls(server: TestServer, creds: Creds, extra: IClientOptions = {}): Promise<MqttClient> {
-  return mqtt.connectAsync(`mqtts://127.0.0.1:${server.mqttPort}`, options(creds, { ca: readFileSync(certPath(server)), rejectUnauthorized: true, ...extra }), false);
+  return mqtt.connectAsync(
+    `mqtts://127.0.0.1:${server.mqttPort}`,
+    options(creds, { ca: readFileSync(certPath(server)), rejectUnauthorized: true, ...extra }),
+    false,
+  );
 }
 
 export function connectPlain(server: TestServer, creds: Creds, extra: IClientOptions = {}): Promise<MqttClient> {
@@ -62,5 +66,7 @@ export const until = async <T>(probe: () => Promise<T | null | undefined> | T | 
 
 /** Stored readings of a device, straight from SQLite (what is committed, nothing else). */
 export function storedReadings(server: TestServer, deviceSeq: number): Record<string, unknown>[] {
-  return (server.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(deviceSeq) as { data: string }[]).map((r) => JSON.parse(r.data));
+  return (server.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(deviceSeq) as { data: string }[]).map((r) =>
+    JSON.parse(r.data),
+  );
 }

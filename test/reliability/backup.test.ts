@@ -3,10 +3,11 @@
  * a consistent archive; `telemetryd restore FILE --data-dir NEW` puts it back; the restored
  * server serves the same data with the same API key.
  */
+
+import { spawnSync } from 'node:child_process';
 import { existsSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { spawnSync } from 'node:child_process';
 import { CLI, runCliAsync } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
 import { ingestLoad, integrityCheck, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
@@ -18,7 +19,9 @@ describe('backup and restore', () => {
   it('backs up while the server ingests, restores into a new data dir, and the restored server serves it', async () => {
     const dataDir = path.join(root, 'live');
     const seed = await seedViaCli(dataDir);
-    const cam = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'cam', '--snapshots', '--json'], { dataDir });
+    const cam = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'cam', '--snapshots', '--json'], {
+      dataDir,
+    });
     expect(cam.status, cam.stderr).toBe(0);
     const server = await startChildServer(dataDir);
     // A real snapshot, uploaded through the Device API before the backup.
@@ -77,7 +80,10 @@ describe('backup and restore', () => {
     expect(inBackup.length, 'no duplicates').toBe(new Set(inBackup).size);
     expect(restored.json.readings).toBe(inBackup.length);
     const inBackupSet = new Set(inBackup);
-    expect(committedBeforeBackup.filter((n) => !inBackupSet.has(n)), 'everything committed before the backup began').toEqual([]);
+    expect(
+      committedBeforeBackup.filter((n) => !inBackupSet.has(n)),
+      'everything committed before the backup began',
+    ).toEqual([]);
     // Every reading in the backup was really stored by the live server (a consistent prefix).
     const live = new Set(storedNumbers(dataDir, seed.deviceId));
     expect(inBackup.filter((n) => !live.has(n))).toEqual([]);
@@ -95,7 +101,9 @@ describe('backup and restore', () => {
       const snap = await fetch(new URL(snapshotUrl, again.url), { headers: { authorization: `Bearer ${seed.key}` } });
       expect(snap.status).toBe(200);
       expect(Buffer.from(await snap.arrayBuffer())).toEqual(image);
-      const telemetry = await fetch(`${again.url}/v1/devices/${seed.deviceId}/telemetry?limit=1`, { headers: { authorization: `Bearer ${seed.key}` } });
+      const telemetry = await fetch(`${again.url}/v1/devices/${seed.deviceId}/telemetry?limit=1`, {
+        headers: { authorization: `Bearer ${seed.key}` },
+      });
       expect(telemetry.status).toBe(200);
       // A second restore onto it needs --force, and is refused while this server holds it.
       const busy = await runCliAsync(['restore', archive, '--force'], { dataDir: restoredDir });
@@ -113,7 +121,15 @@ describe('backup and restore', () => {
     await seedViaCli(dataDir);
     const file = path.join(root, 'tty.tar.gz');
     // util-linux `script` gives the command a pseudo-terminal, as an operator's shell would.
-    const r = spawnSync('script', ['-qec', `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} backup ${JSON.stringify(file)} --data-dir ${JSON.stringify(dataDir)}`, '/dev/null'], { encoding: 'utf8' });
+    const r = spawnSync(
+      'script',
+      [
+        '-qec',
+        `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} backup ${JSON.stringify(file)} --data-dir ${JSON.stringify(dataDir)}`,
+        '/dev/null',
+      ],
+      { encoding: 'utf8' },
+    );
     expect(r.status, r.stdout + r.stderr).toBe(0);
     expect(r.stdout).toMatch(/backup: database 100% \(\d+\/\d+ pages\)/);
     expect(r.stdout).toContain(`wrote ${file}`);

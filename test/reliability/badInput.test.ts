@@ -9,7 +9,7 @@ import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCliAsync } from '../helpers/cli.js';
 import { startTestServer, tempDir } from '../helpers/server.js';
-import { rawHttp, readingsDigest, seedViaCli, startChildServer, stopChild, type ChildServer, type Seed } from './helpers.js';
+import { type ChildServer, rawHttp, readingsDigest, type Seed, seedViaCli, startChildServer, stopChild } from './helpers.js';
 
 const dataDir = tempDir('telemetryd-badinput-');
 let server: ChildServer;
@@ -22,7 +22,9 @@ beforeAll(async () => {
   seed = await seedViaCli(dataDir);
   const fuzz = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'fuzz target', '--json'], { dataDir });
   fuzzDevice = { id: fuzz.json.id, token: fuzz.json.access_token };
-  const camera = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'cam', '--snapshots', '--json'], { dataDir });
+  const camera = await runCliAsync(['devices', 'create', '--account', seed.accountId, '--name', 'cam', '--snapshots', '--json'], {
+    dataDir,
+  });
   cam = { id: camera.json.id, token: camera.json.access_token };
   server = await startChildServer(dataDir);
   // Some real data that must survive everything below unchanged.
@@ -60,7 +62,7 @@ interface Case {
   status: number | number[];
 }
 
-const deep = (levels: number) => '{"a":' + '['.repeat(levels) + ']'.repeat(levels) + '}';
+const deep = (levels: number) => `{"a":${'['.repeat(levels)}${']'.repeat(levels)}}`;
 
 function ingestCases(): Case[] {
   const ok = (data: string) => `{"device_id":"${seed.deviceId}","access_token":"${seed.token}","data":${data}}`;
@@ -72,7 +74,7 @@ function ingestCases(): Case[] {
     body,
     status,
   });
-  const manyKeys = '{' + Array.from({ length: 51 }, (_, i) => `"k${i}":${i}`).join(',') + '}';
+  const manyKeys = `{${Array.from({ length: 51 }, (_, i) => `"k${i}":${i}`).join(',')}}`;
   return [
     post('broken JSON', '{"device_id":', 400),
     post('broken JSON, text/plain', '{"device_id":', 400, 'text/plain'),
@@ -97,14 +99,22 @@ function ingestCases(): Case[] {
     post('data an array', ok('[1,2]'), 400),
     post('data null', ok('null'), 400),
     post('data nested 30,000 levels', ok(deep(30_000)), 400),
-    post('data nested 33 levels', ok('{"a":' + '{"b":'.repeat(32) + '1' + '}'.repeat(32) + '}'), 400),
+    post('data nested 33 levels', ok(`{"a":${'{"b":'.repeat(32)}1${'}'.repeat(32)}}`), 400),
     post('whole body nested 32,000 levels', '['.repeat(32_000) + ']'.repeat(32_000), 400),
     post('number 1e400 (Infinity)', ok('{"a":1e400}'), 400),
     post('number -1e400', ok('{"a":[-1e400]}'), 400),
     post('__proto__ in data', ok('{"__proto__":{"polluted":1}}'), 400),
-    post('__proto__ at top level', `{"__proto__":{"polluted":1},"device_id":"${seed.deviceId}","access_token":"${seed.token}","data":{}}`, 400),
+    post(
+      '__proto__ at top level',
+      `{"__proto__":{"polluted":1},"device_id":"${seed.deviceId}","access_token":"${seed.token}","data":{}}`,
+      400,
+    ),
     post('constructor.prototype in data', ok('{"constructor":{"prototype":{"polluted":1}}}'), 400),
-    post('__proto__ spelled with \\u escapes only', ok('{"\\u005f\\u005f\\u0070\\u0072\\u006f\\u0074\\u006f\\u005f\\u005f":{"polluted":1}}'), 400),
+    post(
+      '__proto__ spelled with \\u escapes only',
+      ok('{"\\u005f\\u005f\\u0070\\u0072\\u006f\\u0074\\u006f\\u005f\\u005f":{"polluted":1}}'),
+      400,
+    ),
     post('__proto__ as text/plain', ok('{"__proto__":{"polluted":1}}'), 400, 'text/plain'),
     post('__proto__ with no content type', ok('{"__proto__":{"polluted":1}}'), 400, 'application/octet-stream'),
     post('more top-level keys than the plan allows', ok(manyKeys), 400),
@@ -115,8 +125,22 @@ function ingestCases(): Case[] {
     post('65,537 bytes', ok(`{"s":"${'x'.repeat(65_537)}"}`), 413),
     post('a 1 MB string', ok(`{"s":"${'x'.repeat(1_000_000)}"}`), 413),
     { name: 'ingest: GET', method: 'GET', path: '/api/devices/ingest', status: 404 },
-    { name: 'ingest: path traversal', method: 'POST', path: '/api/devices/../../etc/passwd', body: '{}', headers: { 'content-type': 'application/json' }, status: 404 },
-    { name: 'ingest: encoded traversal', method: 'POST', path: '/api/devices/..%2F..%2Fingest', body: '{}', headers: { 'content-type': 'application/json' }, status: 404 },
+    {
+      name: 'ingest: path traversal',
+      method: 'POST',
+      path: '/api/devices/../../etc/passwd',
+      body: '{}',
+      headers: { 'content-type': 'application/json' },
+      status: 404,
+    },
+    {
+      name: 'ingest: encoded traversal',
+      method: 'POST',
+      path: '/api/devices/..%2F..%2Fingest',
+      body: '{}',
+      headers: { 'content-type': 'application/json' },
+      status: 404,
+    },
     {
       name: 'ingest: a huge bearer token',
       method: 'POST',
@@ -154,19 +178,45 @@ function publicApiCases(): Case[] {
     get('/v1/alerts/__proto__/history', 404),
     get('/v1/alerts?limit=-1', 400),
     get('/v1/nope', 404),
-    { name: 'v1: POST /v1/devices (read-only API)', method: 'POST', path: '/v1/devices', key: true, headers: { 'content-type': 'application/json' }, body: '{"name":"x"}', status: 404 },
+    {
+      name: 'v1: POST /v1/devices (read-only API)',
+      method: 'POST',
+      path: '/v1/devices',
+      key: true,
+      headers: { 'content-type': 'application/json' },
+      body: '{"name":"x"}',
+      status: 404,
+    },
     { name: 'v1: DELETE a device', method: 'DELETE', path: `/v1/devices/${seed.deviceId}`, key: true, status: 404 },
     { name: 'v1: malformed Authorization', path: '/v1/devices', headers: { authorization: 'Bearer' }, status: 401 },
     { name: 'v1: Basic auth', path: '/v1/devices', headers: { authorization: 'Basic dGVzdDp0ZXN0' }, status: 401 },
-    { name: 'v1: a key of 8,000 characters', path: '/v1/devices', headers: { authorization: `Bearer tlm_${'a'.repeat(8_000)}` }, status: 401 },
-    { name: 'healthz with a body', method: 'POST', path: '/healthz', headers: { 'content-type': 'application/json' }, body: '{', status: [400, 404] },
+    {
+      name: 'v1: a key of 8,000 characters',
+      path: '/v1/devices',
+      headers: { authorization: `Bearer tlm_${'a'.repeat(8_000)}` },
+      status: 401,
+    },
+    {
+      name: 'healthz with a body',
+      method: 'POST',
+      path: '/healthz',
+      headers: { 'content-type': 'application/json' },
+      body: '{',
+      status: [400, 404],
+    },
   ];
 }
 
 const JPEG = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0]), Buffer.alloc(64, 1)]);
 
 function snapshotCases(): Case[] {
-  const up = (name: string, headers: Record<string, string>, body: string | Buffer | undefined, status: number | number[], deviceId = cam.id): Case => ({
+  const up = (
+    name: string,
+    headers: Record<string, string>,
+    body: string | Buffer | undefined,
+    status: number | number[],
+    deviceId = cam.id,
+  ): Case => ({
     name: `snapshot upload: ${name}`,
     method: 'POST',
     path: `/api/devices/${deviceId}/snapshot`,
@@ -175,7 +225,12 @@ function snapshotCases(): Case[] {
     status,
   });
   const auth = { authorization: `Bearer ${cam.token}` };
-  const get = (name: string, path: string, status: number | number[]): Case => ({ name: `snapshot read: ${name}`, path, headers: auth, status });
+  const get = (name: string, path: string, status: number | number[]): Case => ({
+    name: `snapshot read: ${name}`,
+    path,
+    headers: auth,
+    status,
+  });
   return [
     up('no content type', auth, JPEG, 400),
     up('text/plain', { ...auth, 'content-type': 'text/plain' }, JPEG, 400),
@@ -201,10 +256,17 @@ function snapshotCases(): Case[] {
 
 function dashboardCases(): Case[] {
   const json = { 'content-type': 'application/json', 'x-csrf-token': 'x' };
-  const signIn = (name: string, body: string, status: number | number[], headers: Record<string, string> = json): Case => ({ name: `sign-in: ${name}`, method: 'POST', path: '/ui/api/sign-in', headers, body, status });
+  const signIn = (name: string, body: string, status: number | number[], headers: Record<string, string> = json): Case => ({
+    name: `sign-in: ${name}`,
+    method: 'POST',
+    path: '/ui/api/sign-in',
+    headers,
+    body,
+    status,
+  });
   return [
     signIn('broken JSON', '{"email":', 400),
-    signIn('deep JSON', '{"email":' + '['.repeat(20_000) + ']'.repeat(20_000) + '}', [400, 401]),
+    signIn('deep JSON', `{"email":${'['.repeat(20_000)}${']'.repeat(20_000)}}`, [400, 401]),
     signIn('__proto__', '{"__proto__":{"admin":true},"email":"a@b.c","password":"x"}', 400),
     signIn('email an object', '{"email":{"$gt":""},"password":"x"}', [400, 401]),
     signIn('a 60 KB password', JSON.stringify({ email: 'nobody@example.com', password: 'p'.repeat(60_000) }), [400, 401, 413]),
@@ -215,7 +277,14 @@ function dashboardCases(): Case[] {
     { name: 'dashboard API with a forged session', path: '/ui/api/devices', headers: { cookie: 'telemetryd_session=forged' }, status: 401 },
     { name: 'dashboard API traversal', path: '/ui/api/devices/..%2F..%2Fetc%2Fpasswd', status: [401, 404] },
     { name: 'export without a session', path: `/ui/api/devices/${seed.deviceId}/export?format=csv`, status: 401 },
-    { name: 'setup with a wrong token', method: 'POST', path: '/ui/api/setup', headers: json, body: '{"token":"guess","email":"x@y.z","password":"longenough1"}', status: 401 },
+    {
+      name: 'setup with a wrong token',
+      method: 'POST',
+      path: '/ui/api/setup',
+      headers: json,
+      body: '{"token":"guess","email":"x@y.z","password":"longenough1"}',
+      status: 401,
+    },
   ];
 }
 
@@ -227,7 +296,11 @@ describe('bad input sweep (HTTP)', () => {
       if (c.key) headers.set('authorization', `Bearer ${seed.key}`);
       let status: number;
       try {
-        const res = await fetch(server.url + c.path, { method: c.method ?? 'GET', headers, body: typeof c.body === 'string' || c.body === undefined ? c.body : new Uint8Array(c.body) });
+        const res = await fetch(server.url + c.path, {
+          method: c.method ?? 'GET',
+          headers,
+          body: typeof c.body === 'string' || c.body === undefined ? c.body : new Uint8Array(c.body),
+        });
         status = res.status;
         const text = await res.text();
         // Every error is JSON with a message: never an HTML page or a stack trace.
@@ -277,15 +350,21 @@ describe('bad input sweep (HTTP)', () => {
     // A Content-Length that says more than is sent, then the client goes away.
     const short = await rawHttp(
       server.port,
-      [`POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"device_id":"${seed.deviceId}"`],
+      [
+        `POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"device_id":"${seed.deviceId}"`,
+      ],
       500,
     );
     expect(short.status).toBe(0);
     // Two Content-Length headers that disagree (request smuggling).
-    const smuggle = await rawHttp(server.port, [`POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\n{"a":`]);
+    const smuggle = await rawHttp(server.port, [
+      `POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\n{"a":`,
+    ]);
     expect(smuggle.status).toBe(400);
     // Content-Length and chunked together.
-    const both = await rawHttp(server.port, [`POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`]);
+    const both = await rawHttp(server.port, [
+      `POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+    ]);
     expect(both.status).toBe(400);
     // A chunked body over the limit is cut off with 413. The client sends just past the
     // limit and then waits (no last chunk): had it kept sending, the server's close of a
@@ -310,9 +389,34 @@ describe('bad input sweep (HTTP)', () => {
       t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
       return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
     };
-    const pick = <T,>(xs: T[]) => xs[Math.floor(rand() * xs.length)]!;
-    const base = JSON.stringify({ device_id: fuzzDevice.id, access_token: fuzzDevice.token, data: { temp: 21.5, ok: true, tags: ['a', 'b'], env: { h: 40 } } });
-    const tokens = ['{', '}', '[', ']', '"', ':', ',', '\\', '\\u0000', 'null', 'true', '1e400', '-0', '"__proto__"', '"constructor"', '{"__proto__":{}}', '9'.repeat(400), '\u2028', '\ud800', '[['.repeat(50)];
+    const pick = <T>(xs: T[]) => xs[Math.floor(rand() * xs.length)]!;
+    const base = JSON.stringify({
+      device_id: fuzzDevice.id,
+      access_token: fuzzDevice.token,
+      data: { temp: 21.5, ok: true, tags: ['a', 'b'], env: { h: 40 } },
+    });
+    const tokens = [
+      '{',
+      '}',
+      '[',
+      ']',
+      '"',
+      ':',
+      ',',
+      '\\',
+      '\\u0000',
+      'null',
+      'true',
+      '1e400',
+      '-0',
+      '"__proto__"',
+      '"constructor"',
+      '{"__proto__":{}}',
+      '9'.repeat(400),
+      '\u2028',
+      '\ud800',
+      '[['.repeat(50),
+    ];
     const mutate = (s: string) => {
       let out = s;
       const n = 1 + Math.floor(rand() * 4);
@@ -337,18 +441,27 @@ describe('bad input sweep (HTTP)', () => {
     const seen = new Map<number, number>();
     let accepted = 0;
     for (let i = 0; i < 300; i++) {
-      const res = await fetch(`${server.url}/api/devices/ingest`, { method: 'POST', headers: { 'content-type': pick(['application/json', 'text/plain', 'application/octet-stream']) }, body: mutate(base) });
+      const res = await fetch(`${server.url}/api/devices/ingest`, {
+        method: 'POST',
+        headers: { 'content-type': pick(['application/json', 'text/plain', 'application/octet-stream']) },
+        body: mutate(base),
+      });
       await res.arrayBuffer();
       seen.set(res.status, (seen.get(res.status) ?? 0) + 1);
       if (res.status === 200) accepted++;
     }
     // Only documented answers: never a 5xx.
-    expect([...seen.keys()].filter((s) => ![200, 400, 401, 413].includes(s)), JSON.stringify([...seen])).toEqual([]);
+    expect(
+      [...seen.keys()].filter((s) => ![200, 400, 401, 413].includes(s)),
+      JSON.stringify([...seen]),
+    ).toEqual([]);
     expect(seen.get(400) ?? 0).toBeGreaterThan(100);
     await expectAlive();
     // Mutations that are still valid readings were stored for the fuzz device only.
     expect(readingsDigest(dataDir, fuzzDevice.id)).toEqual(digestBefore);
-    const stored = await fetch(`${server.url}/v1/devices/${fuzzDevice.id}/telemetry?limit=1000`, { headers: { authorization: `Bearer ${seed.key}` } });
+    const stored = await fetch(`${server.url}/v1/devices/${fuzzDevice.id}/telemetry?limit=1000`, {
+      headers: { authorization: `Bearer ${seed.key}` },
+    });
     expect(((await stored.json()) as { data: unknown[] }).data.length).toBe(accepted);
   }, 60_000);
 });

@@ -6,7 +6,7 @@
  */
 import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import { runCliAsync, type CliResult } from '../helpers/cli.js';
+import { type CliResult, runCliAsync } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
 import { ingestLoad, integrityCheck, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
@@ -18,7 +18,15 @@ describe('admin CLI under ingest load', () => {
     const seed = await seedViaCli(dataDir);
     const server = await startChildServer(dataDir);
     let cliDone = false;
-    const load = ingestLoad({ url: server.url, deviceId: seed.deviceId, token: seed.token, firstN: 0, concurrency: 16, max: 1_000_000, shouldStop: () => cliDone });
+    const load = ingestLoad({
+      url: server.url,
+      deviceId: seed.deviceId,
+      token: seed.token,
+      firstN: 0,
+      concurrency: 16,
+      max: 1_000_000,
+      shouldStop: () => cliDone,
+    });
 
     const results: [string, CliResult][] = [];
     const run = async (args: string[]) => {

@@ -1,9 +1,9 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import net from 'node:net';
-import mqtt from 'mqtt';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import mqtt from 'mqtt';
 import { CLI, runCliAsync } from '../helpers/cli.js';
 
 /** The real server as a child process (what a user runs), so it can be killed for real. */
@@ -22,13 +22,29 @@ export interface ChildServer {
 export async function startChildServer(dataDir: string, extraArgs: string[] = [], env: Record<string, string> = {}): Promise<ChildServer> {
   const proc = spawn(
     process.execPath,
-    [CLI, 'serve', '--data-dir', dataDir, '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', 'off', '--log-level', 'silent', ...extraArgs],
+    [
+      CLI,
+      'serve',
+      '--data-dir',
+      dataDir,
+      '--host',
+      '127.0.0.1',
+      '--http-port',
+      '0',
+      '--mqtt-port',
+      'off',
+      '--log-level',
+      'silent',
+      ...extraArgs,
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } },
   );
   let out = '';
   proc.stdout!.on('data', (d) => (out += d));
   proc.stderr!.on('data', (d) => (out += d));
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    proc.on('exit', (code, signal) => resolve({ code, signal })),
+  );
   const wantsMqtt = extraArgs.includes('--mqtt-plain-port');
   const [port, mqttPlainPort] = await new Promise<[number, number | null]>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`server did not start: ${out}`)), 20_000);
@@ -169,7 +185,11 @@ export async function stopChild(server: ChildServer, signal: NodeJS.Signals = 'S
  * code, or 0 when the server closed without answering) once the server closes or
  * `waitMs` passes.
  */
-export function rawHttp(port: number, chunks: (string | Buffer)[], waitMs = 3_000): Promise<{ status: number; text: string; closed: boolean }> {
+export function rawHttp(
+  port: number,
+  chunks: (string | Buffer)[],
+  waitMs = 3_000,
+): Promise<{ status: number; text: string; closed: boolean }> {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1');
     let text = '';
@@ -210,7 +230,11 @@ export async function mqttLoad(opts: {
   let next = opts.firstN;
   const clients = await Promise.all(
     Array.from({ length: opts.clients }, () =>
-      mqtt.connectAsync(`mqtt://127.0.0.1:${opts.port}`, { username: opts.deviceId, password: opts.token, reconnectPeriod: 0, connectTimeout: 5_000 }, false),
+      mqtt.connectAsync(
+        `mqtt://127.0.0.1:${opts.port}`,
+        { username: opts.deviceId, password: opts.token, reconnectPeriod: 0, connectTimeout: 5_000 },
+        false,
+      ),
     ),
   );
   await Promise.all(

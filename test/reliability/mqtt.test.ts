@@ -4,9 +4,10 @@
  * client address; a reading the database cannot commit is not PUBACKed; MQTT ingest shows
  * in /metrics.
  */
-import Database from 'better-sqlite3';
+
 import net from 'node:net';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import mqttPacket from 'mqtt-packet';
 import { afterEach, describe, expect, it } from 'vitest';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
@@ -36,12 +37,24 @@ function rawMqtt(port: number, chunks: Buffer[], waitMs = 3_000): Promise<{ clos
     socket.on('data', (d) => received.push(d));
     socket.on('close', () => finish(true));
     socket.on('error', () => finish(true));
-    socket.on('connect', () => chunks.forEach((c) => socket.write(c)));
+    socket.on('connect', () => {
+      for (const c of chunks) socket.write(c);
+    });
   });
 }
 
 const connectPacket = (username: string, password: string, extra: Record<string, unknown> = {}) =>
-  mqttPacket.generate({ cmd: 'connect', protocolId: 'MQTT', protocolVersion: 4, clean: true, clientId: 'raw', keepalive: 30, username, password: Buffer.from(password), ...extra } as mqttPacket.IConnectPacket);
+  mqttPacket.generate({
+    cmd: 'connect',
+    protocolId: 'MQTT',
+    protocolVersion: 4,
+    clean: true,
+    clientId: 'raw',
+    keepalive: 30,
+    username,
+    password: Buffer.from(password),
+    ...extra,
+  } as mqttPacket.IConnectPacket);
 
 describe('malformed MQTT packets', () => {
   it('close the connection, leave the data unchanged, and the broker keeps serving', async () => {
@@ -52,15 +65,22 @@ describe('malformed MQTT packets', () => {
     await good.publishAsync(`d/${device.id}/t`, '{"n":1}', { qos: 1 });
     const before = readingsDigest(server.dataDir);
 
-    const publish = (payload: string | Buffer, topic = `d/${device.id}/t`) => mqttPacket.generate({ cmd: 'publish', topic, payload, qos: 1, messageId: 7, dup: false, retain: false } as mqttPacket.IPublishPacket);
+    const publish = (payload: string | Buffer, topic = `d/${device.id}/t`) =>
+      mqttPacket.generate({ cmd: 'publish', topic, payload, qos: 1, messageId: 7, dup: false, retain: false } as mqttPacket.IPublishPacket);
     const connect = connectPacket(device.id, token);
     const cases: [string, Buffer[]][] = [
       ['HTTP on the MQTT port', [Buffer.from('GET / HTTP/1.1\r\nHost: x\r\n\r\n')]],
       ['a remaining length of five bytes', [Buffer.from([0x10, 0xff, 0xff, 0xff, 0xff, 0x7f])]],
       ['a CONNECT announcing 200 MB', [Buffer.from([0x10, 0x80, 0x80, 0x80, 0x60])]],
       ['a PUBLISH before CONNECT', [publish('{"n":2}')]],
-      ['a CONNECT with a bad protocol name', [Buffer.from(connectPacket(device.id, token).toString('latin1').replace('MQTT', 'MQXX'), 'latin1')]],
-      ['a CONNECT with reserved flag set', [Buffer.concat([Buffer.from([0x10]), connect.subarray(1)]).map((b, i) => (i === 9 ? b | 0x01 : b)) as Buffer]],
+      [
+        'a CONNECT with a bad protocol name',
+        [Buffer.from(connectPacket(device.id, token).toString('latin1').replace('MQTT', 'MQXX'), 'latin1')],
+      ],
+      [
+        'a CONNECT with reserved flag set',
+        [Buffer.concat([Buffer.from([0x10]), connect.subarray(1)]).map((b, i) => (i === 9 ? b | 0x01 : b)) as Buffer],
+      ],
       ['two CONNECTs', [connect, connect]],
       ['a PUBLISH whose topic length overruns the packet', [connect, Buffer.from([0x32, 0x05, 0x7f, 0xff, 0x61, 0x00, 0x01])]],
       ['a PUBLISH to a wildcard topic', [connect, publish('{"n":3}', 'd/+/t')]],
@@ -70,7 +90,10 @@ describe('malformed MQTT packets', () => {
     ];
     // Seeded random bytes, some after a valid CONNECT.
     let state = 42;
-    const rand = () => ((state = (state * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+    const rand = () => {
+      state = (state * 1103515245 + 12345) & 0x7fffffff;
+      return state / 0x7fffffff;
+    };
     for (let i = 0; i < 30; i++) {
       const junk = Buffer.from(Array.from({ length: 2 + Math.floor(rand() * 60) }, () => Math.floor(rand() * 256)));
       cases.push([`random bytes #${i}`, i % 2 ? [connect, junk] : [junk]]);
@@ -89,7 +112,9 @@ describe('malformed MQTT packets', () => {
     const again = await connectPlain(server, { username: device.id, password: token });
     await again.publishAsync(`d/${device.id}/t`, '{"n":5}', { qos: 1 });
     await Promise.all([good.endAsync(), again.endAsync()]);
-    const stored = (server.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]).map((r) => r.n);
+    const stored = (server.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]).map(
+      (r) => r.n,
+    );
     expect(stored).toEqual([1, 4, 5]);
     // Nothing else was stored by any malformed packet.
     expect(before.count).toBe(1);
@@ -145,7 +170,9 @@ describe('MQTT under a database write failure', () => {
       other.close();
     }
     await client.endAsync(true);
-    const stored = (server.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]).map((r) => r.n);
+    const stored = (server.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]).map(
+      (r) => r.n,
+    );
     expect(stored).toEqual([1]);
     // Recovered without a restart.
     const again = await connectPlain(server, { username: device.id, password: token });

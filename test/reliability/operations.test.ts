@@ -13,7 +13,7 @@ afterEach(async () => {
 });
 
 const metricValue = (text: string, series: string): number | undefined => {
-  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
   return line === undefined ? undefined : Number(line.slice(series.length + 1));
 };
 
@@ -21,7 +21,8 @@ describe('/metrics', () => {
   it('counts ingest by transport, rejections, latency by route, DB size and writer state', async () => {
     server = await startTestServer();
     const { device, token } = await seedAccount(server, { device: { name: 'strict', schemaMode: 'strict', fields: [{ name: 'temp' }] } });
-    for (let i = 0; i < 5; i++) expect((await ingest(server, { device_id: device.id, access_token: token, data: { temp: i } })).status).toBe(200);
+    for (let i = 0; i < 5; i++)
+      expect((await ingest(server, { device_id: device.id, access_token: token, data: { temp: i } })).status).toBe(200);
     // A permanent rejection (unknown field in strict mode) and an auth failure (not a rejection).
     expect((await ingest(server, { device_id: device.id, access_token: token, data: { humidity: 1 } })).status).toBe(400);
     expect((await ingest(server, { device_id: device.id, access_token: 'wrong', data: { temp: 1 } })).status).toBe(401);
@@ -33,8 +34,12 @@ describe('/metrics', () => {
     expect(metricValue(text, 'telemetryd_ingest_readings_total{transport="http"}')).toBe(5);
     expect(metricValue(text, 'telemetryd_ingest_readings_total{transport="mqtt"}')).toBe(0);
     expect(metricValue(text, 'telemetryd_ingest_rejected_total{transport="http"}')).toBe(1);
-    expect(metricValue(text, 'telemetryd_http_request_duration_seconds_count{method="POST",route="/api/devices/ingest",status="2xx"}')).toBe(5);
-    expect(metricValue(text, 'telemetryd_http_request_duration_seconds_count{method="POST",route="/api/devices/ingest",status="4xx"}')).toBe(2);
+    expect(
+      metricValue(text, 'telemetryd_http_request_duration_seconds_count{method="POST",route="/api/devices/ingest",status="2xx"}'),
+    ).toBe(5);
+    expect(
+      metricValue(text, 'telemetryd_http_request_duration_seconds_count{method="POST",route="/api/devices/ingest",status="4xx"}'),
+    ).toBe(2);
     expect(metricValue(text, 'telemetryd_database_size_bytes')).toBeGreaterThan(4096);
     expect(metricValue(text, 'telemetryd_writer_queue_depth')).toBe(0);
     expect(metricValue(text, 'telemetryd_writer_max_batch')).toBeGreaterThanOrEqual(1);

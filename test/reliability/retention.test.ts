@@ -57,11 +57,14 @@ describe('retention job', () => {
 
     // 31 days later: A sends fresh readings; everything from T0 is past retention.
     now = T0 + 31 * DAY_MS;
-    for (let i = 0; i < 3; i++) expect((await ingest(server, { device_id: a.id, access_token: tokenA, data: { fresh: i } })).status).toBe(200);
+    for (let i = 0; i < 3; i++)
+      expect((await ingest(server, { device_id: a.id, access_token: tokenA, data: { fresh: i } })).status).toBe(200);
 
     // Ingest keeps being answered while the job runs.
     const running = server.retention.runOnce();
-    const during = await Promise.all(Array.from({ length: 20 }, (_, i) => ingest(server!, { device_id: a.id, access_token: tokenA, data: { during: i } })));
+    const during = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => ingest(server!, { device_id: a.id, access_token: tokenA, data: { during: i } })),
+    );
     const run = await running;
     expect(during.map((r) => r.status)).toEqual(Array(20).fill(200));
 

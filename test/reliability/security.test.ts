@@ -4,10 +4,11 @@
  * hold an issued API key, device token or password; the data dir is 0700 and the database
  * files 0600; a debug-level log of a session that uses and misuses every secret holds none.
  */
-import Database from 'better-sqlite3';
-import { existsSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { gunzipSync } from 'node:zlib';
+import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { runCliAsync } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
@@ -19,17 +20,23 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 const JPEG = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0]), Buffer.alloc(200, 7)]);
 
 function filesUnder(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? filesUnder(path.join(dir, e.name)) : [path.join(dir, e.name)]));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? filesUnder(path.join(dir, e.name)) : [path.join(dir, e.name)],
+  );
 }
 
 describe('secrets at rest, file modes, logs', () => {
   it('stores only hashes, keeps files private, and logs no secret', async () => {
     const dataDir = path.join(root, 'data');
     const password = 'correct horse battery staple 42';
-    const acc = await runCliAsync(['accounts', 'create', '--email', 'sec@example.com', '--plan', 'business', '--password-stdin', '--json'], { dataDir, input: password });
+    const acc = await runCliAsync(
+      ['accounts', 'create', '--email', 'sec@example.com', '--plan', 'business', '--password-stdin', '--json'],
+      { dataDir, input: password },
+    );
     expect(acc.status, acc.stderr).toBe(0);
     const key: string = (await runCliAsync(['keys', 'create', '--account', acc.json.id, '--name', 'k', '--json'], { dataDir })).json.key;
-    const dev = (await runCliAsync(['devices', 'create', '--account', acc.json.id, '--name', 'cam', '--snapshots', '--json'], { dataDir })).json;
+    const dev = (await runCliAsync(['devices', 'create', '--account', acc.json.id, '--name', 'cam', '--snapshots', '--json'], { dataDir }))
+      .json;
     const regenerated = (await runCliAsync(['devices', 'regenerate-token', dev.id, '--json'], { dataDir })).json.access_token as string;
     const oldToken = dev.access_token as string;
     const token = regenerated;
@@ -37,22 +44,71 @@ describe('secrets at rest, file modes, logs', () => {
 
     const server = await startChildServer(dataDir, ['--log-level', 'debug']);
     const url = server.url;
-    const post = (p: string, init: RequestInit) => fetch(url + p, { method: 'POST', ...init }).then(async (r) => ({ status: r.status, text: await r.text() }));
+    const post = (p: string, init: RequestInit) =>
+      fetch(url + p, { method: 'POST', ...init }).then(async (r) => ({ status: r.status, text: await r.text() }));
     try {
       // Use every secret the way clients do, and misuse them.
-      expect((await post('/api/devices/ingest', { headers: { 'content-type': 'application/json' }, body: JSON.stringify({ device_id: dev.id, access_token: token, data: { t: 1 } }) })).status).toBe(200);
-      expect((await post('/api/devices/ingest', { headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify({ device_id: dev.id, data: { t: 2 } }) })).status).toBe(200);
-      expect((await post('/api/devices/ingest', { headers: { 'content-type': 'application/json' }, body: JSON.stringify({ device_id: dev.id, access_token: oldToken, data: { t: 3 } }) })).status).toBe(401);
-      expect((await post('/api/devices/ingest', { headers: { 'content-type': 'application/json' }, body: `{"device_id":"${dev.id}","access_token":"${token}","data":{"t":` })).status).toBe(400);
-      expect((await post(`/api/devices/${dev.id}/snapshot`, { headers: { 'content-type': 'image/jpeg', authorization: `Bearer ${token}` }, body: JPEG })).status).toBe(200);
-      expect((await post(`/api/devices/${dev.id}/snapshot`, { headers: { 'content-type': 'image/png', authorization: `Bearer ${token}` }, body: JPEG })).status).toBe(400);
+      expect(
+        (
+          await post('/api/devices/ingest', {
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ device_id: dev.id, access_token: token, data: { t: 1 } }),
+          })
+        ).status,
+      ).toBe(200);
+      expect(
+        (
+          await post('/api/devices/ingest', {
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+            body: JSON.stringify({ device_id: dev.id, data: { t: 2 } }),
+          })
+        ).status,
+      ).toBe(200);
+      expect(
+        (
+          await post('/api/devices/ingest', {
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ device_id: dev.id, access_token: oldToken, data: { t: 3 } }),
+          })
+        ).status,
+      ).toBe(401);
+      expect(
+        (
+          await post('/api/devices/ingest', {
+            headers: { 'content-type': 'application/json' },
+            body: `{"device_id":"${dev.id}","access_token":"${token}","data":{"t":`,
+          })
+        ).status,
+      ).toBe(400);
+      expect(
+        (
+          await post(`/api/devices/${dev.id}/snapshot`, {
+            headers: { 'content-type': 'image/jpeg', authorization: `Bearer ${token}` },
+            body: JPEG,
+          })
+        ).status,
+      ).toBe(200);
+      expect(
+        (
+          await post(`/api/devices/${dev.id}/snapshot`, {
+            headers: { 'content-type': 'image/png', authorization: `Bearer ${token}` },
+            body: JPEG,
+          })
+        ).status,
+      ).toBe(400);
       expect((await fetch(`${url}/v1/devices`, { headers: { authorization: `Bearer ${key}` } })).status).toBe(200);
       expect((await fetch(`${url}/v1/devices`, { headers: { authorization: `Bearer ${key}x` } })).status).toBe(401);
-      expect((await fetch(`${url}/v1/devices/${dev.id}`, { headers: { authorization: `Bearer ${key}`, cookie: `session=${password}` } })).status).toBe(200);
+      expect(
+        (await fetch(`${url}/v1/devices/${dev.id}`, { headers: { authorization: `Bearer ${key}`, cookie: `session=${password}` } })).status,
+      ).toBe(200);
 
       // The dashboard: sign in with the password, fail a few times, use the session.
       const signIn = (pw: string) =>
-        fetch(`${url}/ui/api/sign-in`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': 'x' }, body: JSON.stringify({ email: 'sec@example.com', password: pw }) });
+        fetch(`${url}/ui/api/sign-in`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'x-csrf-token': 'x' },
+          body: JSON.stringify({ email: 'sec@example.com', password: pw }),
+        });
       for (let i = 0; i < 3; i++) expect((await signIn(`${password}-wrong${i}`)).status).toBeGreaterThanOrEqual(400);
       const signedIn = await signIn(password);
       expect(signedIn.status).toBe(200);
@@ -83,7 +139,14 @@ describe('secrets at rest, file modes, logs', () => {
       // A server-side failure on a request that carries a token: the error is logged.
       const other = new Database(dbFile(dataDir));
       other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings_inbox BEGIN SELECT RAISE(ABORT, 'simulated'); END;");
-      expect((await post('/api/devices/ingest', { headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: JSON.stringify({ device_id: dev.id, access_token: token, data: { t: 4 } }) })).status).toBe(500);
+      expect(
+        (
+          await post('/api/devices/ingest', {
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+            body: JSON.stringify({ device_id: dev.id, access_token: token, data: { t: 4 } }),
+          })
+        ).status,
+      ).toBe(500);
       other.exec('DROP TRIGGER fail_insert');
       other.close();
 
@@ -101,7 +164,11 @@ describe('secrets at rest, file modes, logs', () => {
       const findings: string[] = [];
       const scan = (label: string, bytes: Buffer) => {
         for (const [name, secret] of Object.entries(secrets)) {
-          for (const form of [Buffer.from(secret, 'utf8'), Buffer.from(secret, 'utf16le'), Buffer.from(Buffer.from(secret).toString('base64'))]) {
+          for (const form of [
+            Buffer.from(secret, 'utf8'),
+            Buffer.from(secret, 'utf16le'),
+            Buffer.from(Buffer.from(secret).toString('base64')),
+          ]) {
             if (bytes.includes(form)) findings.push(`${name} in ${label}`);
           }
         }

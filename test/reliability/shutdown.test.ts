@@ -19,7 +19,15 @@ describe('graceful shutdown', () => {
     let exited = false;
     let termAt = 0;
     void server.exited.then(() => (exited = true));
-    const mqttAcks = mqttLoad({ port: server.mqttPlainPort!, deviceId: seed.deviceId, token: seed.token, firstN: 500_000, clients: 3, inFlightPerClient: 8, shouldStop: () => exited });
+    const mqttAcks = mqttLoad({
+      port: server.mqttPlainPort!,
+      deviceId: seed.deviceId,
+      token: seed.token,
+      firstN: 500_000,
+      clients: 3,
+      inFlightPerClient: 8,
+      shouldStop: () => exited,
+    });
     const { acked, statuses } = await ingestLoad({
       url: server.url,
       deviceId: seed.deviceId,
@@ -49,7 +57,7 @@ describe('graceful shutdown', () => {
     expect([...statuses.keys()].filter((s) => ![200, 503, 0].includes(s))).toEqual([]);
     // The last connection closed: SQLite checkpointed the WAL into the database and removed
     // it. (Checked before this test opens the file itself: a read-only reader leaves one.)
-    expect(existsSync(dbFile(dataDir) + '-wal')).toBe(false);
+    expect(existsSync(`${dbFile(dataDir)}-wal`)).toBe(false);
 
     const stored = new Set(storedNumbers(dataDir, seed.deviceId));
     expect([...acked, ...mqttAcked].filter((n) => !stored.has(n))).toEqual([]);
@@ -57,13 +65,13 @@ describe('graceful shutdown', () => {
   }, 60_000);
 
   it('SIGINT right after the listening line also exits 0 and leaves no WAL', async () => {
-    rmSync(dbFile(dataDir) + '-wal', { force: true });
-    rmSync(dbFile(dataDir) + '-shm', { force: true });
+    rmSync(`${dbFile(dataDir)}-wal`, { force: true });
+    rmSync(`${dbFile(dataDir)}-shm`, { force: true });
     const server = await startChildServer(dataDir);
     server.proc.kill('SIGINT');
     const exit = await server.exited;
     expect(exit.code).toBe(0);
-    expect(existsSync(dbFile(dataDir) + '-wal')).toBe(false);
+    expect(existsSync(`${dbFile(dataDir)}-wal`)).toBe(false);
   }, 30_000);
 });
 
@@ -74,7 +82,9 @@ describe('graceful shutdown with a stalled client', () => {
     await new Promise<void>((resolve) => socket.once('connect', () => resolve()));
     socket.on('error', () => undefined);
     // Headers complete, body promised but never sent: an in-flight request, not an idle socket.
-    socket.write('POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"device_id":');
+    socket.write(
+      'POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"device_id":',
+    );
     await new Promise((r) => setTimeout(r, 300));
     const start = Date.now();
     server.proc.kill('SIGTERM');

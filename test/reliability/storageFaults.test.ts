@@ -5,8 +5,9 @@
  * insert into readings (no mocks). The server's prepared statements must survive the schema
  * change (SQLite re-prepares them).
  */
-import Database from 'better-sqlite3';
+
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 

@@ -37,7 +37,7 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
 
   it("everyone else gets the same 404: another account's key, another device's token, no or bad credentials", async () => {
     const other = server.services.devices.create(a.account, { name: 'sibling' });
-    for (const credential of [b.key, b.token, other.accessToken, undefined, 'tlm_' + 'x'.repeat(40), 'garbage']) {
+    for (const credential of [b.key, b.token, other.accessToken, undefined, `tlm_${'x'.repeat(40)}`, 'garbage']) {
       const got = await fetchSnapshot(server, url, credential);
       expect(got.status, String(credential)).toBe(404);
       expect(JSON.parse(got.bytes.toString())).toEqual({ success: false, error: 'snapshot not found' });
@@ -46,7 +46,9 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
     // The right id under another device's path is not found either, nor an unknown id.
     const id = url.split('/').pop()!;
     expect((await fetchSnapshot(server, `/api/devices/${b.device.id}/snapshot/${id}`, b.key)).status).toBe(404);
-    expect((await fetchSnapshot(server, `/api/devices/${a.device.id}/snapshot/00000000-0000-4000-8000-000000000000`, a.key)).status).toBe(404);
+    expect((await fetchSnapshot(server, `/api/devices/${a.device.id}/snapshot/00000000-0000-4000-8000-000000000000`, a.key)).status).toBe(
+      404,
+    );
     expect((await fetchSnapshot(server, `/api/devices/${a.device.id}/snapshot/..%2F..%2Ftelemetryd.db`, a.key)).status).toBe(404);
   });
 
@@ -69,7 +71,11 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
 
   it('the URL goes into a snapshot_url field of a normal reading and reads back through /v1', async () => {
     const absolute = `${server.config.publicUrl}${url}`;
-    const res = await ingest(server, { device_id: a.device.id, data: { motion: true, snapshot_url: absolute } }, { authorization: `Bearer ${a.token}` });
+    const res = await ingest(
+      server,
+      { device_id: a.device.id, data: { motion: true, snapshot_url: absolute } },
+      { authorization: `Bearer ${a.token}` },
+    );
     expect(res.status).toBe(200);
     const latest = await (await server.request(`/v1/devices/${a.device.id}/telemetry/latest`, { key: a.key })).json();
     expect(latest.data.data).toEqual({ motion: true, snapshot_url: absolute });
@@ -95,7 +101,10 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
 
   it('deleting a device with the admin CLI (another process) removes its files too', async () => {
     const { device, accessToken } = server.services.devices.create(b.account, { name: 'doomed by cli', snapshotsEnabled: true });
-    const ups = [await upload(server, device.id, accessToken, tinyJpeg()), await upload(server, device.id, accessToken, tinyPng(), 'image/png')];
+    const ups = [
+      await upload(server, device.id, accessToken, tinyJpeg()),
+      await upload(server, device.id, accessToken, tinyPng(), 'image/png'),
+    ];
     expect(ups.map((u) => u.status)).toEqual([200, 200]);
     const dir = path.join(server.dataDir, 'snapshots', device.id);
     expect(readdirSync(dir)).toHaveLength(2);
@@ -105,6 +114,8 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
     expect(r.json).toEqual({ deleted: device.id });
     expect(existsSync(dir)).toBe(false);
     for (const u of ups) expect((await fetchSnapshot(server, u.body.url, b.key)).status).toBe(404);
-    expect(server.db.prepare('SELECT count(*) AS n FROM snapshots s JOIN devices d ON d.seq = s.device_seq WHERE d.id = ?').get(device.id)).toEqual({ n: 0 });
+    expect(
+      server.db.prepare('SELECT count(*) AS n FROM snapshots s JOIN devices d ON d.seq = s.device_seq WHERE d.id = ?').get(device.id),
+    ).toEqual({ n: 0 });
   });
 });

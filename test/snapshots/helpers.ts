@@ -7,11 +7,21 @@ export interface UploadResult {
 }
 
 /** POST /api/devices/{id}/snapshot over real HTTP. */
-export async function upload(server: TestServer, deviceId: string, token: string | null, body: Uint8Array | null, contentType: string | null = 'image/jpeg'): Promise<UploadResult> {
+export async function upload(
+  server: TestServer,
+  deviceId: string,
+  token: string | null,
+  body: Uint8Array | null,
+  contentType: string | null = 'image/jpeg',
+): Promise<UploadResult> {
   const headers: Record<string, string> = {};
   if (token !== null) headers.authorization = `Bearer ${token}`;
   if (contentType !== null) headers['content-type'] = contentType;
-  const res = await server.request(`/api/devices/${deviceId}/snapshot`, { method: 'POST', headers, body: (body ?? undefined) as BodyInit | undefined });
+  const res = await server.request(`/api/devices/${deviceId}/snapshot`, {
+    method: 'POST',
+    headers,
+    body: (body ?? undefined) as BodyInit | undefined,
+  });
   return { status: res.status, body: (await res.json()) as Record<string, any>, headers: res.headers };
 }
 

@@ -1,8 +1,8 @@
 import { existsSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { DAY_MS } from '../../src/time.js';
+import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
 import { tinyJpeg, tinyPng } from './images.js';
 

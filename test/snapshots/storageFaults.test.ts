@@ -2,7 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { seedAccount, startTestServer, tempDir, type TestServer } from '../helpers/server.js';
+import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
 import { jpegOfSize, tinyJpeg } from './images.js';
 

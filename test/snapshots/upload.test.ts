@@ -18,7 +18,10 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
   afterAll(() => server.stop());
 
   it('JPEG and PNG round-trip byte for byte, with the stored type and caching headers', async () => {
-    for (const [type, bytes] of [['image/jpeg', tinyJpeg()], ['image/png', tinyPng()]] as const) {
+    for (const [type, bytes] of [
+      ['image/jpeg', tinyJpeg()],
+      ['image/png', tinyPng()],
+    ] as const) {
       const up = await upload(server, cam.device.id, cam.token, bytes, type);
       expect(up.status).toBe(200);
       expect(Object.keys(up.body).sort()).toEqual(['id', 'success', 'url']);
@@ -77,7 +80,11 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
   });
 
   it('401 for a wrong or missing token and an unknown device', async () => {
-    for (const [id, token] of [[cam.device.id, 'x'.repeat(40)], [cam.device.id, null], ['dev_doesnotexist', cam.token]] as const) {
+    for (const [id, token] of [
+      [cam.device.id, 'x'.repeat(40)],
+      [cam.device.id, null],
+      ['dev_doesnotexist', cam.token],
+    ] as const) {
       const up = await upload(server, id, token, tinyJpeg());
       expect(up.status).toBe(401);
       expect(up.body).toEqual({ success: false, error: expect.any(String) });

@@ -1,11 +1,11 @@
-import Database from 'better-sqlite3';
 import { rmSync } from 'node:fs';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DB_FILE, openDatabase, type Db } from '../../src/storage/db.js';
+import { createServices } from '../../src/domain/services.js';
+import { DB_FILE, type Db, openDatabase } from '../../src/storage/db.js';
 import { createRepositories } from '../../src/storage/index.js';
 import { EXTERNAL_CHECK_MS } from '../../src/storage/readCache.js';
-import { createServices } from '../../src/domain/services.js';
 import { tempDir } from '../helpers/server.js';
 
 /**

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { createRepositories } from '../../src/storage/index.js';
 import { createServices } from '../../src/domain/services.js';
+import { createRepositories } from '../../src/storage/index.js';
 import { useTempDatabases } from '../helpers/db.js';
 
 const HOUR = 3_600_000;
@@ -23,7 +23,11 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     const b = services.devices.create(account, { name: 'b' }).device;
     const x = services.devices.create(other, { name: 'x' }).device;
     const brute = (accountSeq: number, since: number) =>
-      (db.prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?').get(accountSeq, since) as { n: number }).n;
+      (
+        db
+          .prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?')
+          .get(accountSeq, since) as { n: number }
+      ).n;
     return { db, repos, services, account, other, a, b, x, brute };
   }
 
@@ -31,7 +35,8 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     const { db, repos, services, account, other, a, b, x, brute } = await setup();
     const batch = [];
     // Every 7 minutes over 30 hours, for three devices of two accounts.
-    for (let t = NOW - 30 * HOUR; t <= NOW; t += 7 * 60_000) for (const d of [a, b, x]) batch.push({ deviceSeq: d.seq, time: t, data: '{"v":1}' });
+    for (let t = NOW - 30 * HOUR; t <= NOW; t += 7 * 60_000)
+      for (const d of [a, b, x]) batch.push({ deviceSeq: d.seq, time: t, data: '{"v":1}' });
     repos.readings.insertBatch(batch);
     const sinces = [NOW - 24 * HOUR, Math.floor((NOW - 24 * HOUR) / 60_000) * 60_000, NOW - 90 * 60_000, NOW - 1, NOW + 1];
     for (const since of sinces) {
@@ -44,7 +49,9 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     while (repos.readings.deleteOlderBatch(a.seq, NOW - 20 * HOUR - 123, 50) > 0);
     services.devices.remove(b);
     for (const since of sinces) expect(repos.readings.countSinceForAccount(account.seq, since)).toBe(brute(account.seq, since));
-    expect(services.usage.usage(repos.accounts.findBySeq(account.seq)!).telemetry.data_points_24h).toBe(brute(account.seq, NOW - 24 * HOUR));
+    expect(services.usage.usage(repos.accounts.findBySeq(account.seq)!).telemetry.data_points_24h).toBe(
+      brute(account.seq, NOW - 24 * HOUR),
+    );
 
     // A bulk load that bypassed the triggers is repaired by rebuildDerived.
     db.exec('DELETE FROM reading_counts');
@@ -56,7 +63,8 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     const { repos, services, account, other, a, b, x, brute } = await setup();
     // Two accounts and several minutes in one batch, with the account given.
     const batch = [];
-    for (let t = NOW - 3 * HOUR; t <= NOW; t += 50_000) for (const d of [a, b, x]) batch.push({ deviceSeq: d.seq, accountSeq: d.accountSeq, time: t, data: '{}' });
+    for (let t = NOW - 3 * HOUR; t <= NOW; t += 50_000)
+      for (const d of [a, b, x]) batch.push({ deviceSeq: d.seq, accountSeq: d.accountSeq, time: t, data: '{}' });
     repos.readings.insertBatch(batch);
     // The same shape through the writer, as ingest sends it.
     await Promise.all([a, x].map((d) => services.writer.append({ deviceSeq: d.seq, accountSeq: d.accountSeq, time: NOW - 1, data: '{}' })));

@@ -1,10 +1,10 @@
-import Database from 'better-sqlite3';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { DB_FILE } from '../../src/storage/db.js';
-import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
-import { createRepositories } from '../../src/storage/index.js';
 import { createServices } from '../../src/domain/services.js';
+import { DB_FILE } from '../../src/storage/db.js';
+import { createRepositories } from '../../src/storage/index.js';
+import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
 import { INBOX_MERGE_ROWS } from '../../src/storage/readingWriter.js';
 import { DIRECT_READINGS_PER_DEVICE, type PendingReading } from '../../src/storage/repos/readings.js';
 import { useTempDatabases } from '../helpers/db.js';
@@ -37,7 +37,10 @@ describe('readings inbox (migration 5)', () => {
       range: [...repos.readings.iterateRange(a.seq, NOW - 10 * HOUR, NOW)],
       countSince: repos.readings.countSince([a.seq, b.seq], NOW - 5 * HOUR),
       usage: repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR - 30_000),
-      lastSeen: [repos.devices.findBySeq(a.seq)!.lastSeen, repos.devices.listByAccount(account.seq, { limit: 10, offset: 0 }).map((d) => d.lastSeen)],
+      lastSeen: [
+        repos.devices.findBySeq(a.seq)!.lastSeen,
+        repos.devices.listByAccount(account.seq, { limit: 10, offset: 0 }).map((d) => d.lastSeen),
+      ],
     });
     /** Readings one batch each: a batch of one device's one reading always goes to the inbox. */
     const appendToInbox = (readings: PendingReading[]) => readings.map((r) => repos.readings.insertBatch([r])[0]!);
@@ -48,11 +51,13 @@ describe('readings inbox (migration 5)', () => {
     const { repos, a, b, inInbox, inTable, snapshot, appendToInbox } = await setup();
     // Older readings merged, newer ones still in the inbox; equal times break ties by seq.
     const older = [];
-    for (let t = NOW - 30 * HOUR; t < NOW - 6 * HOUR; t += 17 * 60_000) older.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: b.seq, time: t, data: '{"b":1}' });
+    for (let t = NOW - 30 * HOUR; t < NOW - 6 * HOUR; t += 17 * 60_000)
+      older.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: b.seq, time: t, data: '{"b":1}' });
     appendToInbox(older);
     expect(repos.readings.mergeInbox()).toBe(older.length);
     const newer = [];
-    for (let t = NOW - 8 * HOUR; t <= NOW; t += 13 * 60_000) newer.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: a.seq, time: t, data: '{"same time":1}' });
+    for (let t = NOW - 8 * HOUR; t <= NOW; t += 13 * 60_000)
+      newer.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: a.seq, time: t, data: '{"same time":1}' });
     appendToInbox(newer);
     expect(inInbox()).toBe(newer.length);
     expect(inTable()).toBe(older.length);
@@ -61,7 +66,8 @@ describe('readings inbox (migration 5)', () => {
     expect(split.historyAll).toHaveLength(older.length / 2 + newer.length);
     // Newest first by (time, seq) across both tables.
     const keys = split.historyAll.map((r) => [r.time, r.seq] as const);
-    for (let i = 1; i < keys.length; i++) expect(keys[i - 1]![0] > keys[i]![0] || (keys[i - 1]![0] === keys[i]![0] && keys[i - 1]![1] > keys[i]![1])).toBe(true);
+    for (let i = 1; i < keys.length; i++)
+      expect(keys[i - 1]![0] > keys[i]![0] || (keys[i - 1]![0] === keys[i]![0] && keys[i - 1]![1] > keys[i]![1])).toBe(true);
     expect(split.latest[0]!.data).toBe('{"same time":1}');
     expect(split.lastSeen[0]).toBe(split.latest[0]!.time);
     // The range holds readings of both tables, oldest first.
@@ -77,7 +83,8 @@ describe('readings inbox (migration 5)', () => {
   it('keeps device deletion, retention and usage counts exact with readings in the inbox', async () => {
     const { db, repos, services, account, a, b, inInbox, appendToInbox } = await setup();
     const batch = [];
-    for (let t = NOW - 40 * HOUR; t <= NOW; t += 11 * 60_000) batch.push({ deviceSeq: a.seq, time: t, data: '{"v":1}' }, { deviceSeq: b.seq, time: t, data: '{"v":2}' });
+    for (let t = NOW - 40 * HOUR; t <= NOW; t += 11 * 60_000)
+      batch.push({ deviceSeq: a.seq, time: t, data: '{"v":1}' }, { deviceSeq: b.seq, time: t, data: '{"v":2}' });
     // Half merged into the clustered table, half straight there, the newest still in the inbox.
     appendToInbox(batch.slice(0, 100));
     repos.readings.mergeInbox();
@@ -85,7 +92,11 @@ describe('readings inbox (migration 5)', () => {
     appendToInbox(batch.slice(200));
     expect(inInbox()).toBe(batch.length - 200);
     const brute = (since: number) =>
-      (db.prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?').get(account.seq, since) as { n: number }).n;
+      (
+        db
+          .prepare('SELECT count(*) AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.account_seq = ? AND r.time >= ?')
+          .get(account.seq, since) as { n: number }
+      ).n;
     expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
 
     // Retention deletes what is older than the cutoff, wherever it was.
@@ -103,7 +114,11 @@ describe('readings inbox (migration 5)', () => {
 
   it('takes batches of a few busy devices straight into the clustered table, batches spread over many devices into the inbox', async () => {
     const { repos, a, b, inInbox, inTable } = await setup();
-    const busy = Array.from({ length: 2 * DIRECT_READINGS_PER_DEVICE }, (_, i) => ({ deviceSeq: i % 2 ? a.seq : b.seq, time: NOW + i, data: '{}' }));
+    const busy = Array.from({ length: 2 * DIRECT_READINGS_PER_DEVICE }, (_, i) => ({
+      deviceSeq: i % 2 ? a.seq : b.seq,
+      time: NOW + i,
+      data: '{}',
+    }));
     repos.readings.insertBatch(busy);
     expect([inInbox(), inTable()]).toEqual([0, busy.length]);
     repos.readings.insertBatch(busy.slice(0, 2 * DIRECT_READINGS_PER_DEVICE - 1));
@@ -130,7 +145,8 @@ describe('readings inbox (migration 5)', () => {
     const { repos, services, a, inInbox, inTable } = await setup();
     // One reading per event-loop pass: each batch goes to the inbox.
     const first: number[] = [];
-    for (let i = 0; i < INBOX_MERGE_ROWS - 1; i++) first.push(await services.writer.append({ deviceSeq: a.seq, time: NOW - i, data: '{}' }));
+    for (let i = 0; i < INBOX_MERGE_ROWS - 1; i++)
+      first.push(await services.writer.append({ deviceSeq: a.seq, time: NOW - i, data: '{}' }));
     await new Promise((r) => setImmediate(r));
     expect(inInbox()).toBe(INBOX_MERGE_ROWS - 1);
     const last = await services.writer.append({ deviceSeq: a.seq, time: NOW + 1, data: '{"last":1}' });
@@ -173,7 +189,9 @@ describe('migration 5 on a database of version 4', () => {
     old.pragma('user_version = 4');
     old.exec(`INSERT INTO accounts (seq, id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
         snapshot_retention_days, field_limit, created_at, updated_at) VALUES (1, 'acc_1', 'm@example.com', 'business', 60, 1000, 10, 30, 10, 7, 50, 0, 0)`);
-    old.exec(`INSERT INTO devices (seq, id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES (1, 'dev_1', 1, 'd', 'sensor', 'flexible', 'x', 0, 0)`);
+    old.exec(
+      `INSERT INTO devices (seq, id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES (1, 'dev_1', 1, 'd', 'sensor', 'flexible', 'x', 0, 0)`,
+    );
     const insert = old.prepare('INSERT INTO readings (device_seq, time, seq, data) VALUES (1, ?, ?, ?)');
     for (let i = 1; i <= 50; i++) insert.run(NOW - i * 60_000, i, `{"i":${i}}`);
     old.exec('UPDATE reading_seq SET last = 50');

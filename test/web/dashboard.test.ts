@@ -2,15 +2,16 @@
  * End-to-end dashboard tests in real headless Chromium against the real server (issue 6
  * "Tests"): one browser and one page for the whole file, steps in order, like a user would.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
 import { mkdirSync, readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import ExcelJS from 'exceljs';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
-import { ingest, startTestServer, type TestServer } from '../helpers/server.js';
+import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { newId } from '../../src/ids.js';
+import { ingest, startTestServer, type TestServer } from '../helpers/server.js';
 
 const ARTIFACTS = path.resolve('test-artifacts');
 // A 2×2 PNG (red, green, blue, white).
@@ -35,7 +36,10 @@ async function cookieHeader(): Promise<string> {
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   server = await startTestServer();
-  browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'] });
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
   context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1200, height: 900 } });
   page = await context.newPage();
   page.setDefaultTimeout(8_000);
@@ -81,7 +85,11 @@ describe('dashboard in a browser', () => {
 
     // The token worked once: the same link is now refused.
     const token = new URL(server.setupUrl!).searchParams.get('token')!;
-    const again = await server.request('/ui/api/setup', { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': 'x' }, body: JSON.stringify({ token, email: 'other@example.com', password: 'another password' }) });
+    const again = await server.request('/ui/api/setup', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': 'x' },
+      body: JSON.stringify({ token, email: 'other@example.com', password: 'another password' }),
+    });
     expect(again.status).toBe(401);
     expect(server.services.accounts.count()).toBe(1);
   });
@@ -122,11 +130,20 @@ describe('dashboard in a browser', () => {
     await page.getByLabel(/Allow this device to upload images/).check();
     // A file over the plan's field limit (starter: 20) or not JSON is refused with a message.
     const tooMany = Array.from({ length: 21 }, (_, i) => ({ name: `f${i}`, label: `F${i}`, unit: '' }));
-    await page.getByLabel('Import fields from a JSON file').setInputFiles({ name: 'many.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(tooMany)) });
+    await page
+      .getByLabel('Import fields from a JSON file')
+      .setInputFiles({ name: 'many.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(tooMany)) });
     await page.getByRole('alert').getByText('21 fields in the file; your plan allows 20 per device').waitFor();
-    await page.getByLabel('Import fields from a JSON file').setInputFiles({ name: 'bad.json', mimeType: 'application/json', buffer: Buffer.from('{nope') });
-    await page.getByRole('alert').getByText(/not valid JSON/).waitFor();
-    await page.getByLabel('Import fields from a JSON file').setInputFiles({ name: 'fields.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(fields)) });
+    await page
+      .getByLabel('Import fields from a JSON file')
+      .setInputFiles({ name: 'bad.json', mimeType: 'application/json', buffer: Buffer.from('{nope') });
+    await page
+      .getByRole('alert')
+      .getByText(/not valid JSON/)
+      .waitFor();
+    await page
+      .getByLabel('Import fields from a JSON file')
+      .setInputFiles({ name: 'fields.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(fields)) });
     await page.getByLabel('Field 3 name').waitFor();
     expect(await page.getByLabel('Field 2 unit').inputValue()).toBe('%');
     await shot('03-new-device');
@@ -164,12 +181,18 @@ describe('dashboard in a browser', () => {
     expect(await page.locator('[data-testid=latest] [data-field=temperature]').textContent()).toContain('°C');
 
     // Upload a snapshot as the device does, then send its URL in a *_url field.
-    const upload = await server.request(`/api/devices/${state.deviceId}/snapshot`, { method: 'POST', headers: { authorization: `Bearer ${state.token}`, 'content-type': 'image/png' }, body: PNG });
+    const upload = await server.request(`/api/devices/${state.deviceId}/snapshot`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${state.token}`, 'content-type': 'image/png' },
+      body: PNG,
+    });
     expect(upload.status).toBe(200);
     const snapshotUrl = server.config.publicUrl + ((await upload.json()) as { url: string }).url;
     expect((await fetch(snapshotUrl)).status).toBe(404); // nobody else can read it
     const second = { temperature: 23.25, humidity: 42, snapshot_url: snapshotUrl };
-    expect((await ingest(server, { device_id: state.deviceId, data: second }, { authorization: `Bearer ${state.token}` })).status).toBe(200);
+    expect((await ingest(server, { device_id: state.deviceId, data: second }, { authorization: `Bearer ${state.token}` })).status).toBe(
+      200,
+    );
     state.readings.push(second);
     await page.locator('[data-testid=readings] tbody tr').nth(1).waitFor({ timeout: 10_000 });
     expect(await page.locator('[data-testid=readings] tbody tr').count()).toBe(2);
@@ -179,14 +202,18 @@ describe('dashboard in a browser', () => {
     expect(await thumb.getAttribute('href')).toBe(snapshotUrl);
     expect(await thumb.locator('img').getAttribute('src')).toBe(snapshotUrl);
     // The image really loads: the snapshot GET accepts the owner's dashboard session.
-    await page.waitForFunction(() => (document.querySelector('[data-testid=readings] a.thumb img') as HTMLImageElement | null)?.naturalWidth === 2);
+    await page.waitForFunction(
+      () => (document.querySelector('[data-testid=readings] a.thumb img') as HTMLImageElement | null)?.naturalWidth === 2,
+    );
     expect(await page.locator('svg.chart').count()).toBe(2); // temperature and humidity
     await shot('05-device-page');
   });
 
   it('exports the range as CSV and as .xlsx matching the readings', async () => {
     const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.getByRole('link', { name: 'Export CSV' }).click()]);
-    const csv = readFileSync((await csvDownload.path())!, 'utf8').trim().split('\r\n');
+    const csv = readFileSync((await csvDownload.path())!, 'utf8')
+      .trim()
+      .split('\r\n');
     expect(csv[0]).toBe('time,temperature,humidity,snapshot_url');
     expect(csv).toHaveLength(3);
     const stored = server.services.repos.readings.history(server.services.repos.devices.findById(state.deviceId!)!.seq, 0, 10).reverse();
@@ -203,7 +230,10 @@ describe('dashboard in a browser', () => {
     const workbook = new ExcelJS.Workbook();
     await workbook.xlsx.readFile((await xlsxDownload.path())!);
     const sheet = workbook.getWorksheet('readings')!;
-    const rows = sheet.getSheetValues().filter(Boolean).map((r) => (r as unknown[]).slice(1));
+    const rows = sheet
+      .getSheetValues()
+      .filter(Boolean)
+      .map((r) => (r as unknown[]).slice(1));
     expect(rows[0]).toEqual(['time', 'temperature', 'humidity', 'snapshot_url']);
     expect(rows).toHaveLength(3);
     for (const [i, row] of rows.slice(1).entries()) {
@@ -231,7 +261,17 @@ describe('dashboard in a browser', () => {
     await dlg.getByRole('button', { name: 'Create alert' }).click();
     await page.locator('[data-testid=alerts] tbody tr').waitFor();
     const [alert] = server.services.alerts.list(server.services.accounts.list()[0]!, 10, 0).alerts;
-    expect(alert).toMatchObject({ name: 'Too hot', field: 'temperature', operator: '>', value: 30, severity: 'critical', cooldown: 0, actions: ['email', 'webhook'], webhookUrl: 'http://127.0.0.1:9/hook', enabled: true });
+    expect(alert).toMatchObject({
+      name: 'Too hot',
+      field: 'temperature',
+      operator: '>',
+      value: 30,
+      severity: 'critical',
+      cooldown: 0,
+      actions: ['email', 'webhook'],
+      webhookUrl: 'http://127.0.0.1:9/hook',
+      enabled: true,
+    });
 
     // Trigger it with a reading; until alert evaluation lands, record the event through the repos.
     const hot = { temperature: 35, humidity: 50 };
@@ -239,7 +279,16 @@ describe('dashboard in a browser', () => {
     state.readings.push(hot);
     await new Promise((r) => setTimeout(r, 300));
     if (server.services.alerts.history(alert!, 10).length === 0) {
-      server.services.repos.alerts.insertEvent({ id: newId('evt'), alertSeq: alert!.seq, deviceId: state.deviceId!, conditionValue: 35, severity: 'critical', triggeredAt: Date.now(), readingSeq: null, deliveries: [{ action: 'webhook', status: 'failed', detail: 'connection refused', at: Date.now() }] });
+      server.services.repos.alerts.insertEvent({
+        id: newId('evt'),
+        alertSeq: alert!.seq,
+        deviceId: state.deviceId!,
+        conditionValue: 35,
+        severity: 'critical',
+        triggeredAt: Date.now(),
+        readingSeq: null,
+        deliveries: [{ action: 'webhook', status: 'failed', detail: 'connection refused', at: Date.now() }],
+      });
     }
     await page.getByRole('button', { name: 'History' }).click();
     await page.locator('[data-testid=history] tbody tr').first().waitFor();
@@ -279,7 +328,10 @@ describe('dashboard in a browser', () => {
     expect(((await ok.json()) as { data: { id: string }[] }).data.map((d) => d.id)).toEqual([state.deviceId]);
     await shot('07-settings');
     await page.locator('[data-testid=keys] tr', { hasText: 'grafana' }).getByRole('button', { name: 'Revoke' }).click();
-    await page.locator('[data-testid=keys] tr', { hasText: 'grafana' }).getByText(/^revoked/).waitFor();
+    await page
+      .locator('[data-testid=keys] tr', { hasText: 'grafana' })
+      .getByText(/^revoked/)
+      .waitFor();
     expect((await server.request('/v1/devices', { key })).status).toBe(401);
   });
 
@@ -287,12 +339,28 @@ describe('dashboard in a browser', () => {
     const keysBefore = server.services.keys.list(server.services.accounts.list()[0]!).length;
     const cookie = await cookieHeader();
     // A request with a foreign Origin (and no CSRF token) is refused, even with the cookie.
-    const foreign = await server.request('/ui/api/keys', { method: 'POST', headers: { cookie, origin: 'http://evil.example', 'content-type': 'application/json' }, body: '{"name":"evil"}' });
+    const foreign = await server.request('/ui/api/keys', {
+      method: 'POST',
+      headers: { cookie, origin: 'http://evil.example', 'content-type': 'application/json' },
+      body: '{"name":"evil"}',
+    });
     expect(foreign.status).toBe(403);
     // Same origin but without the session's CSRF token: refused.
-    const noToken = await page.evaluate(async () => (await fetch('/ui/api/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"evil"}' })).status);
+    const noToken = await page.evaluate(
+      async () =>
+        (await fetch('/ui/api/keys', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"name":"evil"}' })).status,
+    );
     expect(noToken).toBe(403);
-    const wrongToken = await page.evaluate(async () => (await fetch('/ui/api/keys', { method: 'POST', headers: { 'content-type': 'application/json', 'x-csrf-token': 'guess' }, body: '{"name":"evil"}' })).status);
+    const wrongToken = await page.evaluate(
+      async () =>
+        (
+          await fetch('/ui/api/keys', {
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'x-csrf-token': 'guess' },
+            body: '{"name":"evil"}',
+          })
+        ).status,
+    );
     expect(wrongToken).toBe(403);
 
     // A real cross-site form POST from another origin, in the same browser (cookie sent: same site).
@@ -302,7 +370,9 @@ describe('dashboard in a browser', () => {
     });
     const evil: Server = createServer((_req, res) => {
       res.setHeader('content-type', 'text/html');
-      res.end(`<form id="f" method="POST" action="${server.httpUrl.replace('localhost', '127.0.0.1')}/ui/api/keys"><input name="name" value="evil"></form><script>document.getElementById('f').submit()</script>`);
+      res.end(
+        `<form id="f" method="POST" action="${server.httpUrl.replace('localhost', '127.0.0.1')}/ui/api/keys"><input name="name" value="evil"></form><script>document.getElementById('f').submit()</script>`,
+      );
     });
     await new Promise<void>((r) => evil.listen(0, '127.0.0.1', r));
     try {
@@ -335,7 +405,10 @@ describe('dashboard in a browser', () => {
     // A rejected reading (more top-level keys than the plan's 20 fields) shows up live with its reason.
     const tooWide = Object.fromEntries(Array.from({ length: 21 }, (_, i) => [`k${i}`, i]));
     expect((await ingest(server, { device_id: state.deviceId, access_token: newToken, data: tooWide })).status).toBe(400);
-    await page.getByTestId('rejected').getByText(/^1 · last: /).waitFor();
+    await page
+      .getByTestId('rejected')
+      .getByText(/^1 · last: /)
+      .waitFor();
 
     // Phone-sized screenshot of the device page.
     await page.setViewportSize({ width: 390, height: 844 });

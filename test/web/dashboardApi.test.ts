@@ -2,10 +2,11 @@
  * The dashboard's JSON API without a browser: sign-in throttling, cookie attributes, session
  * lifetime on password change, the setup link's limits, and exports of many readings.
  */
-import { afterEach, describe, expect, it } from 'vitest';
+
 import ExcelJS from 'exceljs';
-import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { afterEach, describe, expect, it } from 'vitest';
 import { readingChunks } from '../../src/http/routes/dashboardLive.js';
+import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const servers: TestServer[] = [];
 afterEach(async () => {
@@ -87,7 +88,11 @@ describe('dashboard API', () => {
     const one = await signIn(server, account.email, 'password-123');
     const two = await signIn(server, account.email, 'password-123');
     const change = (cookie: string, csrf: string, current: string) =>
-      server.request('/ui/api/account/password', { method: 'POST', headers: { ...json, cookie, 'x-csrf-token': csrf }, body: JSON.stringify({ current_password: current, new_password: 'new-password-456' }) });
+      server.request('/ui/api/account/password', {
+        method: 'POST',
+        headers: { ...json, cookie, 'x-csrf-token': csrf },
+        body: JSON.stringify({ current_password: current, new_password: 'new-password-456' }),
+      });
     expect((await change(one.cookie, one.csrf, 'not it')).status).toBe(400);
     expect((await change(one.cookie, one.csrf, 'password-123')).status).toBe(200);
     expect((await server.request('/ui/api/session', { headers: { cookie: one.cookie } })).status).toBe(200);
@@ -96,7 +101,10 @@ describe('dashboard API', () => {
     expect((await signIn(server, account.email, 'new-password-456')).res.status).toBe(200);
 
     // Sign-out ends the session server-side.
-    const out = await server.request('/ui/api/sign-out', { method: 'POST', headers: { ...json, cookie: one.cookie, 'x-csrf-token': one.csrf } });
+    const out = await server.request('/ui/api/sign-out', {
+      method: 'POST',
+      headers: { ...json, cookie: one.cookie, 'x-csrf-token': one.csrf },
+    });
     expect(out.status).toBe(200);
     expect((await server.request('/ui/api/session', { headers: { cookie: one.cookie } })).status).toBe(401);
   });
@@ -107,16 +115,28 @@ describe('dashboard API', () => {
     await seedAccount(server);
     const check = await server.request(`/ui/api/setup?token=${token}`);
     expect(await check.json()).toEqual({ valid: false });
-    const res = await server.request('/ui/api/setup', { method: 'POST', headers: json, body: JSON.stringify({ token, email: 'late@example.com', password: 'password-123' }) });
+    const res = await server.request('/ui/api/setup', {
+      method: 'POST',
+      headers: json,
+      body: JSON.stringify({ token, email: 'late@example.com', password: 'password-123' }),
+    });
     expect(res.status).toBe(401);
   });
 
   it('a state-changing request without the CSRF header is refused before sign-in too', async () => {
     const server = await start();
     const { account } = await accountWithPassword(server);
-    const res = await server.request('/ui/api/sign-in', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ email: account.email, password: 'password-123' }) });
+    const res = await server.request('/ui/api/sign-in', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ email: account.email, password: 'password-123' }),
+    });
     expect(res.status).toBe(403);
-    const form = await server.request('/ui/api/sign-in', { method: 'POST', headers: { 'content-type': 'application/x-www-form-urlencoded', origin: 'http://evil.example' }, body: 'email=a&password=b' });
+    const form = await server.request('/ui/api/sign-in', {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded', origin: 'http://evil.example' },
+      body: 'email=a&password=b',
+    });
     expect(form.status).toBe(403);
   });
 
@@ -134,7 +154,8 @@ describe('dashboard API', () => {
     server.services.repos.readings.insertBatch(batch);
 
     const seen: number[] = [];
-    for (const chunk of readingChunks(server.services, account, device, now - 86_400_000, now + 1)) for (const r of chunk) seen.push(JSON.parse(r.data).n);
+    for (const chunk of readingChunks(server.services, account, device, now - 86_400_000, now + 1))
+      for (const r of chunk) seen.push(JSON.parse(r.data).n);
     expect(seen).toEqual(Array.from({ length: 2500 }, (_, i) => i));
 
     const { cookie } = await signIn(server, account.email, 'password-123');

@@ -30,7 +30,12 @@ export async function api<T = any>(method: string, path: string, body?: unknown)
     headers['x-csrf-token'] = csrfToken || 'pre-session';
     headers['content-type'] = 'application/json';
   }
-  const res = await fetch(`/ui/api${path}`, { method, headers, body: method === 'GET' ? undefined : JSON.stringify(body ?? {}), credentials: 'same-origin' });
+  const res = await fetch(`/ui/api${path}`, {
+    method,
+    headers,
+    body: method === 'GET' ? undefined : JSON.stringify(body ?? {}),
+    credentials: 'same-origin',
+  });
   const text = await res.text();
   let data: any = null;
   try {

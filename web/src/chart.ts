@@ -32,7 +32,12 @@ export function lineChart(title: string, unit: string, points: [number, number][
         : new Date(t).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
   const chart = svg(
     'svg',
-    { viewBox: `0 0 ${W} ${H}`, class: 'chart', role: 'img', 'aria-label': `${title}: ${points.length} readings, from ${fmt(Math.min(...ys))} to ${fmt(Math.max(...ys))} ${unit}` },
+    {
+      viewBox: `0 0 ${W} ${H}`,
+      class: 'chart',
+      role: 'img',
+      'aria-label': `${title}: ${points.length} readings, from ${fmt(Math.min(...ys))} to ${fmt(Math.max(...ys))} ${unit}`,
+    },
     svg('line', { x1: P.l, y1: H - P.b, x2: W - P.r, y2: H - P.b, class: 'grid' }),
     svg('line', { x1: P.l, y1: P.t, x2: W - P.r, y2: P.t, class: 'grid' }),
     label(P.l - 4, P.t + 4, fmt(yMax)),
@@ -40,7 +45,9 @@ export function lineChart(title: string, unit: string, points: [number, number][
     label(P.l, H - 6, timeFmt(x0), 'start'),
     label(W - P.r, H - 6, timeFmt(now)),
     svg('path', { d: path, class: 'line' }),
-    ...(sorted.length <= 60 ? sorted.map(([t, v]) => svg('circle', { cx: sx(t).toFixed(1), cy: sy(v).toFixed(1), r: 2.5, class: 'dot' })) : []),
+    ...(sorted.length <= 60
+      ? sorted.map(([t, v]) => svg('circle', { cx: sx(t).toFixed(1), cy: sy(v).toFixed(1), r: 2.5, class: 'dot' }))
+      : []),
   );
   return h('figure', { class: 'card chart-card' }, h('figcaption', {}, `${title}${unit ? ` (${unit})` : ''}`), chart as unknown as Node);
 }

@@ -64,7 +64,9 @@ export function showError(box: HTMLElement, err: unknown): void {
 
 /** A read-only value with a copy button (ids, tokens, keys, code snippets). */
 export function copyable(value: string, label: string, opts: { multiline?: boolean; testid?: string } = {}): HTMLElement {
-  const code = opts.multiline ? h('pre', { class: 'code', tabindex: 0, 'data-testid': opts.testid }, h('code', {}, value)) : h('code', { class: 'secret', 'data-testid': opts.testid }, value);
+  const code = opts.multiline
+    ? h('pre', { class: 'code', tabindex: 0, 'data-testid': opts.testid }, h('code', {}, value))
+    : h('code', { class: 'secret', 'data-testid': opts.testid }, value);
   const button = h('button', { type: 'button', class: 'small', 'aria-label': `Copy ${label}` }, 'Copy');
   button.addEventListener('click', async () => {
     try {

@@ -1,11 +1,11 @@
 import { api, clearSession, loadSession, session, setUnauthorizedHandler } from './api';
 import { h, toast } from './dom';
-import { renderSetup, renderSignIn } from './pages/auth';
-import { renderDevices, renderNewDevice } from './pages/devices';
-import { renderDevice } from './pages/device';
-import { renderAlerts } from './pages/alerts';
-import { renderSettings } from './pages/settings';
 import { Live } from './live';
+import { renderAlerts } from './pages/alerts';
+import { renderSetup, renderSignIn } from './pages/auth';
+import { renderDevice } from './pages/device';
+import { renderDevices, renderNewDevice } from './pages/devices';
+import { renderSettings } from './pages/settings';
 
 export interface PageContext {
   /** Runs when the user leaves the page (timers, live subscriptions). */

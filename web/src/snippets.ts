@@ -16,7 +16,9 @@ function sample(fields: { name: string }[]): Record<string, number> {
   // *_url fields carry snapshot URLs from an upload, not sensor values: left out of the example.
   const numeric = fields.filter((f) => !f.name.endsWith('_url'));
   const list = numeric.length ? numeric : [{ name: 'temperature' }];
-  list.forEach((f, i) => (out[f.name] = Math.round((21.5 + i * 10) * 10) / 10));
+  list.forEach((f, i) => {
+    out[f.name] = Math.round((21.5 + i * 10) * 10) / 10;
+  });
   return out;
 }
 
@@ -44,7 +46,12 @@ mosquitto_pub -h ${s.mqttHost} -p ${s.mqttPort} --cafile ca.pem \\
   const readFns = Object.keys(data)
     .map((k) => `float read_${k.replace(/[^A-Za-z0-9_]/g, '_')}() { return ${data[k]}; }  // replace with your sensor`)
     .join('\n');
-  const netInclude = s.network === '4g' ? '// 4G: use TinyGSM (TinyGsmClient / SSLClient) in place of WiFiClientSecure.\n' : s.network === 'ethernet' ? '// Ethernet: use ETH.h (ESP32 with LAN8720) in place of WiFi.begin().\n' : '';
+  const netInclude =
+    s.network === '4g'
+      ? '// 4G: use TinyGSM (TinyGsmClient / SSLClient) in place of WiFiClientSecure.\n'
+      : s.network === 'ethernet'
+        ? '// Ethernet: use ETH.h (ESP32 with LAN8720) in place of WiFi.begin().\n'
+        : '';
   const esp32 = useMqtt
     ? `// ESP32 (Arduino core) + PubSubClient + ArduinoJson, MQTT over TLS
 ${netInclude}#include <WiFi.h>

@@ -19,7 +19,7 @@ export function numericValueAt(data: unknown, path: readonly string[]): number |
   let node: unknown = data;
   for (let i = 0; i < path.length; i++) {
     const segment = path[i]!;
-    if (node === null || typeof node !== 'object' || !Object.prototype.hasOwnProperty.call(node, segment)) return null;
+    if (node === null || typeof node !== 'object' || !Object.hasOwn(node, segment)) return null;
     // In a JSON array only element indexes are data (its own `length` is not).
     if (Array.isArray(node) && !/^(0|[1-9]\d*)$/.test(segment)) return null;
     node = (node as Record<string, unknown>)[segment];
@@ -46,7 +46,11 @@ export function compare(actual: number, operator: AlertOperator, threshold: numb
 }
 
 /** The value that met the condition, or null when the reading does not meet it. */
-export function conditionValue(data: unknown, path: readonly string[], condition: { operator: AlertOperator; value: number }): number | null {
+export function conditionValue(
+  data: unknown,
+  path: readonly string[],
+  condition: { operator: AlertOperator; value: number },
+): number | null {
   const actual = numericValueAt(data, path);
   return actual !== null && compare(actual, condition.operator, condition.value) ? actual : null;
 }

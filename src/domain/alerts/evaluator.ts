@@ -41,7 +41,11 @@ export interface AlertEvaluatorDeps {
 
 /** The body of a webhook POST (decisions.md §4). */
 export function webhookBody(alert: Alert, event: AlertEvent, reading: StoredReading): string {
-  return JSON.stringify({ event: presentAlertEvent(event), alert: { id: alert.id, name: alert.name, device_id: alert.deviceId }, reading: presentReading(reading) });
+  return JSON.stringify({
+    event: presentAlertEvent(event),
+    alert: { id: alert.id, name: alert.name, device_id: alert.deviceId },
+    reading: presentReading(reading),
+  });
 }
 
 export function alertEmail(alert: Alert, device: Device, event: AlertEvent) {
@@ -56,7 +60,9 @@ export function alertEmail(alert: Alert, device: Device, event: AlertEvent) {
       `Triggered at: ${iso(event.triggeredAt)}`,
       `Event: ${event.id}`,
       '',
-      alert.cooldown > 0 ? `Further matches within ${alert.cooldown} s of this trigger record nothing.` : 'Every matching reading triggers this alert (cooldown 0).',
+      alert.cooldown > 0
+        ? `Further matches within ${alert.cooldown} s of this trigger record nothing.`
+        : 'Every matching reading triggers this alert (cooldown 0).',
     ].join('\n'),
   };
 }

@@ -11,8 +11,8 @@
  */
 import { AppError, badRequest, payloadTooLarge } from '../../errors.js';
 import { parseJsonRefusingProto } from '../../jsonText.js';
-import type { Clock } from '../../time.js';
 import type { PendingReading } from '../../storage/repos/readings.js';
+import type { Clock } from '../../time.js';
 import type { DeviceService } from '../devices.js';
 import type { DomainEvents, Transport } from '../events.js';
 import type { Account, Device, StoredReading } from '../types.js';
@@ -161,7 +161,9 @@ export function ingestPipeline(deps: {
     const time = clock.now();
     const json = text ?? JSON.stringify(data);
     // Not an async function: one promise per reading fewer (MQTT ingest profile, BENCHMARKS.md).
-    return sink.append({ deviceSeq: device.seq, accountSeq: device.accountSeq, time, data: json }).then((seq) => ({ seq, deviceSeq: device.seq, time, data: json }));
+    return sink
+      .append({ deviceSeq: device.seq, accountSeq: device.accountSeq, time, data: json })
+      .then((seq) => ({ seq, deviceSeq: device.seq, time, data: json }));
   }
 
   function afterStore(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>, transport: Transport) {

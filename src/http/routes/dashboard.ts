@@ -1,16 +1,16 @@
 import { readdirSync, statSync } from 'node:fs';
 import path from 'node:path';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import fastifyStatic from '@fastify/static';
-import { parseJsonBody } from '../jsonBody.js';
-import type { Services } from '../../domain/services.js';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ServerConfig } from '../../config.js';
+import type { Services } from '../../domain/services.js';
 import type { ResolvedSession } from '../../domain/sessions.js';
-import { resolveWebRoot } from '../../webRoot.js';
 import { badRequest, unauthorized } from '../../errors.js';
+import { resolveWebRoot } from '../../webRoot.js';
 import { checkCrossSite, isStateChanging, sessionFromRequest } from '../dashboardSession.js';
-import { dashboardAuthRoutes, type SetupState } from './dashboardAuth.js';
+import { parseJsonBody } from '../jsonBody.js';
 import { dashboardApiRoutes } from './dashboardApi.js';
+import { dashboardAuthRoutes, type SetupState } from './dashboardAuth.js';
 import { dashboardLiveRoutes } from './dashboardLive.js';
 
 declare module 'fastify' {
@@ -28,8 +28,11 @@ declare module 'fastify' {
 function dashboardFiles(root: string): string[] {
   return readdirSync(root, { recursive: true, withFileTypes: true })
     .map((entry) => ({ entry, rel: path.relative(root, path.join(entry.parentPath, entry.name)).split(path.sep).join('/') }))
-    .filter(({ entry, rel }) => !rel.split('/').some((segment) => segment.startsWith('.'))
-      && (entry.isFile() || (entry.isSymbolicLink() && statSync(path.join(root, rel)).isFile())))
+    .filter(
+      ({ entry, rel }) =>
+        !rel.split('/').some((segment) => segment.startsWith('.')) &&
+        (entry.isFile() || (entry.isSymbolicLink() && statSync(path.join(root, rel)).isFile())),
+    )
     .map(({ rel }) => rel)
     .sort();
 }
@@ -61,7 +64,10 @@ function contentSecurityPolicy(publicUrl: string): string {
  * session-authenticated JSON API under /ui/api, which calls the same domain services as the
  * CLI. Everything here carries strict security headers.
  */
-export async function dashboardRoutes(app: FastifyInstance, opts: { services: Services; config: ServerConfig; setupToken?: string | null }) {
+export async function dashboardRoutes(
+  app: FastifyInstance,
+  opts: { services: Services; config: ServerConfig; setupToken?: string | null },
+) {
   const { services, config } = opts;
   const setup: SetupState = { token: opts.setupToken ?? null };
   const webRoot = resolveWebRoot(config.dataDir);
@@ -88,7 +94,12 @@ export async function dashboardRoutes(app: FastifyInstance, opts: { services: Se
     const root = path.resolve(webRoot);
     await app.register(fastifyStatic, { root, serve: false, index: false, cacheControl: false });
     for (const file of dashboardFiles(root)) {
-      app.route({ method: ['HEAD', 'GET'], url: `/${file}`, schema: { hide: true }, handler: (_request, reply) => reply.sendFile(file, root) });
+      app.route({
+        method: ['HEAD', 'GET'],
+        url: `/${file}`,
+        schema: { hide: true },
+        handler: (_request, reply) => reply.sendFile(file, root),
+      });
     }
   } else {
     app.log.warn('dashboard files not found (dist/web): run npm run build');

@@ -1,6 +1,13 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import {
+  presentAccount,
+  presentAlertDetail,
+  presentAlertEventDetail,
+  presentApiKey,
+  presentDeviceDetail,
+  presentReading,
+} from '../../domain/presenters.js';
 import type { Services } from '../../domain/services.js';
-import { presentAccount, presentAlertDetail, presentAlertEventDetail, presentApiKey, presentDeviceDetail, presentReading } from '../../domain/presenters.js';
 import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
 import type { Account } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';
@@ -44,7 +51,8 @@ function oneOf<T extends string>(value: unknown, allowed: readonly T[], what: st
 
 function deviceSettings(body: DeviceBody) {
   const interval = body.data_interval_seconds === undefined || body.data_interval_seconds === '' ? 60 : Number(body.data_interval_seconds);
-  if (!Number.isInteger(interval) || interval < 1 || interval > 7 * 86_400) throw badRequest('data interval must be a whole number of seconds between 1 and 604800');
+  if (!Number.isInteger(interval) || interval < 1 || interval > 7 * 86_400)
+    throw badRequest('data interval must be a whole number of seconds between 1 and 604800');
   return {
     data_direction: oneOf(body.data_direction, DATA_DIRECTIONS, 'data direction', 'send_only'),
     network: oneOf(body.network, NETWORKS, 'network', 'wifi'),
@@ -52,7 +60,6 @@ function deviceSettings(body: DeviceBody) {
     data_interval_seconds: interval,
   };
 }
-
 
 export function parseRange(value: unknown): RangeName {
   const range = (value ?? '24h') as RangeName;
@@ -93,8 +100,12 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     return { data: presentDeviceDetail(device), latest: latest ? presentReading(latest) : null };
   });
 
-  app.post<IdParams>('/devices/:id/pause', async (request) => ({ data: presentDeviceDetail(devices.pause(devices.getOwned(account(request), request.params.id))) }));
-  app.post<IdParams>('/devices/:id/resume', async (request) => ({ data: presentDeviceDetail(devices.resume(devices.getOwned(account(request), request.params.id))) }));
+  app.post<IdParams>('/devices/:id/pause', async (request) => ({
+    data: presentDeviceDetail(devices.pause(devices.getOwned(account(request), request.params.id))),
+  }));
+  app.post<IdParams>('/devices/:id/resume', async (request) => ({
+    data: presentDeviceDetail(devices.resume(devices.getOwned(account(request), request.params.id))),
+  }));
   app.post<IdParams>('/devices/:id/regenerate-token', async (request) => {
     const { device, accessToken } = devices.regenerateToken(devices.getOwned(account(request), request.params.id));
     return { data: presentDeviceDetail(device), access_token: accessToken };
@@ -150,8 +161,12 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     return { data: presentAlertDetail(alerts.update(alert, alertInput(request.body ?? {}))) };
   });
 
-  app.post<IdParams>('/alerts/:id/enable', async (request) => ({ data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), true)) }));
-  app.post<IdParams>('/alerts/:id/disable', async (request) => ({ data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), false)) }));
+  app.post<IdParams>('/alerts/:id/enable', async (request) => ({
+    data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), true)),
+  }));
+  app.post<IdParams>('/alerts/:id/disable', async (request) => ({
+    data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), false)),
+  }));
   app.delete<IdParams>('/alerts/:id', async (request) => {
     const alert = alerts.getOwned(account(request), request.params.id);
     alerts.remove(alert);
@@ -163,7 +178,9 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     return { data: alerts.historyWithDeliveries(alert, 100) };
   });
 
-  app.post<IdParams>('/alert-events/:id/acknowledge', async (request) => ({ data: presentAlertEventDetail(alerts.acknowledge(account(request), request.params.id)) }));
+  app.post<IdParams>('/alert-events/:id/acknowledge', async (request) => ({
+    data: presentAlertEventDetail(alerts.acknowledge(account(request), request.params.id)),
+  }));
 
   // ---- API keys and account
   app.get('/keys', async (request) => ({ data: keys.list(account(request)).map(presentApiKey) }));

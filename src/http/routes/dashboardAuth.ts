@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
-import type { Services } from '../../domain/services.js';
 import type { ServerConfig } from '../../config.js';
 import { presentAccount } from '../../domain/presenters.js';
+import type { Services } from '../../domain/services.js';
 import { unauthorized } from '../../errors.js';
 import { hashSecret, sameHash } from '../../ids.js';
 import { clearSessionCookie, setSessionCookie } from '../dashboardSession.js';
@@ -14,7 +14,10 @@ export interface SetupState {
 type Credentials = { email?: string; password?: string };
 
 /** Sign-in, sign-out, first-run setup and password change (issue 6 §1), under /ui/api. */
-export async function dashboardAuthRoutes(app: FastifyInstance, { services, config, setup }: { services: Services; config: ServerConfig; setup: SetupState }) {
+export async function dashboardAuthRoutes(
+  app: FastifyInstance,
+  { services, config, setup }: { services: Services; config: ServerConfig; setup: SetupState },
+) {
   /** What the dashboard needs to render: who is signed in, the CSRF token, where devices connect. */
   app.get('/session', { config: { dashboardPublic: true } }, async (request) => {
     const resolved = request.dashboard;
@@ -44,13 +47,19 @@ export async function dashboardAuthRoutes(app: FastifyInstance, { services, conf
   /** Whether the setup link in the address bar can still be used (the page asks first). */
   app.get<{ Querystring: { token?: string } }>('/setup', { config: { dashboardPublic: true } }, async (request) => {
     // Compared as hashes in constant time, like every secret (docs/reliability.md "Security").
-    const valid = !!setup.token && sameHash(hashSecret(String(request.query.token ?? '')), hashSecret(setup.token)) && services.accounts.count() === 0;
+    const valid =
+      !!setup.token && sameHash(hashSecret(String(request.query.token ?? '')), hashSecret(setup.token)) && services.accounts.count() === 0;
     return { valid };
   });
 
   app.post<{ Body: Credentials & { token?: string } }>('/setup', { config: { dashboardPublic: true } }, async (request, reply) => {
     const { token, email, password } = request.body ?? {};
-    const { sessionId, session } = await services.sessions.completeSetup(setup.token, String(token ?? ''), String(email ?? ''), String(password ?? ''));
+    const { sessionId, session } = await services.sessions.completeSetup(
+      setup.token,
+      String(token ?? ''),
+      String(email ?? ''),
+      String(password ?? ''),
+    );
     setup.token = null; // works once (decisions.md §1)
     setSessionCookie(request, reply, sessionId, config.publicUrl);
     return { csrf_token: session.csrfToken };

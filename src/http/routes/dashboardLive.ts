@@ -1,14 +1,14 @@
-import { PassThrough, Readable } from 'node:stream';
 import { once } from 'node:events';
+import { PassThrough, Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Services } from '../../domain/services.js';
 import { presentAlertEvent, presentReading } from '../../domain/presenters.js';
+import type { Services } from '../../domain/services.js';
 import { capRangeToRetention, rangeMs } from '../../domain/telemetry.js';
 import type { Account, Device, StoredReading } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';
 import { iso } from '../../time.js';
+import { parseCookies, SESSION_COOKIE } from '../dashboardSession.js';
 import { parseRange } from './dashboardApi.js';
-import { SESSION_COOKIE, parseCookies } from '../dashboardSession.js';
 
 const CHUNK = 1000;
 const HEARTBEAT_MS = 15_000;
@@ -19,7 +19,13 @@ const HEARTBEAT_MS = 15_000;
  * the connection busy, so one must never stay open across event-loop turns (ingest commits
  * in between). The next chunk resumes at the last time seen, skipping rows already sent.
  */
-export function* readingChunks(services: Services, account: Account, device: Device, since: number, until: number): Generator<StoredReading[]> {
+export function* readingChunks(
+  services: Services,
+  account: Account,
+  device: Device,
+  since: number,
+  until: number,
+): Generator<StoredReading[]> {
   let cursor = since;
   let sentAtCursor = new Set<number>();
   for (;;) {
@@ -106,8 +112,8 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     if (format === 'csv') {
       reply.header('Content-Type', 'text/csv; charset=utf-8').header('Content-Disposition', `attachment; filename="${filename}.csv"`);
       const lines = async function* () {
-        yield ['time', ...columns].map(csvCell).join(',') + '\r\n';
-        for await (const batch of rows()) yield batch.map((row) => row.map(csvCell).join(',')).join('\r\n') + '\r\n';
+        yield `${['time', ...columns].map(csvCell).join(',')}\r\n`;
+        for await (const batch of rows()) yield `${batch.map((row) => row.map(csvCell).join(',')).join('\r\n')}\r\n`;
       };
       return reply.send(Readable.from(lines()));
     }
@@ -121,7 +127,10 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     const { default: ExcelJS } = await import('exceljs');
     const workbook = new ExcelJS.stream.xlsx.WorkbookWriter({ stream: out, useStyles: false, useSharedStrings: false });
     const sheet = workbook.addWorksheet('readings');
-    sheet.columns = [{ header: 'time', key: 'time', width: 26 }, ...columns.map((c) => ({ header: c, key: c, width: Math.max(10, c.length + 2) }))];
+    sheet.columns = [
+      { header: 'time', key: 'time', width: 26 },
+      ...columns.map((c) => ({ header: c, key: c, width: Math.max(10, c.length + 2) })),
+    ];
     void (async () => {
       try {
         for await (const batch of rows()) {
@@ -148,7 +157,12 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     const sessionId = parseCookies(request.headers.cookie)[SESSION_COOKIE];
     reply.hijack();
     const res = reply.raw;
-    res.writeHead(200, { 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff', 'X-Accel-Buffering': 'no' });
+    res.writeHead(200, {
+      'Content-Type': 'text/event-stream; charset=utf-8',
+      'Cache-Control': 'no-store',
+      'X-Content-Type-Options': 'nosniff',
+      'X-Accel-Buffering': 'no',
+    });
     res.write('retry: 5000\n\n');
     const send = (event: string, data: unknown) => res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     const ownDevice = (deviceId: string) => services.repos.devices.findById(deviceId)?.accountSeq === account.seq;

@@ -1,8 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { parseJsonBody } from '../jsonBody.js';
-import { badRequest } from '../../errors.js';
-import type { Services } from '../../domain/services.js';
 import { MAX_INGEST_BYTES } from '../../domain/ingest/pipeline.js';
+import type { Services } from '../../domain/services.js';
+import { badRequest } from '../../errors.js';
+import { parseJsonBody } from '../jsonBody.js';
 
 export function bearerToken(request: FastifyRequest): string | undefined {
   const m = /^Bearer\s+(\S+)\s*$/i.exec(request.headers.authorization ?? '');
@@ -24,21 +24,17 @@ export async function deviceApiRoutes(app: FastifyInstance, { services }: { serv
     }
   });
 
-  app.post<{ Body: unknown }>(
-    '/ingest',
-    { bodyLimit: MAX_INGEST_BYTES, schema: { hide: true } },
-    async (request) => {
-      const body = request.body;
-      if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('body must be a JSON object with device_id and data');
-      const { device_id: deviceId, access_token: bodyToken, data } = body as Record<string, unknown>;
-      if (deviceId === undefined || deviceId === '') throw badRequest('device_id is required');
-      if (typeof deviceId !== 'string') throw badRequest('device_id must be a string');
-      const token = bodyToken ?? bearerToken(request);
-      if (token === undefined || token === '') throw badRequest('access_token is required (in the body or as Authorization: Bearer)');
-      if (data === undefined) throw badRequest('data is required');
-      // Resolves only after the reading's transaction has committed (decisions.md §5).
-      await services.ingest.ingestReading({ transport: 'http', deviceId, token, data });
-      return { success: true };
-    },
-  );
+  app.post<{ Body: unknown }>('/ingest', { bodyLimit: MAX_INGEST_BYTES, schema: { hide: true } }, async (request) => {
+    const body = request.body;
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw badRequest('body must be a JSON object with device_id and data');
+    const { device_id: deviceId, access_token: bodyToken, data } = body as Record<string, unknown>;
+    if (deviceId === undefined || deviceId === '') throw badRequest('device_id is required');
+    if (typeof deviceId !== 'string') throw badRequest('device_id must be a string');
+    const token = bodyToken ?? bearerToken(request);
+    if (token === undefined || token === '') throw badRequest('access_token is required (in the body or as Authorization: Bearer)');
+    if (data === undefined) throw badRequest('data is required');
+    // Resolves only after the reading's transaction has committed (decisions.md §5).
+    await services.ingest.ingestReading({ transport: 'http', deviceId, token, data });
+    return { success: true };
+  });
 }

@@ -1,11 +1,18 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { badRequest, forbidden, AppError } from '../../errors.js';
-import type { Services } from '../../domain/services.js';
-import type { RateLimitState } from '../../domain/rateLimit.js';
 import { planHasApiAccess } from '../../domain/plans.js';
-import { presentAlert, presentAlertEvent, presentApiKey, presentDevice, presentReading, presentReadingJson } from '../../domain/presenters.js';
+import {
+  presentAlert,
+  presentAlertEvent,
+  presentApiKey,
+  presentDevice,
+  presentReading,
+  presentReadingJson,
+} from '../../domain/presenters.js';
+import type { RateLimitState } from '../../domain/rateLimit.js';
+import type { Services } from '../../domain/services.js';
 import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
 import type { Account } from '../../domain/types.js';
+import { type AppError, badRequest, forbidden } from '../../errors.js';
 import { paginationSchema, publicErrorResponses, ref } from '../schemas.js';
 
 declare module 'fastify' {
@@ -79,8 +86,18 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         tags,
         security,
         summary: 'List devices',
-        querystring: { type: 'object', properties: { limit: limitParam, offset: offsetParam, status: { type: 'string', enum: ['active', 'paused'] } } },
-        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('Device') }, pagination: paginationSchema }, required: ['data', 'pagination'] }, ...publicErrorResponses },
+        querystring: {
+          type: 'object',
+          properties: { limit: limitParam, offset: offsetParam, status: { type: 'string', enum: ['active', 'paused'] } },
+        },
+        response: {
+          200: {
+            type: 'object',
+            properties: { data: { type: 'array', items: ref('Device') }, pagination: paginationSchema },
+            required: ['data', 'pagination'],
+          },
+          ...publicErrorResponses,
+        },
       },
     },
     async (request) => {
@@ -93,7 +110,15 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
 
   app.get<{ Params: { id: string } }>(
     '/devices/:id',
-    { schema: { tags, security, summary: 'Get a device', params: idParams, response: { 200: { type: 'object', properties: { data: ref('Device') }, required: ['data'] }, ...publicErrorResponses } } },
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Get a device',
+        params: idParams,
+        response: { 200: { type: 'object', properties: { data: ref('Device') }, required: ['data'] }, ...publicErrorResponses },
+      },
+    },
     async (request) => ({ data: presentDevice(devices.getOwned(request.account!, request.params.id)) }),
   );
 
@@ -105,7 +130,10 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         security,
         summary: 'Latest reading of a device',
         params: idParams,
-        response: { 200: { type: 'object', properties: { data: { anyOf: [ref('TelemetryReading'), { type: 'null' }] } }, required: ['data'] }, ...publicErrorResponses },
+        response: {
+          200: { type: 'object', properties: { data: { anyOf: [ref('TelemetryReading'), { type: 'null' }] } }, required: ['data'] },
+          ...publicErrorResponses,
+        },
       },
     },
     async (request) => {
@@ -152,10 +180,18 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       const device = devices.getOwned(account, request.params.id);
       const limit = clamp(request.query.limit, LIMITS.telemetry);
       const { range, readings } = telemetry.history(account, device, request.query.range, limit);
-      const query = { device_id: device.id, requested_range: request.query.range, range, limit, data_retention_days: account.limits.retentionDays };
+      const query = {
+        device_id: device.id,
+        requested_range: request.query.range,
+        range,
+        limit,
+        data_retention_days: account.limits.retentionDays,
+      };
       // The response schema above documents this body; it is written here as text so the
       // stored JSON of each reading is spliced, not parsed and re-serialized (BENCHMARKS.md).
-      return reply.type('application/json; charset=utf-8').send(`{"data":[${readings.map(presentReadingJson).join(',')}],"query":${JSON.stringify(query)}}`);
+      return reply
+        .type('application/json; charset=utf-8')
+        .send(`{"data":[${readings.map(presentReadingJson).join(',')}],"query":${JSON.stringify(query)}}`);
     },
   );
 
@@ -167,7 +203,14 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         security,
         summary: 'List alerts',
         querystring: { type: 'object', properties: { limit: limitParam, offset: offsetParam } },
-        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('Alert') }, pagination: paginationSchema }, required: ['data', 'pagination'] }, ...publicErrorResponses },
+        response: {
+          200: {
+            type: 'object',
+            properties: { data: { type: 'array', items: ref('Alert') }, pagination: paginationSchema },
+            required: ['data', 'pagination'],
+          },
+          ...publicErrorResponses,
+        },
       },
     },
     async (request) => {
@@ -180,7 +223,15 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
 
   app.get<{ Params: { id: string } }>(
     '/alerts/:id',
-    { schema: { tags, security, summary: 'Get an alert', params: idParams, response: { 200: { type: 'object', properties: { data: ref('Alert') }, required: ['data'] }, ...publicErrorResponses } } },
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Get an alert',
+        params: idParams,
+        response: { 200: { type: 'object', properties: { data: ref('Alert') }, required: ['data'] }, ...publicErrorResponses },
+      },
+    },
     async (request) => ({ data: presentAlert(alerts.getOwned(request.account!, request.params.id)) }),
   );
 
@@ -193,7 +244,10 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         summary: 'Trigger history of an alert, newest first',
         params: idParams,
         querystring: { type: 'object', properties: { limit: limitParam } },
-        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('AlertTriggerEvent') } }, required: ['data'] }, ...publicErrorResponses },
+        response: {
+          200: { type: 'object', properties: { data: { type: 'array', items: ref('AlertTriggerEvent') } }, required: ['data'] },
+          ...publicErrorResponses,
+        },
       },
     },
     async (request) => {
@@ -204,7 +258,14 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
 
   app.get(
     '/account/usage',
-    { schema: { tags, security, summary: 'Account usage', response: { 200: { type: 'object', properties: { data: ref('AccountUsage') }, required: ['data'] }, ...publicErrorResponses } } },
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Account usage',
+        response: { 200: { type: 'object', properties: { data: ref('AccountUsage') }, required: ['data'] }, ...publicErrorResponses },
+      },
+    },
     async (request) => ({ data: usage.usage(request.account!) }),
   );
 
@@ -215,7 +276,10 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         tags,
         security,
         summary: 'API key metadata (the keys themselves are never returned)',
-        response: { 200: { type: 'object', properties: { data: { type: 'array', items: ref('ApiKey') } }, required: ['data'] }, ...publicErrorResponses },
+        response: {
+          200: { type: 'object', properties: { data: { type: 'array', items: ref('ApiKey') } }, required: ['data'] },
+          ...publicErrorResponses,
+        },
       },
     },
     async (request) => ({ data: keys.list(request.account!).map(presentApiKey) }),

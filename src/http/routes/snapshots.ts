@@ -1,10 +1,10 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Readable } from 'node:stream';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Services } from '../../domain/services.js';
 import type { SnapshotReader } from '../../domain/snapshots.js';
 import { API_KEY_PREFIX } from '../../ids.js';
-import { bearerToken } from './deviceApi.js';
 import { accountFromSession } from '../dashboardSession.js';
+import { bearerToken } from './deviceApi.js';
 
 /**
  * Works out who is asking to read a snapshot, from one kind of credential. Returns null when
@@ -31,7 +31,7 @@ export const deviceTokenReader: SnapshotReaderResolver = (request, services, dev
  */
 export const apiKeyReader: SnapshotReaderResolver = (request, services) => {
   const key = bearerToken(request);
-  if (!key || !key.startsWith(API_KEY_PREFIX)) return null;
+  if (!key?.startsWith(API_KEY_PREFIX)) return null;
   try {
     const { account } = services.keys.authenticate(key);
     return account.status === 'suspended' ? null : { accountSeq: account.seq };

@@ -1,7 +1,7 @@
+import type { PlanLimits } from '../../domain/plans.js';
+import type { Account } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
-import type { Account } from '../../domain/types.js';
-import type { PlanLimits } from '../../domain/plans.js';
 
 interface AccountRow {
   seq: number;
@@ -87,8 +87,26 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     findByEmail: (email: string) => toAccount(byEmail.get(email)),
     list: () => all.all().map((r) => toAccount(r)!),
     count: () => count.get()!.n,
-    insert(a: { id: string; email: string; name: string; passwordHash: string | null; plan: string; limits: PlanLimits; webhookSecret: string; now: number }) {
-      insert.run({ id: a.id, email: a.email, name: a.name, password_hash: a.passwordHash, plan: a.plan, webhook_secret: a.webhookSecret, now: a.now, ...limitParams(a.limits) });
+    insert(a: {
+      id: string;
+      email: string;
+      name: string;
+      passwordHash: string | null;
+      plan: string;
+      limits: PlanLimits;
+      webhookSecret: string;
+      now: number;
+    }) {
+      insert.run({
+        id: a.id,
+        email: a.email,
+        name: a.name,
+        password_hash: a.passwordHash,
+        plan: a.plan,
+        webhook_secret: a.webhookSecret,
+        now: a.now,
+        ...limitParams(a.limits),
+      });
     },
     setPlan: (seq: number, plan: string, limits: PlanLimits, now: number) => updatePlan.run({ seq, plan, now, ...limitParams(limits) }),
     setStatus: (seq: number, status: 'active' | 'suspended', now: number) => updateStatus.run(status, now, seq),

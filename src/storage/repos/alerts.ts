@@ -1,5 +1,5 @@
-import type { Db } from '../db.js';
 import type { ActionDelivery, Alert, AlertAction, AlertEvent, AlertOperator } from '../../domain/types.js';
+import type { Db } from '../db.js';
 
 interface AlertRow {
   seq: number;
@@ -79,13 +79,26 @@ const SELECT = 'SELECT a.*, d.id AS device_id FROM alerts a JOIN devices d ON d.
 
 export type NewAlert = Pick<
   Alert,
-  'id' | 'accountSeq' | 'deviceSeq' | 'name' | 'field' | 'operator' | 'value' | 'actions' | 'webhookUrl' | 'severity' | 'enabled' | 'cooldown'
+  | 'id'
+  | 'accountSeq'
+  | 'deviceSeq'
+  | 'name'
+  | 'field'
+  | 'operator'
+  | 'value'
+  | 'actions'
+  | 'webhookUrl'
+  | 'severity'
+  | 'enabled'
+  | 'cooldown'
 > & { now: number };
 
 export function alertsRepo(db: Db) {
   const byId = db.prepare<[string], AlertRow>(`${SELECT} WHERE a.id = ?`);
   const bySeq = db.prepare<[number], AlertRow>(`${SELECT} WHERE a.seq = ?`);
-  const page = db.prepare<[number, number, number], AlertRow>(`${SELECT} WHERE a.account_seq = ? ORDER BY a.created_at, a.seq LIMIT ? OFFSET ?`);
+  const page = db.prepare<[number, number, number], AlertRow>(
+    `${SELECT} WHERE a.account_seq = ? ORDER BY a.created_at, a.seq LIMIT ? OFFSET ?`,
+  );
   const countAll = db.prepare<[number], { n: number }>('SELECT count(*) AS n FROM alerts WHERE account_seq = ?');
   const countEnabled = db.prepare<[number], { n: number }>('SELECT count(*) AS n FROM alerts WHERE account_seq = ? AND enabled = 1');
   // Uses alerts_by_device: the evaluator's cache is filled from here, never by a scan.
@@ -102,8 +115,11 @@ export function alertsRepo(db: Db) {
 
   const eventById = db.prepare<[string], EventRow>('SELECT * FROM alert_events WHERE id = ?');
   // History newest first (decisions.md §4 "list order").
-  const history = db.prepare<[number, number], EventRow>('SELECT * FROM alert_events WHERE alert_seq = ? ORDER BY triggered_at DESC, seq DESC LIMIT ?');
-  const insertEvent = db.prepare(`INSERT INTO alert_events (id, alert_seq, device_id, condition_value, severity, triggered_at, reading_seq, deliveries)
+  const history = db.prepare<[number, number], EventRow>(
+    'SELECT * FROM alert_events WHERE alert_seq = ? ORDER BY triggered_at DESC, seq DESC LIMIT ?',
+  );
+  const insertEvent =
+    db.prepare(`INSERT INTO alert_events (id, alert_seq, device_id, condition_value, severity, triggered_at, reading_seq, deliveries)
     VALUES (@id, @alertSeq, @deviceId, @conditionValue, @severity, @triggeredAt, @readingSeq, @deliveries)`);
   const acknowledge = db.prepare('UPDATE alert_events SET acknowledged = 1, acknowledged_at = ? WHERE seq = ? AND acknowledged = 0');
   const setDeliveries = db.prepare('UPDATE alert_events SET deliveries = ? WHERE seq = ?');

@@ -1,5 +1,5 @@
-import type { Db } from '../db.js';
 import type { ApiKey } from '../../domain/types.js';
+import type { Db } from '../db.js';
 
 interface KeyRow {
   seq: number;
@@ -15,7 +15,16 @@ interface KeyRow {
 
 const toKey = (r: KeyRow | undefined): ApiKey | null =>
   r
-    ? { seq: r.seq, id: r.id, accountSeq: r.account_seq, name: r.name, keyPrefix: r.key_prefix, lastUsedAt: r.last_used_at, createdAt: r.created_at, revokedAt: r.revoked_at }
+    ? {
+        seq: r.seq,
+        id: r.id,
+        accountSeq: r.account_seq,
+        name: r.name,
+        keyPrefix: r.key_prefix,
+        lastUsedAt: r.last_used_at,
+        createdAt: r.created_at,
+        revokedAt: r.revoked_at,
+      }
     : null;
 
 export function apiKeysRepo(db: Db) {

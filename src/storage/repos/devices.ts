@@ -1,6 +1,6 @@
+import type { Device, FieldDefinition, SchemaMode } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
-import type { Device, FieldDefinition, SchemaMode } from '../../domain/types.js';
 
 interface DeviceRow {
   seq: number;
@@ -86,10 +86,16 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
   // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
   const forAuth = db.prepare<[string], DeviceRow>('SELECT * FROM devices WHERE id = ?');
   // Devices list in created_at order, stable under offset paging (decisions.md §4).
-  const page = db.prepare<[number, number, number], DeviceRow>(`${SELECT_PAGE} WHERE d.account_seq = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
-  const pageByStatus = db.prepare<[number, string, number, number], DeviceRow>(`${SELECT_PAGE} WHERE d.account_seq = ? AND d.status = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`);
+  const page = db.prepare<[number, number, number], DeviceRow>(
+    `${SELECT_PAGE} WHERE d.account_seq = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`,
+  );
+  const pageByStatus = db.prepare<[number, string, number, number], DeviceRow>(
+    `${SELECT_PAGE} WHERE d.account_seq = ? AND d.status = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`,
+  );
   const countAll = db.prepare<[number], { n: number }>('SELECT count(*) AS n FROM devices WHERE account_seq = ?');
-  const countByStatus = db.prepare<[number, string], { n: number }>('SELECT count(*) AS n FROM devices WHERE account_seq = ? AND status = ?');
+  const countByStatus = db.prepare<[number, string], { n: number }>(
+    'SELECT count(*) AS n FROM devices WHERE account_seq = ? AND status = ?',
+  );
   const seqsOfAccount = db.prepare<[number], { seq: number }>('SELECT seq FROM devices WHERE account_seq = ?');
   const insert = db.prepare(`INSERT INTO devices (id, account_seq, name, type, description, settings, schema_mode, fields,
       snapshots_enabled, token_hash, created_at, updated_at)
@@ -98,7 +104,9 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
   const setToken = db.prepare('UPDATE devices SET token_hash = ?, updated_at = ? WHERE seq = ?');
   const update = db.prepare(`UPDATE devices SET name = @name, type = @type, description = @description, settings = @settings,
     schema_mode = @schemaMode, fields = @fields, snapshots_enabled = @snapshotsEnabled, updated_at = @now WHERE seq = @seq`);
-  const recordRejection = db.prepare('UPDATE devices SET rejected_count = rejected_count + 1, last_rejection_reason = ?, last_rejection_at = ? WHERE seq = ?');
+  const recordRejection = db.prepare(
+    'UPDATE devices SET rejected_count = rejected_count + 1, last_rejection_reason = ?, last_rejection_at = ? WHERE seq = ?',
+  );
   const remove = db.prepare('DELETE FROM devices WHERE seq = ?');
   // Keeps the newest reading's time in the row before retention deletes readings, so
   // last_seen survives the deletion of every reading (the SELECT above falls back to it).
@@ -116,15 +124,32 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
      */
     findForAuth: changes ? changes.cached((id: string) => toDevice(forAuth.get(id))) : (id: string) => toDevice(forAuth.get(id)),
     listByAccount(accountSeq: number, opts: { limit: number; offset: number; status?: string }) {
-      const rows = opts.status ? pageByStatus.all(accountSeq, opts.status, opts.limit, opts.offset) : page.all(accountSeq, opts.limit, opts.offset);
+      const rows = opts.status
+        ? pageByStatus.all(accountSeq, opts.status, opts.limit, opts.offset)
+        : page.all(accountSeq, opts.limit, opts.offset);
       return rows.map((r) => toDevice(r)!);
     },
     count: (accountSeq: number, status?: string) => (status ? countByStatus.get(accountSeq, status)! : countAll.get(accountSeq)!).n,
     seqsOfAccount: (accountSeq: number) => seqsOfAccount.all(accountSeq).map((r) => r.seq),
     insert: (d: NewDevice) =>
-      insert.run({ ...d, settings: JSON.stringify(d.settings), fields: JSON.stringify(d.fields), snapshotsEnabled: d.snapshotsEnabled ? 1 : 0 }),
+      insert.run({
+        ...d,
+        settings: JSON.stringify(d.settings),
+        fields: JSON.stringify(d.fields),
+        snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
+      }),
     update: (seq: number, d: Omit<NewDevice, 'id' | 'accountSeq' | 'tokenHash'>) =>
-      update.run({ seq, name: d.name, type: d.type, description: d.description, settings: JSON.stringify(d.settings), schemaMode: d.schemaMode, fields: JSON.stringify(d.fields), snapshotsEnabled: d.snapshotsEnabled ? 1 : 0, now: d.now }),
+      update.run({
+        seq,
+        name: d.name,
+        type: d.type,
+        description: d.description,
+        settings: JSON.stringify(d.settings),
+        schemaMode: d.schemaMode,
+        fields: JSON.stringify(d.fields),
+        snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
+        now: d.now,
+      }),
     setStatus: (seq: number, status: 'active' | 'paused', now: number) => setStatus.run(status, now, seq),
     setTokenHash: (seq: number, hash: string, now: number) => setToken.run(hash, now, seq),
     recordRejection: (seq: number, reason: string, now: number) => recordRejection.run(reason, now, seq),

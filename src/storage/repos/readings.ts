@@ -1,5 +1,5 @@
-import type { Db } from '../db.js';
 import type { StoredReading } from '../../domain/types.js';
+import type { Db } from '../db.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
 
 const MINUTE_MS = 60_000;
@@ -56,7 +56,9 @@ export function readingsRepo(db: Db) {
   // one step and one call into the addon instead of 32 (~0.7 µs a reading, BENCHMARKS.md).
   const inserts = (table: string) => ({
     one: db.prepare<[number, number, number, string]>(`INSERT INTO ${table} (device_seq, time, seq, data) VALUES (?, ?, ?, ?)`),
-    many: db.prepare<unknown[]>(`INSERT INTO ${table} (device_seq, time, seq, data) VALUES ${Array(ROWS_PER_INSERT).fill('(?, ?, ?, ?)').join(', ')}`),
+    many: db.prepare<unknown[]>(
+      `INSERT INTO ${table} (device_seq, time, seq, data) VALUES ${Array(ROWS_PER_INSERT).fill('(?, ?, ?, ?)').join(', ')}`,
+    ),
   });
   const insertInbox = inserts('readings_inbox');
   const insertByDevice = inserts('readings_by_device');
@@ -84,16 +86,24 @@ export function readingsRepo(db: Db) {
   // "Newest first" reads each table with its own statement and merges the two in JS
   // (newestFirst): as one compound SELECT, SQLite re-sorted the clustered table's 1,000 rows
   // in a temporary B-tree although its key already orders them.
-  const latestStored = db.prepare<[number], ReadingRow>('SELECT seq, device_seq, time, data FROM readings_by_device WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1');
-  const latestInbox = db.prepare<[number], ReadingRow>('SELECT seq, device_seq, time, data FROM readings_inbox WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1');
+  const latestStored = db.prepare<[number], ReadingRow>(
+    'SELECT seq, device_seq, time, data FROM readings_by_device WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1',
+  );
+  const latestInbox = db.prepare<[number], ReadingRow>(
+    'SELECT seq, device_seq, time, data FROM readings_inbox WHERE device_seq = ? ORDER BY time DESC, seq DESC LIMIT 1',
+  );
   // Newest first within [since, ∞): a backwards range scan of the clustered table.
   // Rows come as arrays (raw) of (seq, time, data), without device_seq (the caller's):
   // better-sqlite3 builds 1,000 keyed row objects per history page in ~1 ms more (BENCHMARKS.md).
   const historyStored = db
-    .prepare<[number, number, number], HistoryRow>('SELECT seq, time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?')
+    .prepare<[number, number, number], HistoryRow>(
+      'SELECT seq, time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
+    )
     .raw(true);
   const historyInbox = db
-    .prepare<[number, number, number], HistoryRow>('SELECT seq, time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?')
+    .prepare<[number, number, number], HistoryRow>(
+      'SELECT seq, time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
+    )
     .raw(true);
   // Oldest first, for exports that stream a whole range: SQLite merges the two ordered arms.
   const rangeAsc = db.prepare<[number, number, number, number, number, number], ReadingRow>(
@@ -175,7 +185,10 @@ export function readingsRepo(db: Db) {
       // A device deleted meanwhile has no account: its reading is not counted (as before).
       if (accountSeq === undefined) continue;
       let perAccount = perMinute.get(minute);
-      if (!perAccount) perMinute.set(minute, (perAccount = new Map()));
+      if (!perAccount) {
+        perAccount = new Map();
+        perMinute.set(minute, perAccount);
+      }
       perAccount.set(accountSeq, (perAccount.get(accountSeq) ?? 0) + 1);
     }
     for (const [minute, perAccount] of perMinute) for (const [accountSeq, n] of perAccount) countInserted.run(accountSeq, minute, n);
@@ -195,7 +208,12 @@ export function readingsRepo(db: Db) {
       return r ? toReading(r) : null;
     },
     history: (deviceSeq: number, since: number, limit: number): StoredReading[] =>
-      newestFirst(historyInbox.all(deviceSeq, since, limit), historyStored.all(deviceSeq, since, limit), limit).map((r) => ({ seq: r[0], deviceSeq, time: r[1], data: r[2] })),
+      newestFirst(historyInbox.all(deviceSeq, since, limit), historyStored.all(deviceSeq, since, limit), limit).map((r) => ({
+        seq: r[0],
+        deviceSeq,
+        time: r[1],
+        data: r[2],
+      })),
     iterateRange: function* (deviceSeq: number, since: number, until: number) {
       for (const r of rangeAsc.iterate(deviceSeq, since, until, deviceSeq, since, until)) yield toReading(r);
     },
@@ -208,7 +226,8 @@ export function readingsRepo(db: Db) {
     },
     /** Recomputes tables derived from readings, after a bulk load that bypassed triggers. */
     rebuildDerived: () => db.exec(REBUILD_READING_COUNTS),
-    countSince: (deviceSeqs: number[], since: number) => deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since, seq, since)!.n, 0),
+    countSince: (deviceSeqs: number[], since: number) =>
+      deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since, seq, since)!.n, 0),
     /** Deletes up to `batch` readings of a device; returns how many went (0 when done). */
     deleteBatchOfDevice(deviceSeq: number, batch: number): number {
       mergeInbox();

@@ -20,11 +20,22 @@ interface SessionRow {
 }
 
 const toSession = (r: SessionRow | undefined): SessionRecord | null =>
-  r ? { idHash: r.id_hash, accountSeq: r.account_seq, csrfToken: r.csrf_token, createdAt: r.created_at, lastUsedAt: r.last_used_at, expiresAt: r.expires_at } : null;
+  r
+    ? {
+        idHash: r.id_hash,
+        accountSeq: r.account_seq,
+        csrfToken: r.csrf_token,
+        createdAt: r.created_at,
+        lastUsedAt: r.last_used_at,
+        expiresAt: r.expires_at,
+      }
+    : null;
 
 export function sessionsRepo(db: Db) {
   const byHash = db.prepare<[string], SessionRow>('SELECT * FROM sessions WHERE id_hash = ?');
-  const insert = db.prepare('INSERT INTO sessions (id_hash, account_seq, csrf_token, created_at, last_used_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)');
+  const insert = db.prepare(
+    'INSERT INTO sessions (id_hash, account_seq, csrf_token, created_at, last_used_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)',
+  );
   const touch = db.prepare('UPDATE sessions SET last_used_at = ?, expires_at = ? WHERE id_hash = ?');
   const remove = db.prepare('DELETE FROM sessions WHERE id_hash = ?');
   const removeOthers = db.prepare('DELETE FROM sessions WHERE account_seq = ? AND id_hash != ?');

@@ -43,7 +43,9 @@ export function snapshotsRepo(db: Db) {
     'INSERT INTO snapshots (id, device_seq, content_type, size, created_at) VALUES (?, ?, ?, ?, ?)',
   );
   // A range scan of snapshots_by_device_time.
-  const countSince = db.prepare<[number, number], { n: number }>('SELECT count(*) AS n FROM snapshots WHERE device_seq = ? AND created_at >= ?');
+  const countSince = db.prepare<[number, number], { n: number }>(
+    'SELECT count(*) AS n FROM snapshots WHERE device_seq = ? AND created_at >= ?',
+  );
   // Expired = older than the owning account's snapshot retention. The outer bound (older than
   // the shortest retention of any account) lets the scan of snapshots_by_time stop early.
   const shortestRetention = db.prepare<[], { days: number | null }>('SELECT min(snapshot_retention_days) AS days FROM accounts');

@@ -27,14 +27,32 @@ interface AlertEvent {
   deliveries: { action: string; status: string; detail: string | null; at: string | null }[];
 }
 
-const OPERATORS: [string, string][] = [['>', '>'], ['>=', '≥'], ['<', '<'], ['<=', '≤'], ['==', '='], ['!=', '≠']];
+const OPERATORS: [string, string][] = [
+  ['>', '>'],
+  ['>=', '≥'],
+  ['<', '<'],
+  ['<=', '≤'],
+  ['==', '='],
+  ['!=', '≠'],
+];
 
 function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () => void): HTMLFormElement {
   const error = errorBox();
-  const device = select('device_id', devices.map((d) => [d.id, `${d.name} (${d.id})`]), existing?.device_id);
+  const device = select(
+    'device_id',
+    devices.map((d) => [d.id, `${d.name} (${d.id})`]),
+    existing?.device_id,
+  );
   if (existing) device.disabled = true;
   const name = h('input', { name: 'name', required: true, value: existing?.name ?? '' });
-  const fieldInput = h('input', { name: 'field', required: true, list: 'alert-fields', autocomplete: 'off', class: 'mono', value: existing?.condition.field ?? '' });
+  const fieldInput = h('input', {
+    name: 'field',
+    required: true,
+    list: 'alert-fields',
+    autocomplete: 'off',
+    class: 'mono',
+    value: existing?.condition.field ?? '',
+  });
   const datalist = h('datalist', { id: 'alert-fields' });
   const fillFields = () => {
     const d = devices.find((x) => x.id === device.value);
@@ -44,11 +62,24 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
   fillFields();
   const operator = select('operator', OPERATORS, existing?.condition.operator ?? '>');
   const value = h('input', { name: 'value', type: 'number', step: 'any', required: true, value: existing?.condition.value ?? '' });
-  const severity = select('severity', [['info', 'Info'], ['warning', 'Warning'], ['critical', 'Critical']], existing?.severity ?? 'warning');
+  const severity = select(
+    'severity',
+    [
+      ['info', 'Info'],
+      ['warning', 'Warning'],
+      ['critical', 'Critical'],
+    ],
+    existing?.severity ?? 'warning',
+  );
   const cooldown = h('input', { name: 'cooldown', type: 'number', min: 0, step: 1, value: existing?.cooldown ?? 300 });
   const email = h('input', { type: 'checkbox', name: 'action_email', checked: existing ? existing.actions.includes('email') : true });
   const webhook = h('input', { type: 'checkbox', name: 'action_webhook', checked: existing?.actions.includes('webhook') ?? false });
-  const webhookUrl = h('input', { name: 'webhook_url', type: 'url', placeholder: 'https://example.com/hook', value: existing?.webhook_url ?? '' });
+  const webhookUrl = h('input', {
+    name: 'webhook_url',
+    type: 'url',
+    placeholder: 'https://example.com/hook',
+    value: existing?.webhook_url ?? '',
+  });
   const webhookField = field('Webhook URL', webhookUrl);
   const syncWebhook = () => {
     webhookField.hidden = !webhook.checked;
@@ -64,10 +95,28 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
     error,
     field('Device', device),
     field('Name', name),
-    h('div', { class: 'grid3' }, field('Field', fieldInput, 'Pick a declared field or type a name (env.temp for nested data).'), field('Operator', operator), field('Value', value)),
+    h(
+      'div',
+      { class: 'grid3' },
+      field('Field', fieldInput, 'Pick a declared field or type a name (env.temp for nested data).'),
+      field('Operator', operator),
+      field('Value', value),
+    ),
     datalist,
-    h('div', { class: 'grid2' }, field('Severity', severity), field('Cooldown (seconds)', cooldown, 'Matching readings within this time after a trigger record nothing.')),
-    h('fieldset', {}, h('legend', {}, 'Actions'), h('label', { class: 'check' }, email, ' Email the account owner'), h('label', { class: 'check' }, webhook, ' Webhook (signed HTTP POST)'), webhookField),
+    h(
+      'div',
+      { class: 'grid2' },
+      field('Severity', severity),
+      field('Cooldown (seconds)', cooldown, 'Matching readings within this time after a trigger record nothing.'),
+    ),
+    h(
+      'fieldset',
+      {},
+      h('legend', {}, 'Actions'),
+      h('label', { class: 'check' }, email, ' Email the account owner'),
+      h('label', { class: 'check' }, webhook, ' Webhook (signed HTTP POST)'),
+      webhookField,
+    ),
     h('label', { class: 'check' }, enabled, ' Enabled'),
     h('div', { class: 'row' }, submit),
   );
@@ -75,7 +124,18 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
     e.preventDefault();
     error.hidden = true;
     const actions = [email.checked && 'email', webhook.checked && 'webhook'].filter(Boolean);
-    const body = { device_id: device.value, name: name.value, field: fieldInput.value, operator: operator.value, value: value.value, severity: severity.value, cooldown: cooldown.value, actions, webhook_url: webhook.checked ? webhookUrl.value : null, enabled: enabled.checked };
+    const body = {
+      device_id: device.value,
+      name: name.value,
+      field: fieldInput.value,
+      operator: operator.value,
+      value: value.value,
+      severity: severity.value,
+      cooldown: cooldown.value,
+      actions,
+      webhook_url: webhook.checked ? webhookUrl.value : null,
+      enabled: enabled.checked,
+    };
     submit.disabled = true;
     try {
       if (existing) await api('PUT', `/alerts/${encodeURIComponent(existing.id)}`, body);
@@ -104,10 +164,13 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
       toast('Create a device first.', 'error');
       return;
     }
-    const dlg = dialog(existing ? `Edit ${existing.name}` : 'New alert', alertForm(devices, existing, () => {
-      dlg.close();
-      void refresh();
-    }));
+    const dlg = dialog(
+      existing ? `Edit ${existing.name}` : 'New alert',
+      alertForm(devices, existing, () => {
+        dlg.close();
+        void refresh();
+      }),
+    );
     const cancel = h('button', { type: 'button', class: 'secondary' }, 'Cancel');
     cancel.addEventListener('click', () => dlg.close());
     dlg.querySelector('form .row')?.append(cancel);
@@ -126,7 +189,19 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
             h(
               'table',
               { class: 'list', 'data-testid': 'history' },
-              h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Triggered'), h('th', { scope: 'col' }, 'Value'), h('th', { scope: 'col' }, 'Severity'), h('th', { scope: 'col' }, 'Deliveries'), h('th', { scope: 'col' }, 'Acknowledged'))),
+              h(
+                'thead',
+                {},
+                h(
+                  'tr',
+                  {},
+                  h('th', { scope: 'col' }, 'Triggered'),
+                  h('th', { scope: 'col' }, 'Value'),
+                  h('th', { scope: 'col' }, 'Severity'),
+                  h('th', { scope: 'col' }, 'Deliveries'),
+                  h('th', { scope: 'col' }, 'Acknowledged'),
+                ),
+              ),
               h(
                 'tbody',
                 {},
@@ -150,7 +225,18 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                       'td',
                       { 'data-label': 'Deliveries' },
                       ev.deliveries.length
-                        ? h('ul', { class: 'plain' }, ...ev.deliveries.map((d) => h('li', {}, h('span', { class: `badge ${d.status}` }, `${d.action}: ${d.status.replace('_', ' ')}`), d.detail ? ` ${d.detail}` : '')))
+                        ? h(
+                            'ul',
+                            { class: 'plain' },
+                            ...ev.deliveries.map((d) =>
+                              h(
+                                'li',
+                                {},
+                                h('span', { class: `badge ${d.status}` }, `${d.action}: ${d.status.replace('_', ' ')}`),
+                                d.detail ? ` ${d.detail}` : '',
+                              ),
+                            ),
+                          )
                         : h('span', { class: 'muted' }, 'none recorded'),
                     ),
                     h('td', { 'data-label': 'Acknowledged' }, ev.acknowledged ? `yes, ${fmtTime(ev.acknowledged_at)}` : ack),
@@ -168,7 +254,13 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
     devices = devs.data;
     const deviceName = (id: string) => devices.find((d) => d.id === id)?.name ?? id;
     if (!alerts.data.length) {
-      listEl.replaceChildren(h('div', { class: 'card empty' }, h('p', {}, devices.length ? 'No alerts yet.' : 'Create a device first, then add alerts on its fields.')));
+      listEl.replaceChildren(
+        h(
+          'div',
+          { class: 'card empty' },
+          h('p', {}, devices.length ? 'No alerts yet.' : 'Create a device first, then add alerts on its fields.'),
+        ),
+      );
       return;
     }
     listEl.replaceChildren(
@@ -178,7 +270,17 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
         h(
           'table',
           { class: 'list', 'data-testid': 'alerts' },
-          h('thead', {}, h('tr', {}, ...['Name', 'Device', 'Condition', 'Severity', 'Actions', 'Last triggered', 'Enabled', ''].map((t) => h('th', { scope: 'col' }, t)))),
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              ...['Name', 'Device', 'Condition', 'Severity', 'Actions', 'Last triggered', 'Enabled', ''].map((t) =>
+                h('th', { scope: 'col' }, t),
+              ),
+            ),
+          ),
           h(
             'tbody',
             {},

@@ -1,9 +1,21 @@
 import { api } from '../api';
 import { errorBox, field, h, showError } from '../dom';
 
-function credentialsForm(opts: { title: string; intro: string; submit: string; newPassword: boolean; onSubmit: (email: string, password: string) => Promise<void> }): HTMLElement {
+function credentialsForm(opts: {
+  title: string;
+  intro: string;
+  submit: string;
+  newPassword: boolean;
+  onSubmit: (email: string, password: string) => Promise<void>;
+}): HTMLElement {
   const email = h('input', { type: 'email', name: 'email', autocomplete: 'username', required: true });
-  const password = h('input', { type: 'password', name: 'password', autocomplete: opts.newPassword ? 'new-password' : 'current-password', required: true, minlength: opts.newPassword ? 8 : null });
+  const password = h('input', {
+    type: 'password',
+    name: 'password',
+    autocomplete: opts.newPassword ? 'new-password' : 'current-password',
+    required: true,
+    minlength: opts.newPassword ? 8 : null,
+  });
   const error = errorBox();
   const button = h('button', { type: 'submit' }, opts.submit);
   const form = h(
@@ -55,7 +67,13 @@ export async function renderSetup(main: HTMLElement, onDone: () => Promise<void>
   const { valid } = await api<{ valid: boolean }>('GET', `/setup?token=${encodeURIComponent(token)}`);
   if (!valid) {
     main.replaceChildren(
-      h('div', { class: 'card narrow' }, h('h1', {}, 'Setup link not valid'), h('p', {}, 'This setup link was already used, or an account exists. '), h('p', {}, h('a', { href: '/' }, 'Go to sign-in'))),
+      h(
+        'div',
+        { class: 'card narrow' },
+        h('h1', {}, 'Setup link not valid'),
+        h('p', {}, 'This setup link was already used, or an account exists. '),
+        h('p', {}, h('a', { href: '/' }, 'Go to sign-in')),
+      ),
     );
     return;
   }

@@ -1,9 +1,9 @@
 import { api } from '../api';
-import { ago, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { lineChart } from '../chart';
+import { ago, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
 import type { PageContext } from '../main';
-import { renderCreated, statusBadge, type DeviceDetail } from './devices';
+import { type DeviceDetail, renderCreated, statusBadge } from './devices';
 
 interface Reading {
   id: string;
@@ -28,7 +28,11 @@ function isSnapshotUrl(key: string, v: unknown): v is string {
 
 function cell(key: string, v: unknown): Node | string {
   if (isSnapshotUrl(key, v)) {
-    return h('a', { href: v, target: '_blank', rel: 'noopener', class: 'thumb', 'aria-label': `Open snapshot ${key}` }, h('img', { src: v, alt: `snapshot (${key})`, loading: 'lazy', width: 80, height: 60 }));
+    return h(
+      'a',
+      { href: v, target: '_blank', rel: 'noopener', class: 'thumb', 'aria-label': `Open snapshot ${key}` },
+      h('img', { src: v, alt: `snapshot (${key})`, loading: 'lazy', width: 80, height: 60 }),
+    );
   }
   return fmtValue(v);
 }
@@ -69,12 +73,19 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
     regen.addEventListener('click', () => {
       const yes = h('button', { type: 'button', class: 'danger' }, 'Regenerate');
       const no = h('button', { type: 'button', class: 'secondary' }, 'Cancel');
-      const dlg = dialog('Regenerate the access token?', h('p', {}, 'The current token stops working at once; devices using it must be updated.'), h('div', { class: 'row' }, yes, no));
+      const dlg = dialog(
+        'Regenerate the access token?',
+        h('p', {}, 'The current token stops working at once; devices using it must be updated.'),
+        h('div', { class: 'row' }, yes, no),
+      );
       no.addEventListener('click', () => dlg.close());
       yes.addEventListener('click', async () => {
         dlg.close();
         try {
-          const res = await api<{ data: DeviceDetail; access_token: string }>('POST', `/devices/${encodeURIComponent(d.id)}/regenerate-token`);
+          const res = await api<{ data: DeviceDetail; access_token: string }>(
+            'POST',
+            `/devices/${encodeURIComponent(d.id)}/regenerate-token`,
+          );
           renderCreated(main, res.data, res.access_token, 'New access token');
         } catch (err) {
           toast(String((err as Error).message), 'error');
@@ -88,7 +99,14 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
       const yes = h('button', { type: 'submit', class: 'danger', disabled: true }, 'Delete permanently');
       const no = h('button', { type: 'button', class: 'secondary' }, 'Cancel');
       input.addEventListener('input', () => (yes.disabled = input.value !== d.name));
-      const form = h('form', {}, h('p', {}, 'This removes the device and all its data permanently.'), field(`Type the device name (${d.name}) to confirm`, input), err, h('div', { class: 'row' }, yes, no));
+      const form = h(
+        'form',
+        {},
+        h('p', {}, 'This removes the device and all its data permanently.'),
+        field(`Type the device name (${d.name}) to confirm`, input),
+        err,
+        h('div', { class: 'row' }, yes, no),
+      );
       const dlg = dialog(`Delete ${d.name}?`, form);
       no.addEventListener('click', () => dlg.close());
       form.addEventListener('submit', async (e) => {
@@ -116,13 +134,21 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
         h('dt', {}, 'Type'),
         h('dd', {}, d.type),
         h('dt', {}, 'Connectivity'),
-        h('dd', {}, `${String(settings.network ?? '—')} · ${String(settings.protocol ?? '—')} · every ${String(settings.data_interval_seconds ?? '—')} s · ${String(settings.data_direction ?? '—').replace(/_/g, ' ')}`),
+        h(
+          'dd',
+          {},
+          `${String(settings.network ?? '—')} · ${String(settings.protocol ?? '—')} · every ${String(settings.data_interval_seconds ?? '—')} s · ${String(settings.data_direction ?? '—').replace(/_/g, ' ')}`,
+        ),
         h('dt', {}, 'Schema'),
         h('dd', {}, `${d.schema_mode}${d.snapshots_enabled ? ' · image uploads allowed' : ''}`),
         h('dt', {}, 'Last seen'),
         h('dd', { title: d.last_seen ?? '' }, ago(d.last_seen)),
         h('dt', {}, 'Rejected messages'),
-        h('dd', { 'data-testid': 'rejected' }, d.rejected_count ? `${d.rejected_count} · last: ${d.last_rejection_reason ?? '—'} (${fmtTime(d.last_rejection_at)})` : '0'),
+        h(
+          'dd',
+          { 'data-testid': 'rejected' },
+          d.rejected_count ? `${d.rejected_count} · last: ${d.last_rejection_reason ?? '—'} (${fmtTime(d.last_rejection_at)})` : '0',
+        ),
       ),
       h('div', { class: 'row' }, pause, regen, del),
     );
@@ -135,7 +161,10 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
 
   function renderLatest(latest: Reading | null) {
     if (!latest) {
-      latestEl.replaceChildren(h('h2', { id: 'latest-h' }, 'Latest values'), h('p', { class: 'muted' }, 'No data yet. Send a reading with the snippets shown at creation.'));
+      latestEl.replaceChildren(
+        h('h2', { id: 'latest-h' }, 'Latest values'),
+        h('p', { class: 'muted' }, 'No data yet. Send a reading with the snippets shown at creation.'),
+      );
       return;
     }
     const keys = [...new Set([...device.fields.map((f) => f.name), ...Object.keys(latest.data)])].filter((k) => k in latest.data);
@@ -147,17 +176,22 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
         ...keys.map((k) => {
           const { label, unit } = labelOf(k);
           const v = latest.data[k];
-          return h('div', { class: 'tile', 'data-field': k }, h('div', { class: 'tile-label' }, label), h('div', { class: 'tile-value' }, cell(k, v), unit && typeof v === 'number' ? h('span', { class: 'unit' }, ` ${unit}`) : null));
+          return h(
+            'div',
+            { class: 'tile', 'data-field': k },
+            h('div', { class: 'tile-label' }, label),
+            h('div', { class: 'tile-value' }, cell(k, v), unit && typeof v === 'number' ? h('span', { class: 'unit' }, ` ${unit}`) : null),
+          );
         }),
       ),
     );
   }
 
   async function loadReadings() {
-    const res = await api<{ data: Reading[]; query: { range: string; requested_range: string; limit: number; data_retention_days: number } }>(
-      'GET',
-      `/devices/${encodeURIComponent(id!)}/readings?range=${range}&limit=1000`,
-    );
+    const res = await api<{
+      data: Reading[];
+      query: { range: string; requested_range: string; limit: number; data_retention_days: number };
+    }>('GET', `/devices/${encodeURIComponent(id!)}/readings?range=${range}&limit=1000`);
     const q = res.query;
     const effective = q.range;
     rangeNote.textContent =
@@ -191,8 +225,28 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
             'table',
             { class: 'readings', 'data-testid': 'readings' },
             h('caption', { class: 'muted small' }, `Newest ${rows.length} readings`),
-            h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Time'), ...keys.map((k) => h('th', { scope: 'col' }, labelOf(k).label, labelOf(k).unit ? ` (${labelOf(k).unit})` : '')))),
-            h('tbody', {}, ...rows.map((r) => h('tr', { 'data-reading': r.id }, h('td', { class: 'nowrap' }, fmtTime(r.time)), ...keys.map((k) => h('td', {}, k in r.data ? cell(k, r.data[k]) : ''))))),
+            h(
+              'thead',
+              {},
+              h(
+                'tr',
+                {},
+                h('th', { scope: 'col' }, 'Time'),
+                ...keys.map((k) => h('th', { scope: 'col' }, labelOf(k).label, labelOf(k).unit ? ` (${labelOf(k).unit})` : '')),
+              ),
+            ),
+            h(
+              'tbody',
+              {},
+              ...rows.map((r) =>
+                h(
+                  'tr',
+                  { 'data-reading': r.id },
+                  h('td', { class: 'nowrap' }, fmtTime(r.time)),
+                  ...keys.map((k) => h('td', {}, k in r.data ? cell(k, r.data[k]) : '')),
+                ),
+              ),
+            ),
           )
         : h('p', { class: 'muted' }, 'No readings in this range.'),
     );
@@ -209,7 +263,15 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   main.append(
     headEl,
     latestEl,
-    h('section', { 'aria-labelledby': 'data-h' }, h('div', { class: 'page-head' }, h('h2', { id: 'data-h' }, 'Data'), liveNote), h('div', { class: 'row' }, h('label', { for: 'range' }, 'Range '), rangeSelect, exportCsv, exportXlsx), rangeNote, chartsEl, tableEl),
+    h(
+      'section',
+      { 'aria-labelledby': 'data-h' },
+      h('div', { class: 'page-head' }, h('h2', { id: 'data-h' }, 'Data'), liveNote),
+      h('div', { class: 'row' }, h('label', { for: 'range' }, 'Range '), rangeSelect, exportCsv, exportXlsx),
+      rangeNote,
+      chartsEl,
+      tableEl,
+    ),
   );
   await loadReadings();
 

@@ -1,8 +1,8 @@
 import { api, session } from '../api';
 import { ago, copyable, errorBox, field, h, select, showError, toast } from '../dom';
-import { snippets } from '../snippets';
 import { debounce, POLL_MS } from '../live';
 import type { PageContext } from '../main';
+import { snippets } from '../snippets';
 
 export interface DeviceDetail {
   id: string;
@@ -25,12 +25,22 @@ export const statusBadge = (status: string) => h('span', { class: `badge ${statu
 
 export async function renderDevices(main: HTMLElement, _params: string[], ctx: PageContext): Promise<void> {
   const body = h('div');
-  main.append(h('div', { class: 'page-head' }, h('h1', {}, 'Devices'), h('a', { class: 'button', href: '#/devices/new' }, 'New device')), body);
+  main.append(
+    h('div', { class: 'page-head' }, h('h1', {}, 'Devices'), h('a', { class: 'button', href: '#/devices/new' }, 'New device')),
+    body,
+  );
 
   async function refresh() {
     const { data } = await api<{ data: DeviceDetail[] }>('GET', '/devices');
     if (!data.length) {
-      body.replaceChildren(h('div', { class: 'card empty' }, h('p', {}, 'No devices yet.'), h('a', { class: 'button', href: '#/devices/new' }, 'Create your first device')));
+      body.replaceChildren(
+        h(
+          'div',
+          { class: 'card empty' },
+          h('p', {}, 'No devices yet.'),
+          h('a', { class: 'button', href: '#/devices/new' }, 'Create your first device'),
+        ),
+      );
       return;
     }
     body.replaceChildren(
@@ -40,7 +50,19 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
         h(
           'table',
           { class: 'list', 'data-testid': 'devices' },
-          h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Name'), h('th', { scope: 'col' }, 'Status'), h('th', { scope: 'col' }, 'Type'), h('th', { scope: 'col' }, 'Last seen'), h('th', { scope: 'col' }, 'Rejected'))),
+          h(
+            'thead',
+            {},
+            h(
+              'tr',
+              {},
+              h('th', { scope: 'col' }, 'Name'),
+              h('th', { scope: 'col' }, 'Status'),
+              h('th', { scope: 'col' }, 'Type'),
+              h('th', { scope: 'col' }, 'Last seen'),
+              h('th', { scope: 'col' }, 'Rejected'),
+            ),
+          ),
           h(
             'tbody',
             {},
@@ -48,7 +70,12 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
               h(
                 'tr',
                 { 'data-device': d.id },
-                h('td', { 'data-label': 'Name' }, h('a', { href: `#/devices/${encodeURIComponent(d.id)}` }, d.name), h('div', { class: 'muted mono small' }, d.id)),
+                h(
+                  'td',
+                  { 'data-label': 'Name' },
+                  h('a', { href: `#/devices/${encodeURIComponent(d.id)}` }, d.name),
+                  h('div', { class: 'muted mono small' }, d.id),
+                ),
                 h('td', { 'data-label': 'Status' }, statusBadge(d.status)),
                 h('td', { 'data-label': 'Type' }, d.type),
                 h('td', { 'data-label': 'Last seen', title: d.last_seen ?? '' }, ago(d.last_seen)),
@@ -76,13 +103,53 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
   const fieldLimit = session?.account.limits.field_limit ?? 5;
   const error = errorBox();
   const name = h('input', { name: 'name', required: true, maxlength: 200, autocomplete: 'off' });
-  const type = select('type', [['sensor', 'Sensor'], ['camera', 'Camera'], ['gateway', 'Gateway'], ['actuator', 'Actuator'], ['other', 'Other']], 'sensor');
+  const type = select(
+    'type',
+    [
+      ['sensor', 'Sensor'],
+      ['camera', 'Camera'],
+      ['gateway', 'Gateway'],
+      ['actuator', 'Actuator'],
+      ['other', 'Other'],
+    ],
+    'sensor',
+  );
   const description = h('textarea', { name: 'description', rows: 2 });
-  const direction = select('data_direction', [['send_only', 'Send only'], ['receive_only', 'Receive only'], ['send_and_receive', 'Send and receive']], 'send_only');
-  const network = select('network', [['wifi', 'WiFi'], ['ethernet', 'Ethernet'], ['4g', '4G']], 'wifi');
-  const protocol = select('protocol', [['mqtt', 'MQTT (TLS, port 8883)'], ['http', 'HTTP']], 'mqtt');
+  const direction = select(
+    'data_direction',
+    [
+      ['send_only', 'Send only'],
+      ['receive_only', 'Receive only'],
+      ['send_and_receive', 'Send and receive'],
+    ],
+    'send_only',
+  );
+  const network = select(
+    'network',
+    [
+      ['wifi', 'WiFi'],
+      ['ethernet', 'Ethernet'],
+      ['4g', '4G'],
+    ],
+    'wifi',
+  );
+  const protocol = select(
+    'protocol',
+    [
+      ['mqtt', 'MQTT (TLS, port 8883)'],
+      ['http', 'HTTP'],
+    ],
+    'mqtt',
+  );
   const interval = h('input', { name: 'data_interval_seconds', type: 'number', min: 1, max: 604800, value: 60, inputmode: 'numeric' });
-  const schema = select('schema_mode', [['strict', 'Strict: only declared fields are accepted'], ['flexible', 'Flexible: any fields']], free ? 'strict' : 'flexible');
+  const schema = select(
+    'schema_mode',
+    [
+      ['strict', 'Strict: only declared fields are accepted'],
+      ['flexible', 'Flexible: any fields'],
+    ],
+    free ? 'strict' : 'flexible',
+  );
   const snapshots = h('input', { type: 'checkbox', name: 'snapshots_enabled' });
 
   const rows: FieldRow[] = [];
@@ -124,8 +191,9 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
         if (!f || typeof f !== 'object' || typeof f.name !== 'string') throw new Error(`entry #${i + 1} needs a string "name"`);
       }
       if (parsed.length > fieldLimit) throw new Error(`${parsed.length} fields in the file; your plan allows ${fieldLimit} per device`);
-      rows.splice(0).forEach((r) => r.row.remove());
-      for (const f of parsed) addRow({ name: f.name, label: typeof f.label === 'string' ? f.label : '', unit: typeof f.unit === 'string' ? f.unit : '' });
+      for (const r of rows.splice(0)) r.row.remove();
+      for (const f of parsed)
+        addRow({ name: f.name, label: typeof f.label === 'string' ? f.label : '', unit: typeof f.unit === 'string' ? f.unit : '' });
       toast(`Imported ${parsed.length} fields from ${file.name}`);
     } catch (err) {
       showError(importError, err instanceof SyntaxError ? new Error(`not valid JSON: ${err.message}`) : err);
@@ -143,7 +211,12 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
       'fieldset',
       {},
       h('legend', {}, 'Connectivity'),
-      h('div', { class: 'grid2' }, field('Network', network), field('Protocol', protocol, 'Informational: picks the code snippets; both protocols work.')),
+      h(
+        'div',
+        { class: 'grid2' },
+        field('Network', network),
+        field('Protocol', protocol, 'Informational: picks the code snippets; both protocols work.'),
+      ),
       h('div', { class: 'grid2' }, field('Data direction', direction), field('Data interval (seconds)', interval)),
     ),
     h(
@@ -157,7 +230,12 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
       field('Import fields from a JSON file', importInput, 'An array of {"name", "label", "unit"} objects; replaces the fields above.'),
       importError,
     ),
-    h('fieldset', {}, h('legend', {}, 'Images'), h('label', { class: 'check' }, snapshots, ' Allow this device to upload images (camera snapshots over HTTP POST)')),
+    h(
+      'fieldset',
+      {},
+      h('legend', {}, 'Images'),
+      h('label', { class: 'check' }, snapshots, ' Allow this device to upload images (camera snapshots over HTTP POST)'),
+    ),
     h('div', { class: 'row' }, submit, h('a', { href: '#/devices', class: 'button secondary' }, 'Cancel')),
   );
   form.addEventListener('submit', async (e) => {
@@ -165,7 +243,9 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
     error.hidden = true;
     submit.disabled = true;
     try {
-      const fields = rows.filter((r) => r.name.value.trim()).map((r) => ({ name: r.name.value.trim(), label: r.label.value.trim(), unit: r.unit.value.trim() }));
+      const fields = rows
+        .filter((r) => r.name.value.trim())
+        .map((r) => ({ name: r.name.value.trim(), label: r.label.value.trim(), unit: r.unit.value.trim() }));
       const res = await api<{ data: DeviceDetail; access_token: string }>('POST', '/devices', {
         name: name.value,
         type: type.value,
@@ -210,11 +290,29 @@ export function renderCreated(main: HTMLElement, device: DeviceDetail, token: st
     h(
       'div',
       { class: 'card' },
-      h('p', { class: 'notice', role: 'note' }, 'Copy the access token now: it is shown only this once. Regenerate it from the device page if it is lost.'),
-      h('dl', { class: 'kv' }, h('dt', {}, 'Device id'), h('dd', {}, copyable(device.id, 'device id', { testid: 'device-id' })), h('dt', {}, 'Access token'), h('dd', {}, copyable(token, 'access token', { testid: 'access-token' }))),
+      h(
+        'p',
+        { class: 'notice', role: 'note' },
+        'Copy the access token now: it is shown only this once. Regenerate it from the device page if it is lost.',
+      ),
+      h(
+        'dl',
+        { class: 'kv' },
+        h('dt', {}, 'Device id'),
+        h('dd', {}, copyable(device.id, 'device id', { testid: 'device-id' })),
+        h('dt', {}, 'Access token'),
+        h('dd', {}, copyable(token, 'access token', { testid: 'access-token' })),
+      ),
     ),
     h('h2', {}, 'Send data'),
-    ...list.map((sn) => h('section', { class: 'card snippet', 'aria-label': sn.title }, h('h3', {}, sn.title), copyable(sn.code, `${sn.title} snippet`, { multiline: true, testid: `snippet-${sn.id}` }))),
+    ...list.map((sn) =>
+      h(
+        'section',
+        { class: 'card snippet', 'aria-label': sn.title },
+        h('h3', {}, sn.title),
+        copyable(sn.code, `${sn.title} snippet`, { multiline: true, testid: `snippet-${sn.id}` }),
+      ),
+    ),
     h(
       'p',
       {},

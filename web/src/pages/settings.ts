@@ -28,10 +28,16 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
     ['Alerts', `${usage.alerts.total} (${usage.alerts.active} enabled)`],
     ['Data retention', `${L.retention_days} days`],
     ['Fields per device', String(L.field_limit)],
-    ['Public API rate', usage.plan.plan === 'free' ? 'no Public API access on the free plan' : `${L.rate_per_minute} / minute, ${L.rate_per_day} / day`],
+    [
+      'Public API rate',
+      usage.plan.plan === 'free' ? 'no Public API access on the free plan' : `${L.rate_per_minute} / minute, ${L.rate_per_day} / day`,
+    ],
     ['Snapshots', `${L.snapshots_per_day} per device per day, kept ${L.snapshot_retention_days} days`],
   ];
-  accountEl.append(h('h2', { id: 'acc-h' }, 'Account and usage'), h('dl', { class: 'kv', 'data-testid': 'usage' }, ...rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])));
+  accountEl.append(
+    h('h2', { id: 'acc-h' }, 'Account and usage'),
+    h('dl', { class: 'kv', 'data-testid': 'usage' }, ...rows.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+  );
 
   // ---- API keys
   const keyName = h('input', { name: 'key_name', required: true, maxlength: 100, autocomplete: 'off', placeholder: 'e.g. grafana' });
@@ -44,7 +50,13 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
       const res = await api<{ data: Key; key: string }>('POST', '/keys', { name: keyName.value });
       keyName.value = '';
       const close = h('button', { type: 'button' }, 'Done');
-      const dlg = dialog('API key created', h('p', { class: 'notice' }, 'Copy the key now: it is shown only this once.'), copyable(res.key, 'API key', { testid: 'new-key' }), h('p', { class: 'muted small' }, 'Use it as Authorization: Bearer <key> against /v1.'), h('div', { class: 'row' }, close));
+      const dlg = dialog(
+        'API key created',
+        h('p', { class: 'notice' }, 'Copy the key now: it is shown only this once.'),
+        copyable(res.key, 'API key', { testid: 'new-key' }),
+        h('p', { class: 'muted small' }, 'Use it as Authorization: Bearer <key> against /v1.'),
+        h('div', { class: 'row' }, close),
+      );
       close.addEventListener('click', () => dlg.close());
       close.focus();
       await loadKeys();
@@ -52,7 +64,17 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
       showError(keyError, err);
     }
   });
-  main.append(h('section', { class: 'card', 'aria-labelledby': 'keys-h' }, h('h2', { id: 'keys-h' }, 'API keys'), h('p', { class: 'muted small' }, 'Read-only access to the Public API (/v1).'), keyError, createKey, keysEl));
+  main.append(
+    h(
+      'section',
+      { class: 'card', 'aria-labelledby': 'keys-h' },
+      h('h2', { id: 'keys-h' }, 'API keys'),
+      h('p', { class: 'muted small' }, 'Read-only access to the Public API (/v1).'),
+      keyError,
+      createKey,
+      keysEl,
+    ),
+  );
 
   async function loadKeys() {
     const { data } = await api<{ data: Key[] }>('GET', '/keys');
@@ -102,7 +124,15 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
   const current = h('input', { type: 'password', name: 'current_password', autocomplete: 'current-password', required: true });
   const next = h('input', { type: 'password', name: 'new_password', autocomplete: 'new-password', required: true, minlength: 8 });
   const pwError = errorBox();
-  const pwForm = h('form', { class: 'card', 'aria-labelledby': 'pw-h' }, h('h2', { id: 'pw-h' }, 'Change password'), pwError, field('Current password', current), field('New password', next, 'At least 8 characters. Other sessions are signed out.'), h('button', { type: 'submit' }, 'Change password'));
+  const pwForm = h(
+    'form',
+    { class: 'card', 'aria-labelledby': 'pw-h' },
+    h('h2', { id: 'pw-h' }, 'Change password'),
+    pwError,
+    field('Current password', current),
+    field('New password', next, 'At least 8 characters. Other sessions are signed out.'),
+    h('button', { type: 'submit' }, 'Change password'),
+  );
   pwForm.addEventListener('submit', async (e) => {
     e.preventDefault();
     pwError.hidden = true;
