@@ -11,7 +11,8 @@ import { Aedes, type Client } from 'aedes';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
 import type { Services } from '../domain/services.js';
-import { brokerHooks, skipTelemetryFanOut } from './hooks.js';
+import { limitPacketSize, skipFanOut } from './aedesInternals.js';
+import { brokerHooks, isTelemetryTopic } from './hooks.js';
 import { SessionRegistry } from './sessions.js';
 import { loadTlsMaterial, type TlsMaterial } from './tls.js';
 
@@ -62,7 +63,8 @@ export async function startMqtt(
     maxClientsIdLength: 23 + 64,
     ...brokerHooks({ services, sessions, log, broker: () => broker! }),
   });
-  skipTelemetryFanOut(broker);
+  // Telemetry ends at the store: never forwarded (authorizeForward), never retained.
+  skipFanOut(broker, (packet) => isTelemetryTopic(packet.topic));
   const stopWatching = sessions.watch();
   broker.on('clientError', (client: Client, err: Error) => log.debug({ clientId: client.id, err: err.message }, 'MQTT client error'));
   broker.on('connectionError', (_client: Client, err: Error) => log.debug({ err: err.message }, 'MQTT connection error'));
@@ -75,7 +77,12 @@ export async function startMqtt(
     socket.once('close', () => sockets.delete(socket));
     socket.setNoDelay(true);
     socket.setKeepAlive(true, TCP_KEEPALIVE_MS);
-    limitPacketSize(broker!.handle(socket), sessions, services);
+    const client = broker!.handle(socket);
+    limitPacketSize(client, MAX_PACKET_BYTES, (cmd, reason) => {
+      // An authenticated device gets the refusal counted like any other rejected message.
+      const session = sessions.get(client);
+      if (session && cmd === 'publish') services.ingest.recordTransportRejection(session.deviceId, `payload too large: ${reason}`, 'mqtt');
+    });
   };
 
   const servers: net.Server[] = [];
@@ -129,40 +136,4 @@ function listen(server: net.Server, host: string, port: number): Promise<number>
       resolve((server.address() as AddressInfo).port);
     });
   });
-}
-
-/** The parts of mqtt-packet's parser (aedes's client._parser) the size guard relies on. */
-interface PacketParser {
-  packet: { cmd?: string; length: number };
-  _parseLength(): boolean;
-  _emitError(err: Error): void;
-}
-
-/**
- * Ends a connection whose next packet announces a remaining length above MAX_PACKET_BYTES,
- * as soon as the fixed header is read, so an oversized packet is never buffered. An
- * authenticated device gets the refusal counted like any other rejected message.
- */
-function limitPacketSize(client: Client, sessions: SessionRegistry, services: Services) {
-  const parser = (client as unknown as { _parser?: PacketParser })._parser;
-  if (!parser || typeof parser._parseLength !== 'function') return;
-  const parseLength = parser._parseLength;
-  parser._parseLength = function guardedParseLength(this: PacketParser) {
-    const complete = parseLength.call(this);
-    if (complete && this.packet.length > MAX_PACKET_BYTES) {
-      const reason = `MQTT packet of ${this.packet.length} bytes exceeds the limit of ${MAX_PACKET_BYTES}`;
-      const session = sessions.get(client);
-      if (session && this.packet.cmd === 'publish') {
-        try {
-          const { device } = services.devices.authorizeSession(session.deviceId);
-          services.ingest.recordRejection(device, `payload too large: ${reason}`, 'mqtt');
-        } catch {
-          // the device is gone or the database is busy: the connection ends all the same
-        }
-      }
-      this._emitError(new Error(reason));
-      return false;
-    }
-    return complete;
-  };
 }

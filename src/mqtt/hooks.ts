@@ -4,9 +4,10 @@
  * file only maps their answers onto MQTT (CONNACK codes, PUBACK or disconnect, SUBACK 0x80).
  */
 import { randomUUID } from 'node:crypto';
-import type { Aedes, AedesOptions, AuthenticateError, Client, PublishPacket } from 'aedes';
+import type { Aedes, AedesOptions, AuthenticateError } from 'aedes';
 import type { Services } from '../domain/services.js';
 import { AppError } from '../errors.js';
+import { isStoredQos2Duplicate, remoteAddressOf } from './aedesInternals.js';
 import { AuthThrottle } from './authThrottle.js';
 import type { SessionRegistry } from './sessions.js';
 
@@ -42,6 +43,7 @@ function isRejectedReading(err: unknown): boolean {
 /** interface.md "MQTT ingestion": the only topic a device publishes to. */
 export const telemetryTopic = (deviceId: string) => `d/${deviceId}/t`;
 const TELEMETRY_TOPIC = /^d\/[^/]+\/t$/;
+export const isTelemetryTopic = (topic: string) => TELEMETRY_TOPIC.test(topic);
 
 interface Log {
   warn(obj: object, msg: string): void;
@@ -58,7 +60,6 @@ export function brokerHooks(deps: {
 }): Pick<AedesOptions, 'preConnect' | 'authenticate' | 'authorizePublish' | 'authorizeSubscribe' | 'authorizeForward'> {
   const { services, sessions, log } = deps;
   const throttle = deps.throttle ?? new AuthThrottle(services.clock);
-  const addressOf = (client: Client) => (client as unknown as { conn?: { remoteAddress?: string } }).conn?.remoteAddress;
 
   return {
     preConnect(_client, packet, callback) {
@@ -74,7 +75,7 @@ export function brokerHooks(deps: {
     },
 
     authenticate(client, username, password, callback) {
-      const address = addressOf(client);
+      const address = remoteAddressOf(client);
       if (throttle.lockedFor(address) > 0) {
         // Too many failures from this address: refused unchecked, as "server unavailable" so
         // the answer reveals nothing about these credentials and the device retries later.
@@ -138,7 +139,7 @@ export function brokerHooks(deps: {
           },
         );
       if (packet.qos === 2 && packet.dup) {
-        alreadyReceived(deps.broker(), client, packet).then((duplicate) => (duplicate ? callback(null) : ingest()), callback);
+        isStoredQos2Duplicate(deps.broker(), client, packet).then((duplicate) => (duplicate ? callback(null) : ingest()), callback);
       } else {
         ingest();
       }
@@ -158,42 +159,4 @@ export function brokerHooks(deps: {
       return TELEMETRY_TOPIC.test(packet.topic) ? null : packet;
     },
   };
-}
-
-type FanOut = (packet: PublishPacket, client: Client | null, done?: (err?: Error | null) => void) => void;
-
-/**
- * Telemetry ends at the store. A device's publish on its telemetry topic is never forwarded
- * (authorizeForward refuses it) nor retained (authorizePublish clears the flag), yet after the
- * PUBACK aedes still fans it out: subscription-trie lookups for live and for offline
- * subscribers, the emitter, the 'publish' event. That work can deliver nothing, and it was
- * ~1.5 µs of the broker thread per message under QoS 1 load (BENCHMARKS.md). Those packets
- * skip the fan-out; every other publish (none reaches here from devices today) goes through
- * aedes unchanged.
- */
-export function skipTelemetryFanOut(broker: Aedes): void {
-  const target = broker as unknown as { publish: FanOut };
-  const fanOut = target.publish.bind(broker);
-  target.publish = (packet, client, done) => {
-    if (client && TELEMETRY_TOPIC.test(packet.topic)) {
-      done?.(null);
-      return;
-    }
-    fanOut(packet, client, done);
-  };
-}
-
-/**
- * QoS 2 duplicate: a PUBLISH re-sent (DUP) before PUBREL is already in aedes's inbound store
- * for this session and must not be ingested twice; aedes answers it with PUBREC again.
- */
-async function alreadyReceived(broker: Aedes, client: Client, packet: PublishPacket): Promise<boolean> {
-  const persistence = (broker as unknown as { persistence: { incomingGetPacket(c: Client, p: { messageId?: number }): Promise<unknown> } })
-    .persistence;
-  try {
-    await persistence.incomingGetPacket(client, { messageId: packet.messageId });
-    return true;
-  } catch {
-    return false;
-  }
 }

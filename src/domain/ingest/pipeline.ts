@@ -217,10 +217,20 @@ export function ingestPipeline(deps: {
       }
     },
 
-    /** A permanent rejection seen by a transport before the pipeline (e.g. unparsable MQTT payload). */
-    recordRejection(device: Device, reason: string, transport: Transport) {
-      devices.recordRejection(device, reason);
-      events.emit('reading.rejected', { device, reason, transport });
+    /**
+     * A permanent rejection a transport saw before the pipeline could (an MQTT packet too
+     * large to buffer), counted against the device like any other. A device that is gone or
+     * no longer allowed, or a database that cannot write, is ignored: the connection ends
+     * all the same.
+     */
+    recordTransportRejection(deviceId: string, reason: string, transport: Transport) {
+      try {
+        const { device } = devices.authorizeSession(deviceId);
+        devices.recordRejection(device, reason);
+        events.emit('reading.rejected', { device, reason, transport });
+      } catch {
+        // nothing to count against
+      }
     },
 
     setAlertEvaluator(fn: AlertEvaluator) {
