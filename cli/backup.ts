@@ -1,16 +1,7 @@
-import { existsSync } from 'node:fs';
-import path from 'node:path';
 import { Command } from 'commander';
-import { DATA_DIR_OPTION } from '../src/config.js';
-import { type BackupProgress, createBackup, restoreBackup } from '../src/storage/backup.js';
-import { DB_FILE, openDatabase } from '../src/storage/db.js';
-import { VERSION } from '../src/version.js';
-import { fail, resolveRawOptions, withCommonOptions } from './context.js';
-
-function dataDirOf(cmd: Command): string {
-  const raw = resolveRawOptions(cmd, [DATA_DIR_OPTION]);
-  return path.resolve((raw['data-dir'] as string | undefined) ?? DATA_DIR_OPTION.default!);
-}
+import { hasDatabase, openDataDir, restoreDataDir } from '../src/composition.js';
+import type { BackupProgress } from '../src/storage/backup.js';
+import { dataDirOf, fail, withCommonOptions } from './context.js';
 
 /** Progress on stderr, only when it is a terminal (scripts and --json get a quiet stderr). */
 function terminalProgress(): ((p: BackupProgress) => void) | undefined {
@@ -32,15 +23,15 @@ export function backupCommands(): Command[] {
     try {
       const dataDir = dataDirOf(cmd);
       // Never create an empty database just to back it up.
-      if (!existsSync(path.join(dataDir, DB_FILE))) throw new Error(`no database in ${dataDir}`);
-      const db = openDatabase(dataDir);
-      let result: Awaited<ReturnType<typeof createBackup>>;
+      if (!hasDatabase(dataDir)) throw new Error(`no database in ${dataDir}`);
+      const composition = openDataDir(dataDir);
+      let result: { file: string; bytes: number };
       try {
         const progress = terminalProgress();
-        result = await createBackup(db, dataDir, file, VERSION, progress);
+        result = await composition.services.backup.create(file, progress);
         if (progress) process.stderr.write('\n');
       } finally {
-        db.close();
+        composition.close();
       }
       process.stdout.write(opts.json ? `${JSON.stringify(result)}\n` : `wrote ${result.file} (${result.bytes} bytes)\n`);
     } catch (err) {
@@ -55,7 +46,7 @@ export function backupCommands(): Command[] {
       .option('--force', 'replace the database already in the data dir'),
   ).action(async (file: string, opts: { json?: boolean; force?: boolean }, cmd: Command) => {
     try {
-      const result = await restoreBackup(file, dataDirOf(cmd), { force: Boolean(opts.force) });
+      const result = await restoreDataDir(file, dataDirOf(cmd), { force: Boolean(opts.force) });
       process.stdout.write(
         opts.json ? `${JSON.stringify(result)}\n` : `restored ${result.file} into ${result.data_dir} (${result.readings} readings)\n`,
       );

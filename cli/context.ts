@@ -1,9 +1,8 @@
+import path from 'node:path';
 import { type Command, Option } from 'commander';
+import { openDataDir, type Services } from '../src/composition.js';
 import { CONFIG_OPTION, DATA_DIR_OPTION, envName, loadConfigFile, type OptionSpec } from '../src/config.js';
-import { createServices, type Services } from '../src/domain/services.js';
 import { AppError } from '../src/errors.js';
-import { openDatabase } from '../src/storage/db.js';
-import { createRepositories } from '../src/storage/index.js';
 
 /** Declares an option once: flag, TELEMETRYD_<FLAG> env var, and its default in the help. */
 export function addSpecOption(cmd: Command, spec: OptionSpec): Command {
@@ -52,11 +51,9 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
   const opts = cmd.opts() as { json?: boolean };
   const json = Boolean(opts.json);
   try {
-    const raw = resolveRawOptions(cmd, [DATA_DIR_OPTION]);
-    const dataDir = (raw['data-dir'] as string | undefined) ?? DATA_DIR_OPTION.default!;
-    const db = openDatabase(dataDir);
+    const composition = openDataDir(dataDirOf(cmd));
     try {
-      const services = createServices(createRepositories(db), { dataDir });
+      const { services } = composition;
       await fn({
         services,
         json,
@@ -65,11 +62,17 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
         },
       });
     } finally {
-      db.close();
+      composition.close();
     }
   } catch (err) {
     fail(err);
   }
+}
+
+/** The data dir a command works on: --data-dir > env > config file > default. */
+export function dataDirOf(cmd: Command): string {
+  const raw = resolveRawOptions(cmd, [DATA_DIR_OPTION]);
+  return path.resolve((raw['data-dir'] as string | undefined) ?? DATA_DIR_OPTION.default!);
 }
 
 export function fail(err: unknown): never {

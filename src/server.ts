@@ -1,14 +1,12 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
+import { composeServices, type Services, type Storage } from './composition.js';
 import type { ServerConfig } from './config.js';
-import { RetentionJob, type RetentionOptions } from './domain/retention.js';
-import { createServices, type Services } from './domain/services.js';
+import type { RetentionJob, RetentionOptions } from './domain/retention.js';
 import { buildApp, type HttpTimeouts } from './http/app.js';
 import { randomBase62 } from './ids.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
-import { ChangeWatcher } from './storage/changeWatcher.js';
 import { type Db, openDatabase } from './storage/db.js';
-import { createRepositories } from './storage/index.js';
 import type { Clock } from './time.js';
 import { VERSION } from './version.js';
 
@@ -19,6 +17,8 @@ export interface RunningServer {
   config: ServerConfig;
   db: Db;
   services: Services;
+  /** The storage below the services, for tests that seed or inspect it directly. */
+  storage: Storage;
   app: FastifyInstance;
   /** http://host:port actually bound (port 0 resolves to the ephemeral port). */
   httpUrl: string;
@@ -30,7 +30,7 @@ export interface RunningServer {
   mqttFingerprint: string | null;
   /** One-time setup URL while the database has no account; null otherwise. */
   setupUrl: string | null;
-  /** Telemetry retention (decisions.md §4), periodic; tests drive it with runOnce(). */
+  /** Retention of readings and snapshots, periodic; tests drive it with runOnce(). */
   retention: RetentionJob;
   close(): Promise<void>;
 }
@@ -58,36 +58,27 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     redact: ['req.headers.authorization', 'req.headers.cookie', 'access_token', 'password', 'token'],
   };
   let app: FastifyInstance | null = null;
-  const services = createServices(createRepositories(db), {
+  const {
+    services,
+    storage,
+    close: closeStorage,
+  } = composeServices(db, {
     clock: options.clock,
     dataDir: config.dataDir,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),
     onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
+    retention: { onError: (err) => app?.log.error({ err }, 'retention job failed'), ...options.retention },
   });
 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
   app = await buildApp({ services, config, logger, version: VERSION, setupToken, httpTimeouts: options.httpTimeouts });
-  const watcher = new ChangeWatcher(
-    db,
-    () => services.events.emit('external.change', {}),
-    250,
-    (err) => app?.log.error({ err }, 'database change check failed'),
-  );
-  watcher.start();
-  // Telemetry retention (decisions.md §4): batched, shortly after start, then hourly.
-  const retention = new RetentionJob(services.repos, services.clock, {
-    onError: (err) => app?.log.error({ err }, 'retention job failed'),
-    ...options.retention,
-  });
+  const stopWatching = services.watchExternalCommits(250, (err) => app?.log.error({ err }, 'database change check failed'));
+  const { retention } = services;
   retention.start();
-  // Snapshot retention (decisions.md §4): shortly after start, then hourly.
-  const stopSnapshotRetention = services.snapshots.scheduleRetention({
-    onError: (err) => app?.log.error({ err }, 'snapshot retention failed'),
-  });
 
   await app.listen({ host: config.host, port: config.httpPort });
   const address = app.server.address() as AddressInfo;
@@ -103,11 +94,10 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     mqtt = await startMqtt(config, services, app.log, print);
   } catch (err) {
     await app.close();
-    watcher.stop();
     // The background jobs must not wake up later on a closed database.
-    stopSnapshotRetention();
+    stopWatching();
     await retention.stop();
-    db.close();
+    closeStorage();
     throw err;
   }
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
@@ -122,6 +112,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     config,
     db,
     services,
+    storage,
     app,
     httpUrl,
     httpPort: address.port,
@@ -133,8 +124,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     async close() {
       if (closed) return;
       closed = true;
-      watcher.stop();
-      stopSnapshotRetention();
+      stopWatching();
       await retention.stop();
       // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.
       await mqtt?.close();
@@ -147,10 +137,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       forceClose.unref();
       await app!.close();
       clearTimeout(forceClose);
-      services.writer.close();
+      // The last readings commit (and their alerts are evaluated) before deliveries stop.
+      storage.writer.close();
       // Stops webhook retries; outcomes of deliveries still running are recorded as failed.
       await services.alertEvaluation.close();
-      db.close();
+      closeStorage();
     },
   };
 }

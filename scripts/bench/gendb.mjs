@@ -11,10 +11,10 @@ import path from 'node:path';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const require = createRequire(import.meta.url);
-const { openDatabase, createRepositories, createServices } = require(cfg.bundle);
+const { openDatabase, composeServices } = require(cfg.bundle);
 
 const db = openDatabase(cfg.dir);
-const services = createServices(createRepositories(db));
+const { services, storage } = composeServices(db);
 const email = 'bench@example.com';
 const account = await services.accounts.create({ email, plan: 'enterprise' });
 const { key } = services.keys.create(account, 'bench');
@@ -57,7 +57,7 @@ if (cfg.rows > 0) {
   db.prepare('UPDATE reading_seq SET last = ?').run(cfg.rows);
   for (const ix of indexes) db.exec(ix.sql);
   // Tables the triggers keep (reading_counts) are refilled from readings the way migration 4 does.
-  if (typeof services.repos.readings.rebuildDerived === 'function') services.repos.readings.rebuildDerived();
+  if (typeof storage.repos.readings.rebuildDerived === 'function') storage.repos.readings.rebuildDerived();
   db.pragma('wal_checkpoint(TRUNCATE)');
 }
 db.close();

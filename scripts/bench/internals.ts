@@ -2,7 +2,6 @@
 // bundled by run.mjs into .cache/bench/internals.cjs (better-sqlite3 stays external and
 // is resolved from node_modules). Nothing here is part of the product.
 
-export { createServices } from '../../src/domain/services.js';
+export { composeServices } from '../../src/composition.js';
 export { DB_FILE, openDatabase } from '../../src/storage/db.js';
-export { createRepositories } from '../../src/storage/index.js';
 export { MIGRATIONS } from '../../src/storage/migrations.js';

@@ -11,11 +11,11 @@ import path from 'node:path';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const require = createRequire(import.meta.url);
-const { openDatabase, createRepositories, createServices } = require(cfg.bundle);
+const { openDatabase, composeServices } = require(cfg.bundle);
 const meta = JSON.parse(readFileSync(path.join(cfg.dir, 'bench.json'), 'utf8'));
 
 const db = openDatabase(cfg.dir);
-const services = createServices(createRepositories(db));
+const { services, storage } = composeServices(db);
 const devices = meta.devices;
 let n = 0;
 // The last reading seq issued (migration 1's reading_seq): a count of stored readings here.
@@ -46,6 +46,6 @@ const end = t0 + cfg.durationS * 1000;
 while (performance.now() < end) await pass();
 const seconds = (performance.now() - t0) / 1000;
 const endRows = lastSeq();
-services.writer.close();
+storage.writer.close();
 db.close();
-console.log(JSON.stringify({ rows_per_s: (endRows - startRows) / seconds, rows_before: before, max_batch: services.writer.maxBatch }));
+console.log(JSON.stringify({ rows_per_s: (endRows - startRows) / seconds, rows_before: before, max_batch: storage.writer.maxBatch }));

@@ -71,6 +71,11 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
     return device;
   }
 
+  /** True when the device exists and belongs to the account. */
+  function isOwnedBy(account: Account, id: string): boolean {
+    return repos.devices.findById(id)?.accountSeq === account.seq;
+  }
+
   function getAny(id: string): DeviceWithToken {
     const device = repos.devices.findById(id);
     if (!device) throw notFound(`no device ${id}`);
@@ -93,6 +98,7 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
 
   return {
     getOwned,
+    isOwnedBy,
     getAny,
     list: (account: Account, opts: { limit: number; offset: number; status?: string }) => ({
       devices: repos.devices.listByAccount(account.seq, opts),

@@ -1,5 +1,6 @@
 import type { Repositories } from '../storage/index.js';
-import { type Clock, DAY_MS, HOUR_MS } from '../time.js';
+import { type Clock, DAY_MS, HOUR_MS, MINUTE_MS } from '../time.js';
+import type { SnapshotService } from './snapshots.js';
 
 export interface RetentionOptions {
   /** Readings deleted per transaction: short transactions keep the write lock free for ingest. */
@@ -13,16 +14,20 @@ export interface RetentionOptions {
 }
 
 export interface RetentionRun {
+  /** Devices that had readings deleted, readings deleted, and the transactions that took. */
   devices: number;
   deleted: number;
   batches: number;
+  /** Snapshots deleted (files and rows). */
+  snapshots: number;
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
- * Telemetry retention (decisions.md §4 "telemetry retention"): readings older than the
- * account's plan retention are deleted by this background job. It deletes in small batches,
+ * Retention, the one background job that forgets data: readings older than the account's
+ * plan retention, then snapshots older than its snapshot retention (docs/api.md, "Retention").
+ * Readings go in small batches,
  * one short IMMEDIATE transaction each, and yields to the event loop between batches, so
  * ingest (group commit on the same connection) and admin commands never wait behind it.
  * Before a device's readings go, its newest reading time is archived in devices.last_seen,
@@ -34,16 +39,22 @@ export class RetentionJob {
   private stopped = false;
   private readonly batchSize: number;
 
+  /** The first pass after start also clears temporary snapshot files a crash left mid-write. */
+  private sweepTemps = true;
+
   constructor(
     private readonly repos: Repositories,
     private readonly clock: Clock,
-    private readonly options: RetentionOptions = {},
+    private readonly snapshots: SnapshotService,
+    private options: RetentionOptions = {},
   ) {
     this.batchSize = options.batchSize ?? 1_000;
   }
 
   /** Periodic runs on an unref'd timer: the job never keeps the process alive. */
-  start(): void {
+  start(options: Pick<RetentionOptions, 'intervalMs' | 'firstRunDelayMs'> = {}): void {
+    this.options = { ...this.options, ...options };
+    if (this.timer) clearTimeout(this.timer);
     this.stopped = false;
     const schedule = (delay: number) => {
       this.timer = setTimeout(() => {
@@ -55,7 +66,7 @@ export class RetentionJob {
       }, delay);
       this.timer.unref();
     };
-    schedule(this.options.firstRunDelayMs ?? 60_000);
+    schedule(this.options.firstRunDelayMs ?? MINUTE_MS);
   }
 
   /** Runs one pass now (or joins the pass in progress). */
@@ -73,7 +84,7 @@ export class RetentionJob {
   }
 
   private async pass(): Promise<RetentionRun> {
-    const run: RetentionRun = { devices: 0, deleted: 0, batches: 0 };
+    const run: RetentionRun = { devices: 0, deleted: 0, batches: 0, snapshots: 0 };
     const retentionByAccount = new Map(this.repos.accounts.list().map((a) => [a.seq, a.limits.retentionDays]));
     const now = this.clock.now();
     for (const device of this.repos.devices.allSeqs()) {
@@ -96,6 +107,11 @@ export class RetentionJob {
       }
       if (touched) run.devices++;
     }
+    if (this.sweepTemps) {
+      this.sweepTemps = false;
+      await this.snapshots.removeStaleTempFiles(HOUR_MS);
+    }
+    run.snapshots = await this.snapshots.purgeExpiredSnapshots(now);
     return run;
   }
 }

@@ -174,35 +174,8 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       files.removeDevice(deviceId);
     },
 
-    /**
-     * Runs the retention job once shortly after start, then every `intervalMs`, on the
-     * injected clock. Timers are unref'd so they never keep the process alive; call the
-     * returned function on shutdown.
-     */
-    scheduleRetention(options: { firstDelayMs?: number; intervalMs?: number; onError?: (err: unknown) => void } = {}): () => void {
-      const { firstDelayMs = 60_000, intervalMs = 3_600_000, onError = () => {} } = options;
-      let running = false;
-      let interval: NodeJS.Timeout | null = null;
-      const run = (sweepTemps: boolean) => {
-        if (running) return;
-        running = true;
-        // After start, also clear temporary files a crash may have left mid-write.
-        (sweepTemps ? files.removeStaleTempFiles(3_600_000) : Promise.resolve(0))
-          .then(() => purgeExpiredSnapshots(clock.now()))
-          .catch(onError)
-          .finally(() => (running = false));
-      };
-      const first = setTimeout(() => {
-        run(true);
-        interval = setInterval(() => run(false), intervalMs);
-        interval.unref();
-      }, firstDelayMs);
-      first.unref();
-      return () => {
-        clearTimeout(first);
-        if (interval) clearInterval(interval);
-      };
-    },
+    /** Clears temporary files older than `ageMs` that a crash left mid-write. */
+    removeStaleTempFiles: (ageMs: number) => files.removeStaleTempFiles(ageMs),
   };
 }
 

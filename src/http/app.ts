@@ -1,8 +1,8 @@
 import swagger from '@fastify/swagger';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
+import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
-import type { Services } from '../domain/services.js';
 import { errorBody, handleError } from './errors.js';
 import { parseJsonBody } from './jsonBody.js';
 import { createMetrics, installMetrics } from './metrics.js';

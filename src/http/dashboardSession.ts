@@ -5,7 +5,7 @@
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { Services } from '../domain/services.js';
+import type { Services } from '../composition.js';
 import type { ResolvedSession } from '../domain/sessions.js';
 import { SESSION_IDLE_MS } from '../domain/sessions.js';
 import type { Account } from '../domain/types.js';

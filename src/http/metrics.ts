@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Counter, Gauge, type Metric, Registry } from 'prom-client';
-import type { Services } from '../domain/services.js';
+import type { Services } from '../composition.js';
 
 /**
  * Prometheus metrics (docs/reliability.md "Operations"). One registry per server (tests run
@@ -38,15 +38,13 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     readings.inc({ transport: t }, 0);
     rejected.inc({ transport: t }, 0);
   }
-  const db = services.repos.db;
+  const { storageStatus } = services;
   new Gauge({
     name: 'telemetryd_database_size_bytes',
     help: 'Size of the SQLite database (pages in use times page size; the WAL is not counted)',
     registers: [registry],
     collect() {
-      const pages = db.pragma('page_count', { simple: true }) as number;
-      const pageSize = db.pragma('page_size', { simple: true }) as number;
-      this.set(pages * pageSize);
+      this.set(storageStatus.databaseBytes());
     },
   });
   new Gauge({
@@ -54,7 +52,7 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     help: 'Readings waiting for the next group commit',
     registers: [registry],
     collect() {
-      this.set(services.writer.depth);
+      this.set(storageStatus.writerQueueDepth());
     },
   });
   new Gauge({
@@ -62,7 +60,7 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     help: 'Largest group commit so far (readings in one transaction)',
     registers: [registry],
     collect() {
-      this.set(services.writer.maxBatch);
+      this.set(storageStatus.writerMaxBatch());
     },
   });
   new Gauge({

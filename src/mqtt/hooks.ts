@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Aedes, AedesOptions, AuthenticateError } from 'aedes';
-import type { Services } from '../domain/services.js';
+import type { Services } from '../composition.js';
 import { AppError } from '../errors.js';
 import { isStoredQos2Duplicate, remoteAddressOf } from './aedesInternals.js';
 import { AuthThrottle } from './authThrottle.js';

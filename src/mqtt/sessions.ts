@@ -1,5 +1,5 @@
 import type { Client } from 'aedes';
-import type { Services } from '../domain/services.js';
+import type { Services } from '../composition.js';
 import { AppError } from '../errors.js';
 
 /** What CONNECT established for one MQTT connection. */

@@ -24,8 +24,8 @@ export function createRepositories(db: Db) {
     alerts: alertsRepo(db),
     sessions: sessionsRepo(db),
     snapshots: snapshotsRepo(db),
-    /** Changes once another connection (the admin CLI) has committed (readCache.ts). */
-    externalCommits: (): number => externalCommits.current(),
+    /** Commits by another connection (the admin CLI): a counter, and a watch (readCache.ts). */
+    externalCommits,
     /** Runs fn in one synchronous transaction (never spans an await). */
     // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the
     // server) waits on busy_timeout instead of failing with SQLITE_BUSY on lock upgrade.

@@ -47,6 +47,33 @@ export class ExternalCommits {
     }
     return this.generation;
   }
+
+  /**
+   * Calls `onChange` (from an unref'd timer, every `intervalMs`) once another connection has
+   * committed since the last call: how the server hears of admin commands that no lookup
+   * would otherwise ask about (an MQTT session of a device paused from the CLI). A database
+   * that fails to answer is reported once per failing spell, never thrown from the timer
+   * (that would end the process). Returns the function that stops watching.
+   */
+  watch(onChange: () => void, intervalMs: number, onError: (err: unknown) => void = () => {}): () => void {
+    let seen = this.generation;
+    let failing = false;
+    const timer = setInterval(() => {
+      try {
+        const generation = this.current();
+        failing = false;
+        if (generation !== seen) {
+          seen = generation;
+          onChange();
+        }
+      } catch (err) {
+        if (!failing) onError(err);
+        failing = true;
+      }
+    }, intervalMs);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
 }
 
 export class TableChanges {

@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createServices } from '../../src/domain/services.js';
+import { composeServices } from '../../src/composition.js';
 import { openDatabase } from '../../src/storage/db.js';
-import { createRepositories } from '../../src/storage/index.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { history, send } from './helpers.js';
@@ -111,7 +110,7 @@ describe('telemetryd alerts (CLI) against a running server', () => {
     // the watcher's 250 ms poll).
     const db = openDatabase(server.dataDir);
     try {
-      const admin = createServices(createRepositories(db));
+      const admin = composeServices(db).services;
       const alert = server.services.alerts.create(s.device, {
         name: 'second connection',
         field: 'q',

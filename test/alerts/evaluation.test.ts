@@ -143,7 +143,7 @@ describe('alert evaluation on readings ingested over HTTP', () => {
         }),
       ),
     );
-    expect(server.services.writer.maxBatch).toBeGreaterThanOrEqual(n);
+    expect(server.storage.writer.maxBatch).toBeGreaterThanOrEqual(n);
     expect((await history(server, s.key, everyB.id)).body.data).toHaveLength(n);
     expect((await history(server, s.key, onceB.id)).body.data.map((e) => e.condition_value)).toEqual([1]);
   });

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createServices } from '../../src/domain/services.js';
-import { createRepositories } from '../../src/storage/index.js';
+import { composeServices } from '../../src/composition.js';
 import { useTempDatabases } from '../helpers/db.js';
 
 /**
@@ -12,7 +11,7 @@ describe('ingestReading', () => {
 
   it('refuses by rejecting, and stores a valid payload once committed', async () => {
     const db = temp.open(temp.dir());
-    const services = createServices(createRepositories(db));
+    const services = composeServices(db).services;
     const account = await services.accounts.create({ email: 'p@example.com', plan: 'business' });
     const { device, accessToken } = services.devices.create(account, { name: 'd' });
     const calls = [

@@ -90,11 +90,13 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
     const twoHoursAgo = (Date.now() - 2 * 3_600_000) / 1000;
     utimesSync(staleTemp, twoHoursAgo, twoHoursAgo);
     clock.advance(2 * DAY_MS + 1);
-    const stop = server.services.snapshots.scheduleRetention({ firstDelayMs: 1, intervalMs: 50 });
+    // The one retention job (readings and snapshots), restarted on a short schedule.
+    await server.retention.stop();
+    server.retention.start({ firstRunDelayMs: 1, intervalMs: 50 });
     try {
       await expect.poll(() => existsSync(file), { timeout: 5_000 }).toBe(false);
     } finally {
-      stop();
+      await server.retention.stop();
     }
     expect((await fetchSnapshot(server, up.body.url, acc.key)).status).toBe(404);
     expect(existsSync(staleTemp)).toBe(false);

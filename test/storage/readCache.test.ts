@@ -2,9 +2,8 @@ import { rmSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createServices } from '../../src/domain/services.js';
+import { composeServices } from '../../src/composition.js';
 import { DB_FILE, type Db, openDatabase } from '../../src/storage/db.js';
-import { createRepositories } from '../../src/storage/index.js';
 import { EXTERNAL_CHECK_MS } from '../../src/storage/readCache.js';
 import { tempDir } from '../helpers/server.js';
 
@@ -29,8 +28,9 @@ describe('cached device authentication', () => {
   async function setup() {
     dir = tempDir();
     db = openDatabase(dir);
-    const repos = createRepositories(db);
-    const services = createServices(repos);
+    const composed = composeServices(db);
+    const repos = composed.storage.repos;
+    const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 'a@example.com', plan: 'business' });
     const { device, accessToken } = services.devices.create(account, { name: 'd' });
     // Another connection on the same file stands for the admin CLI (another process).

@@ -1,6 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createServices } from '../../src/domain/services.js';
-import { createRepositories } from '../../src/storage/index.js';
+import { composeServices } from '../../src/composition.js';
 import { useTempDatabases } from '../helpers/db.js';
 
 const HOUR = 3_600_000;
@@ -15,8 +14,9 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
 
   async function setup() {
     const db = temp.open(temp.dir());
-    const repos = createRepositories(db);
-    const services = createServices(repos, { clock: { now: () => NOW } });
+    const composed = composeServices(db, { clock: { now: () => NOW } });
+    const repos = composed.storage.repos;
+    const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 'c@example.com', plan: 'business' });
     const other = await services.accounts.create({ email: 'o@example.com', plan: 'business' });
     const a = services.devices.create(account, { name: 'a' }).device;

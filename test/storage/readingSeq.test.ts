@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createServices } from '../../src/domain/services.js';
+import { composeServices } from '../../src/composition.js';
 import { createRepositories } from '../../src/storage/index.js';
 import { useTempDatabases } from '../helpers/db.js';
 
@@ -14,8 +14,9 @@ describe('reading seqs (migration 1: reading_seq)', () => {
   it('are increasing in batch order and never reused after the newest readings are deleted, across reopen', async () => {
     const dir = temp.dir();
     let db = temp.open(dir);
-    let repos = createRepositories(db);
-    const services = createServices(repos);
+    const composed = composeServices(db);
+    let repos = composed.storage.repos;
+    const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 's@example.com', plan: 'business' });
     const a = services.devices.create(account, { name: 'a' }).device;
     const b = services.devices.create(account, { name: 'b' }).device;

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { describe, expect, it } from 'vitest';
-import { createServices } from '../../src/domain/services.js';
+import { composeServices } from '../../src/composition.js';
 import { DB_FILE } from '../../src/storage/db.js';
 import { createRepositories } from '../../src/storage/index.js';
 import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
@@ -22,8 +22,9 @@ describe('readings inbox (migration 5)', () => {
 
   async function setup() {
     const db = temp.open(temp.dir());
-    const repos = createRepositories(db);
-    const services = createServices(repos, { clock: { now: () => NOW } });
+    const composed = composeServices(db, { clock: { now: () => NOW } });
+    const repos = composed.storage.repos;
+    const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 'i@example.com', plan: 'business' });
     const a = services.devices.create(account, { name: 'a' }).device;
     const b = services.devices.create(account, { name: 'b' }).device;

@@ -160,7 +160,7 @@ describe('dashboard in a browser', () => {
     expect(await page.getByTestId('snippet-mosquitto').textContent()).toContain(`d/${state.deviceId}/t`);
     await shot('04-device-created');
 
-    const device = server.services.repos.devices.findById(state.deviceId)!;
+    const device = server.storage.repos.devices.findById(state.deviceId)!;
     expect(device.fields).toEqual(fields);
     expect(device.settings).toMatchObject({ protocol: 'http', data_interval_seconds: 30, network: 'wifi', data_direction: 'send_only' });
     expect(device.description).toBe('north side');
@@ -216,7 +216,7 @@ describe('dashboard in a browser', () => {
       .split('\r\n');
     expect(csv[0]).toBe('time,temperature,humidity,snapshot_url');
     expect(csv).toHaveLength(3);
-    const stored = server.services.repos.readings.history(server.services.repos.devices.findById(state.deviceId!)!.seq, 0, 10).reverse();
+    const stored = server.storage.repos.readings.history(server.storage.repos.devices.findById(state.deviceId!)!.seq, 0, 10).reverse();
     for (const [i, line] of csv.slice(1).entries()) {
       const [time, t, hum, url] = line.split(',');
       expect(time).toBe(new Date(stored[i]!.time).toISOString());
@@ -279,7 +279,7 @@ describe('dashboard in a browser', () => {
     state.readings.push(hot);
     await new Promise((r) => setTimeout(r, 300));
     if (server.services.alerts.history(alert!, 10).length === 0) {
-      server.services.repos.alerts.insertEvent({
+      server.storage.repos.alerts.insertEvent({
         id: newId('evt'),
         alertSeq: alert!.seq,
         deviceId: state.deviceId!,
@@ -428,7 +428,7 @@ describe('dashboard in a browser', () => {
     await dlg.getByLabel(/Type the device name/).fill('Greenhouse');
     await confirm.click();
     await page.getByRole('heading', { name: 'Devices' }).waitFor();
-    expect(server.services.repos.devices.findById(state.deviceId!)).toBeNull();
+    expect(server.storage.repos.devices.findById(state.deviceId!)).toBeNull();
     await shot('09-devices-empty');
   });
 });

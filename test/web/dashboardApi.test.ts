@@ -151,7 +151,7 @@ describe('dashboard API', () => {
       data: JSON.stringify({ n: i, env: { t: i / 10 }, note: i === 0 ? '=cmd()' : 'ok' }),
     }));
     batch.push({ deviceSeq: device.seq, time: now - 8 * 86_400_000, data: JSON.stringify({ n: -1 }) }); // outside retention
-    server.services.repos.readings.insertBatch(batch);
+    server.storage.repos.readings.insertBatch(batch);
 
     const seen: number[] = [];
     for (const chunk of readingChunks(server.services, account, device, now - 86_400_000, now + 1))

@@ -6,7 +6,7 @@
  *   statement on `alerts_by_device` and dropped whenever an alert changes here
  *   ('alert.changed') or another process (the admin CLI) commits. The change watcher reports
  *   such commits only every 250 ms, so the evaluator also asks the repositories'
- *   `externalCommits()` (PRAGMA data_version, read at most once a millisecond): an alert
+ *   `externalCommits.current()` (PRAGMA data_version, read at most once a millisecond): an alert
  *   created or disabled with the CLI applies to the next reading (decisions.md §2). A device
  *   without alerts costs one Map lookup per reading.
  * - Race-free cooldown: the cooldown check and the cached `last_triggered` update happen in
@@ -93,9 +93,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     flushTriggers();
     enabledByDevice.clear();
   };
-  let seenExternal = repos.externalCommits();
+  let seenExternal = repos.externalCommits.current();
   function dropCacheIfChangedElsewhere() {
-    const external = repos.externalCommits();
+    const external = repos.externalCommits.current();
     if (external !== seenExternal) {
       seenExternal = external;
       dropCache();

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Services } from '../../composition.js';
 import {
   presentAccount,
   presentAlertDetail,
@@ -7,7 +8,6 @@ import {
   presentDeviceDetail,
   presentReading,
 } from '../../domain/presenters.js';
-import type { Services } from '../../domain/services.js';
 import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
 import type { Account } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
+import type { Services } from '../../composition.js';
 import type { ServerConfig } from '../../config.js';
 import { presentAccount } from '../../domain/presenters.js';
-import type { Services } from '../../domain/services.js';
 import { unauthorized } from '../../errors.js';
 import { hashSecret, sameHash } from '../../ids.js';
 import { clearSessionCookie, setSessionCookie } from '../dashboardSession.js';

@@ -1,8 +1,8 @@
 import { once } from 'node:events';
 import { PassThrough, Readable } from 'node:stream';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { Services } from '../../composition.js';
 import { presentAlertEvent, presentReading } from '../../domain/presenters.js';
-import type { Services } from '../../domain/services.js';
 import { capRangeToRetention, rangeMs } from '../../domain/telemetry.js';
 import type { Account, Device, StoredReading } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';
@@ -165,7 +165,6 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     });
     res.write('retry: 5000\n\n');
     const send = (event: string, data: unknown) => res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
-    const ownDevice = (deviceId: string) => services.repos.devices.findById(deviceId)?.accountSeq === account.seq;
     const unsubscribe = [
       services.events.on('reading.stored', ({ device, reading }) => {
         if (device.accountSeq === account.seq) send('reading', { device_id: device.id, reading: presentReading(reading) });
@@ -174,7 +173,7 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
         if (device.accountSeq === account.seq) send('rejected', { device_id: device.id, reason });
       }),
       services.events.on('device.changed', ({ deviceId, change }) => {
-        if (change !== 'deleted' && ownDevice(deviceId)) send('device', { device_id: deviceId, change });
+        if (change !== 'deleted' && services.devices.isOwnedBy(account, deviceId)) send('device', { device_id: deviceId, change });
       }),
       services.events.on('alert.triggered', ({ alert, event }) => {
         if (alert.accountSeq === account.seq) send('alert', { alert_id: alert.id, event: presentAlertEvent(event) });

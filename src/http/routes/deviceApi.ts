@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Services } from '../../composition.js';
 import { MAX_INGEST_BYTES } from '../../domain/ingest/pipeline.js';
-import type { Services } from '../../domain/services.js';
 import { badRequest } from '../../errors.js';
 import { parseJsonBody } from '../jsonBody.js';
 

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Services } from '../../composition.js';
 import { planHasApiAccess } from '../../domain/plans.js';
 import {
   presentAlert,
@@ -9,7 +10,6 @@ import {
   presentReadingJson,
 } from '../../domain/presenters.js';
 import type { RateLimitState } from '../../domain/rateLimit.js';
-import type { Services } from '../../domain/services.js';
 import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
 import type { Account } from '../../domain/types.js';
 import { type AppError, badRequest, forbidden } from '../../errors.js';

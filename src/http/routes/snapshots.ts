@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Services } from '../../domain/services.js';
+import type { Services } from '../../composition.js';
 import type { SnapshotReader } from '../../domain/snapshots.js';
 import { API_KEY_PREFIX } from '../../ids.js';
 import { accountFromSession } from '../dashboardSession.js';

@@ -1,0 +1,143 @@
+/**
+ * The composition root: the one place that builds the object graph of a process (storage,
+ * then the domain services over it) from its settings. Transports (HTTP routes, MQTT hooks,
+ * CLI commands) are handed `Services` and nothing below them; the storage handles go only
+ * to the server's lifecycle and to tests.
+ */
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { accountService } from './domain/accounts.js';
+import { alertEvaluator } from './domain/alerts/evaluator.js';
+import { alertService } from './domain/alerts.js';
+import { deviceService } from './domain/devices.js';
+import { DomainEvents } from './domain/events.js';
+import { ingestPipeline } from './domain/ingest/pipeline.js';
+import { keyService } from './domain/keys.js';
+import { RateLimiter } from './domain/rateLimit.js';
+import { RetentionJob, type RetentionOptions } from './domain/retention.js';
+import { sessionService } from './domain/sessions.js';
+import { snapshotService } from './domain/snapshots.js';
+import { storageStatusService } from './domain/storageStatus.js';
+import { telemetryService } from './domain/telemetry.js';
+import { usageService } from './domain/usage.js';
+import { createNotifier, type NotifySettings } from './notify/index.js';
+import { type BackupProgress, createBackup, restoreBackup } from './storage/backup.js';
+import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
+import { createRepositories, type Repositories } from './storage/index.js';
+import { ReadingWriter } from './storage/readingWriter.js';
+import { snapshotFiles } from './storage/snapshotFiles.js';
+import { type Clock, systemClock } from './time.js';
+import { VERSION } from './version.js';
+
+export interface ServiceOptions {
+  clock?: Clock;
+  onListenerError?: (err: unknown, event: string) => void;
+  /** The data dir; snapshot files live in its snapshots/ folder. Default: the database's folder. */
+  dataDir?: string;
+  /** Alert action settings (the server passes --smtp-url/--smtp-from); admin commands send nothing. */
+  notify?: NotifySettings;
+  /** Where failed alert deliveries are reported. */
+  logAlert?: (message: string, details: Record<string, unknown>) => void;
+  /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
+  onInboxMergeError?: (err: unknown) => void;
+  retention?: RetentionOptions;
+}
+
+/** What the composition holds below the services: for the server's lifecycle and for tests. */
+export interface Storage {
+  db: Db;
+  repos: Repositories;
+  writer: ReadingWriter;
+}
+
+function buildServices(storage: Storage, dataDir: string, options: ServiceOptions) {
+  const { repos, writer, db } = storage;
+  const clock = options.clock ?? systemClock;
+  const events = new DomainEvents(options.onListenerError);
+  const devices = deviceService(repos, events, clock);
+  const accounts = accountService(repos, events, clock);
+  const alertEvaluation = alertEvaluator({
+    repos,
+    events,
+    accounts,
+    notifier: createNotifier(options.notify ?? { smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
+    log: options.logAlert,
+  });
+  const snapshots = snapshotService(repos, devices, snapshotFiles(dataDir), clock);
+  // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
+  // admin CLI); the rows go by ON DELETE CASCADE.
+  events.on('device.changed', ({ deviceId, change }) => {
+    if (change === 'deleted') snapshots.removeDeviceFiles(deviceId);
+  });
+  return {
+    clock,
+    events,
+    accounts,
+    sessions: sessionService(repos, accounts, clock),
+    keys: keyService(repos, clock),
+    devices,
+    telemetry: telemetryService(repos, clock),
+    usage: usageService(repos, clock),
+    alerts: alertService(repos, clock, events),
+    alertEvaluation,
+    rateLimiter: new RateLimiter(clock),
+    ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate }),
+    snapshots,
+    storageStatus: storageStatusService({
+      databaseBytes: () => (db.pragma('page_count', { simple: true }) as number) * (db.pragma('page_size', { simple: true }) as number),
+      writerQueueDepth: () => writer.depth,
+      writerMaxBatch: () => writer.maxBatch,
+      // A real read of the schema (a read transaction on the file), not `SELECT 1`, which
+      // SQLite answers without touching the database.
+      checkReadable: () => void db.prepare('SELECT count(*) FROM sqlite_master').get(),
+    }),
+    retention: new RetentionJob(repos, clock, snapshots, options.retention),
+    backup: {
+      /** A consistent archive of the database and the snapshot files, taken while serving. */
+      create: (file: string, onProgress?: (p: BackupProgress) => void) => createBackup(db, dataDir, file, VERSION, onProgress),
+    },
+    /**
+     * Emits 'external.change' once another process (an admin command) has committed, checked
+     * every `intervalMs`; returns the function that stops watching.
+     */
+    watchExternalCommits: (intervalMs: number, onError?: (err: unknown) => void) =>
+      repos.externalCommits.watch(() => events.emit('external.change', {}), intervalMs, onError),
+  };
+}
+
+export type Services = ReturnType<typeof buildServices>;
+
+export interface Composition {
+  services: Services;
+  storage: Storage;
+  /** Flushes the writer and closes the database; the caller stops the services' jobs first. */
+  close(): void;
+}
+
+/** Builds the services over an open database. */
+export function composeServices(db: Db, options: ServiceOptions = {}): Composition {
+  const repos = createRepositories(db);
+  const writer = new ReadingWriter(repos.readings, undefined, options.onInboxMergeError);
+  const storage: Storage = { db, repos, writer };
+  const services = buildServices(storage, options.dataDir ?? path.dirname(db.name), options);
+  return {
+    services,
+    storage,
+    close() {
+      if (!db.open) return;
+      writer.close();
+      db.close();
+    },
+  };
+}
+
+/** Opens (creating and migrating) the database of a data dir and builds the services over it. */
+export function openDataDir(dataDir: string, options: ServiceOptions & OpenOptions = {}): Composition {
+  return composeServices(openDatabase(dataDir, { durability: options.durability }), { ...options, dataDir });
+}
+
+/** True when the data dir holds a database (a backup must never create an empty one). */
+export const hasDatabase = (dataDir: string) => existsSync(path.join(dataDir, DB_FILE));
+
+/** Restores an archive into a data dir, which no server may be using. */
+export const restoreDataDir = restoreBackup;
