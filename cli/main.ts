@@ -3,6 +3,7 @@ import { COMMIT, VERSION } from '../src/version.js';
 import { accountsCommand } from './accounts.js';
 import { alertsCommand } from './alerts.js';
 import { backupCommands } from './backup.js';
+import { withCommonOptions } from './context.js';
 import { devicesCommand } from './devices.js';
 import { keysCommand } from './keys.js';
 import { serveCommand } from './serve.js';
@@ -21,13 +22,11 @@ export function buildProgram(): Command {
   program.addCommand(devicesCommand());
   program.addCommand(alertsCommand());
   for (const cmd of backupCommands()) program.addCommand(cmd);
-  program
-    .command('version')
-    .description('print the version and build commit')
-    .option('--json', 'print exactly one JSON object on stdout')
-    .action((opts: { json?: boolean }) => {
-      process.stdout.write(opts.json ? `${JSON.stringify({ version: VERSION, commit: COMMIT })}\n` : `telemetryd ${VERSION} (${COMMIT})\n`);
-    });
+  // Like every command it takes --data-dir, --config and --json, so scripts can pass the
+  // same common options to all of them; it reads neither.
+  withCommonOptions(program.command('version').description('print the version and build commit')).action((opts: { json?: boolean }) => {
+    process.stdout.write(opts.json ? `${JSON.stringify({ version: VERSION, commit: COMMIT })}\n` : `telemetryd ${VERSION} (${COMMIT})\n`);
+  });
   return program;
 }
 

@@ -13,7 +13,7 @@ export function serveCommand(): Command {
   serve.action(async (_opts, cmd: Command) => {
     let config: ServerConfig;
     try {
-      config = buildServerConfig(resolveRawOptions(cmd, [DATA_DIR_OPTION, ...SERVE_OPTIONS]));
+      config = buildServerConfig(resolveRawOptions(cmd, [DATA_DIR_OPTION, ...SERVE_OPTIONS]), { stdoutIsTty: process.stdout.isTTY });
     } catch (err) {
       fail(err);
     }

@@ -23,6 +23,8 @@ export interface ServerConfig {
   smtpFrom: string;
   durability: 'normal' | 'full';
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  /** `pretty`: readable lines for a terminal; `json`: one JSON object per line. */
+  logFormat: 'pretty' | 'json';
 }
 
 export interface OptionSpec {
@@ -71,6 +73,11 @@ export const SERVE_OPTIONS: OptionSpec[] = [
     default: 'normal',
   },
   { name: 'log-level', flags: '--log-level <level>', description: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
+  {
+    name: 'log-format',
+    flags: '--log-format <pretty|json>',
+    description: 'log lines: readable (pretty) or JSON; default pretty on a terminal, JSON otherwise',
+  },
 ];
 
 export class ConfigError extends Error {}
@@ -107,8 +114,11 @@ function str(value: unknown): string | null {
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
-/** Turns resolved raw values (keyed by long option name) into the typed config. */
-export function buildServerConfig(values: Record<string, unknown>): ServerConfig {
+/**
+ * Turns resolved raw values (keyed by long option name) into the typed config. `stdoutIsTty`
+ * decides the default log format: readable lines for a person, JSON for a log collector.
+ */
+export function buildServerConfig(values: Record<string, unknown>, env: { stdoutIsTty?: boolean } = {}): ServerConfig {
   const get = (name: string) => {
     const v = values[name];
     if (v !== undefined) return v;
@@ -124,6 +134,10 @@ export function buildServerConfig(values: Record<string, unknown>): ServerConfig
   const logLevel = String(get('log-level'));
   if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
     throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
+  }
+  const logFormat = str(get('log-format')) ?? (env.stdoutIsTty ? 'pretty' : 'json');
+  if (logFormat !== 'pretty' && logFormat !== 'json') {
+    throw new ConfigError(`--log-format must be "pretty" or "json", got "${logFormat}"`);
   }
   const tlsCert = str(get('tls-cert'));
   const tlsKey = str(get('tls-key'));
@@ -149,6 +163,7 @@ export function buildServerConfig(values: Record<string, unknown>): ServerConfig
     smtpFrom: str(get('smtp-from')) ?? 'telemetryd@localhost',
     durability,
     logLevel: logLevel as ServerConfig['logLevel'],
+    logFormat,
   };
 }
 

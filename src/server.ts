@@ -5,6 +5,7 @@ import type { ServerConfig } from './config.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
 import { buildApp, type HttpTimeouts } from './http/app.js';
 import { randomBase62 } from './ids.js';
+import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
 import { type Db, openDatabase } from './storage/db.js';
 import type { Clock } from './time.js';
@@ -54,6 +55,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const db = openDatabase(config.dataDir, { durability: config.durability });
   const logger = {
     level: config.logLevel,
+    ...(config.logFormat === 'pretty' ? { stream: readableLogStream(process.stdout) } : {}),
     // Secrets never reach a log line: bearer keys, device tokens, cookies.
     redact: ['req.headers.authorization', 'req.headers.cookie', 'access_token', 'password', 'token'],
   };

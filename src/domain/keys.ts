@@ -1,11 +1,11 @@
-import { badRequest, notFound, unauthorized } from '../errors.js';
+import { badRequest, forbidden, notFound, unauthorized } from '../errors.js';
 import { API_KEY_PREFIX, hashSecret, newApiKey, newId } from '../ids.js';
 import type { Repositories } from '../storage/index.js';
-import type { Clock } from '../time.js';
+import { type Clock, MINUTE_MS } from '../time.js';
 import type { Account, ApiKey } from './types.js';
 
 /** last_used_at is written at most this often per key, so reads do not each cost a write. */
-const TOUCH_INTERVAL_MS = 60_000;
+const TOUCH_INTERVAL_MS = MINUTE_MS;
 
 export function keyService(repos: Repositories, clock: Clock) {
   return {
@@ -30,8 +30,9 @@ export function keyService(repos: Repositories, clock: Clock) {
     },
 
     /**
-     * Resolves a presented key to its account. Looked up by hash on every request, so a key
-     * revoked from the CLI is refused on its very next use (decisions.md §2).
+     * Resolves a presented key to its active account: 401 for a missing, unknown or revoked
+     * key, 403 when its account is suspended. Looked up by hash on every request, so a key
+     * revoked from the CLI is refused on its very next use (docs/api.md, "Authentication").
      */
     authenticate(presented: string | undefined): { account: Account; key: ApiKey } {
       if (!presented) throw unauthorized('missing API key');
@@ -40,6 +41,7 @@ export function keyService(repos: Repositories, clock: Clock) {
       if (!key || key.revokedAt !== null) throw unauthorized('invalid API key');
       const account = repos.accounts.findBySeq(key.accountSeq);
       if (!account) throw unauthorized('invalid API key');
+      if (account.status === 'suspended') throw forbidden('account is suspended');
       const now = clock.now();
       if (key.lastUsedAt === null || now - key.lastUsedAt >= TOUCH_INTERVAL_MS) {
         repos.apiKeys.touch(key.seq, now);

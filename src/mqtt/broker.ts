@@ -11,6 +11,7 @@ import { Aedes, type Client } from 'aedes';
 import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+import { MINUTE_MS } from '../time.js';
 import { limitPacketSize, skipFanOut } from './aedesInternals.js';
 import { brokerHooks, isTelemetryTopic } from './hooks.js';
 import { SessionRegistry } from './sessions.js';
@@ -27,7 +28,7 @@ export const MAX_PACKET_BYTES = MAX_INGEST_BYTES + 4_096;
 /** A connection must send CONNECT this soon, and finish the TLS handshake this soon. */
 const CONNECT_TIMEOUT_MS = 10_000;
 /** TCP keep-alive probes find dead peers of clients that asked for MQTT keep-alive 0. */
-const TCP_KEEPALIVE_MS = 60_000;
+const TCP_KEEPALIVE_MS = MINUTE_MS;
 
 interface Log {
   info(obj: object, msg: string): void;

@@ -1,6 +1,8 @@
+import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { CLI, runCli } from '../helpers/cli.js';
 import { freePort, spawnServe } from '../helpers/process.js';
 import { tempDir } from '../helpers/server.js';
 
@@ -58,5 +60,64 @@ describe('telemetryd serve', () => {
     await expect(spawnServe(['--data-dir', dir, '--http-port', 'eighty'], { timeoutMs: 5_000 })).rejects.toThrow(
       /--http-port must be a port number/,
     );
+  });
+
+  describe('log lines', () => {
+    const listening = /Server listening at http:\/\/127\.0\.0\.1:\d+/;
+    const serveArgs = async (dir: string) => [
+      '--data-dir',
+      dir,
+      '--host',
+      '127.0.0.1',
+      '--http-port',
+      String(await freePort()),
+      '--mqtt-port',
+      'off',
+    ];
+
+    it('are JSON objects when stdout is not a terminal, and readable lines with --log-format pretty', async () => {
+      const json = await spawnServe(await serveArgs(tempDir()), { ready: listening });
+      const line = json
+        .output()
+        .split('\n')
+        .find((l) => listening.test(l))!;
+      expect(JSON.parse(line)).toMatchObject({ level: 30, msg: expect.stringMatching(listening) });
+      json.child.kill('SIGTERM');
+      expect(await json.exited).toBe(0);
+
+      const pretty = await spawnServe([...(await serveArgs(tempDir())), '--log-format', 'pretty'], { ready: listening });
+      expect(pretty.output()).toMatch(/^\d\d:\d\d:\d\d\.\d{3} INFO {2}Server listening at http:\/\/127\.0\.0\.1:\d+$/m);
+      expect(pretty.output()).not.toMatch(/^\{/m);
+      pretty.child.kill('SIGTERM');
+      expect(await pretty.exited).toBe(0);
+    });
+
+    it('are readable on a terminal by default', async () => {
+      // script(1) gives serve a pseudo-terminal as stdout, as a person's shell would.
+      const command = [process.execPath, CLI, 'serve', ...(await serveArgs(tempDir()))].map((a) => `'${a}'`).join(' ');
+      const child = spawn('script', ['-qfec', command, '/dev/null']);
+      let out = '';
+      child.stdout.on('data', (d) => (out += d));
+      await expect.poll(() => out, { timeout: 15_000 }).toMatch(listening);
+      child.kill('SIGTERM');
+      await new Promise((resolve) => child.once('exit', resolve));
+      expect(out).toMatch(/\d\d:\d\d:\d\d\.\d{3} INFO {2}Server listening at/);
+      expect(out).not.toMatch(/"msg":/);
+    });
+
+    it('refuses an unknown format with one clear line', async () => {
+      await expect(spawnServe([...(await serveArgs(tempDir())), '--log-format', 'xml'], { timeoutMs: 5_000 })).rejects.toThrow(
+        /--log-format must be "pretty" or "json", got "xml"/,
+      );
+    });
+  });
+
+  it('version takes the options every command takes', () => {
+    const dir = tempDir();
+    const config = path.join(dir, 'config.json');
+    writeFileSync(config, JSON.stringify({ 'data-dir': dir }));
+    const r = runCli(['version', '--data-dir', dir, '--config', config, '--json']);
+    expect(r.status).toBe(0);
+    expect(r.json).toEqual({ version: expect.stringMatching(/^\d+\.\d+\.\d+/), commit: expect.any(String) });
   });
 });

@@ -1,13 +1,9 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../composition.js';
 import { MAX_INGEST_BYTES } from '../../domain/ingest/pipeline.js';
 import { badRequest } from '../../errors.js';
+import { bearerToken } from '../bearer.js';
 import { parseJsonBody } from '../jsonBody.js';
-
-export function bearerToken(request: FastifyRequest): string | undefined {
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(request.headers.authorization ?? '');
-  return m?.[1];
-}
 
 /** The Device API (interface.md "Device API"): HTTP ingest. Snapshot routes live beside it. */
 export async function deviceApiRoutes(app: FastifyInstance, { services }: { services: Services }) {

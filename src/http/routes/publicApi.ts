@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../composition.js';
 import { planHasApiAccess } from '../../domain/plans.js';
 import {
@@ -13,6 +13,7 @@ import type { RateLimitState } from '../../domain/rateLimit.js';
 import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
 import type { Account } from '../../domain/types.js';
 import { type AppError, badRequest, forbidden } from '../../errors.js';
+import { bearerToken } from '../bearer.js';
 import { paginationSchema, publicErrorResponses, ref } from '../schemas.js';
 
 declare module 'fastify' {
@@ -31,13 +32,6 @@ const limitParam = { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEG
 const offsetParam = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 } as const;
 const idParams = { type: 'object', properties: { id: { type: 'string', maxLength: 200 } }, required: ['id'] } as const;
 
-function bearer(request: FastifyRequest): string | undefined {
-  const header = request.headers.authorization;
-  if (!header) return undefined;
-  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
-  return m ? m[1] : '';
-}
-
 function setRateHeaders(reply: { header(k: string, v: string): unknown }, s: RateLimitState) {
   reply.header('X-RateLimit-Limit', String(s.limit));
   reply.header('X-RateLimit-Remaining', String(s.remaining));
@@ -53,8 +47,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
   // headers), then the limit; every counted request carries the four headers, errors included.
   app.addHook('onRequest', async (request, reply) => {
     if ((request.routeOptions.config as { public?: boolean }).public) return;
-    const { account } = keys.authenticate(bearer(request));
-    if (account.status === 'suspended') throw forbidden('account is suspended');
+    const { account } = keys.authenticate(bearerToken(request));
     if (!planHasApiAccess(account.plan)) throw forbidden('the free plan has no Public API access; upgrade to starter or above');
     try {
       setRateHeaders(reply, rateLimiter.consume(account));

@@ -1,8 +1,8 @@
 import type { StoredReading } from '../../domain/types.js';
+import { MINUTE_MS } from '../../time.js';
 import type { Db } from '../db.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
 
-const MINUTE_MS = 60_000;
 const ROWS_PER_INSERT = 32;
 /** A batch with at least this many readings per distinct device skips the inbox. */
 export const DIRECT_READINGS_PER_DEVICE = 4;

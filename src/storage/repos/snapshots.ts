@@ -1,3 +1,4 @@
+import { DAY_MS } from '../../time.js';
 import type { Db } from '../db.js';
 
 /** One stored snapshot, with the owning device and account resolved (for read checks). */
@@ -51,7 +52,7 @@ export function snapshotsRepo(db: Db) {
   const shortestRetention = db.prepare<[], { days: number | null }>('SELECT min(snapshot_retention_days) AS days FROM accounts');
   const expired = db.prepare<{ now: number; bound: number; limit: number }, SnapshotRow>(
     `${SELECT} JOIN accounts a ON a.seq = d.account_seq
-     WHERE s.created_at < @bound AND s.created_at < @now - a.snapshot_retention_days * 86400000
+     WHERE s.created_at < @bound AND s.created_at < @now - a.snapshot_retention_days * ${DAY_MS}
      ORDER BY s.created_at LIMIT @limit`,
   );
   const remove = db.prepare<[number]>('DELETE FROM snapshots WHERE seq = ?');
@@ -68,7 +69,7 @@ export function snapshotsRepo(db: Db) {
     expiredBatch(now: number, limit: number): SnapshotRecord[] {
       const days = shortestRetention.get()!.days;
       if (days === null) return [];
-      return expired.all({ now, bound: now - days * 86_400_000, limit }).map(toSnapshot);
+      return expired.all({ now, bound: now - days * DAY_MS, limit }).map(toSnapshot);
     },
     /** Deletes the given rows; run inside one transaction by the caller. */
     removeMany: (seqs: number[]) => seqs.reduce((n, seq) => n + remove.run(seq).changes, 0),
