@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { composeServices, type Services, type Storage } from './composition.js';
 import type { ServerConfig } from './config.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
-import { buildApp, type HttpTimeouts } from './http/app.js';
+import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js';
 import { randomBase62 } from './ids.js';
 import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
@@ -77,7 +77,16 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
-  app = await buildApp({ services, config, logger, version: VERSION, setupToken, httpTimeouts: options.httpTimeouts });
+  let mqttCertificate: MqttCertificate | null = null;
+  app = await buildApp({
+    services,
+    config,
+    logger,
+    version: VERSION,
+    setupToken,
+    httpTimeouts: options.httpTimeouts,
+    mqttCertificate: () => mqttCertificate,
+  });
   const stopWatching = services.watchExternalCommits(250, (err) => app?.log.error({ err }, 'database change check failed'));
   const { retention } = services;
   retention.start();
@@ -103,6 +112,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     throw err;
   }
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
+  if (mqtt?.tls && mqtt.tlsPort !== null)
+    mqttCertificate = { port: mqtt.tlsPort, pem: mqtt.tls.cert, selfSigned: mqtt.tls.source !== 'configured' };
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
   if (setupUrl)
     print(

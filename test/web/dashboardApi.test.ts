@@ -3,9 +3,13 @@
  * lifetime on password change, the setup link's limits, and exports of many readings.
  */
 
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import tls from 'node:tls';
 import ExcelJS from 'exceljs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readingChunks } from '../../src/http/routes/dashboardLive.js';
+import { snippets } from '../../web/src/snippets.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const servers: TestServer[] = [];
@@ -175,5 +179,49 @@ describe('dashboard API', () => {
     expect(sheet.rowCount).toBe(2501);
     expect((sheet.getRow(1).values as unknown[]).slice(1)).toEqual(['time', 'n', 'env', 'note']);
     expect((sheet.getRow(2501).values as unknown[]).slice(2, 4)).toEqual([2499, JSON.stringify({ t: 249.9 })]);
+  });
+
+  it("gives devices the MQTT listener's real certificate: a download that verifies the TLS listener, in the session and in the snippets", async () => {
+    const server = await start({ 'mqtt-port': '0' });
+    const download = await server.request('/mqtt-ca.pem');
+    expect(download.status).toBe(200);
+    const pem = await download.text();
+    expect(pem).toBe(readFileSync(path.join(server.dataDir, 'tls', 'cert.pem'), 'utf8'));
+    // A device that trusts only the downloaded PEM completes a verified handshake.
+    const authorized = await new Promise<boolean>((resolve, reject) => {
+      const socket = tls.connect({ host: '127.0.0.1', servername: 'localhost', port: server.mqttPort!, ca: pem }, () => {
+        resolve(socket.authorized);
+        socket.destroy();
+      });
+      socket.once('error', reject);
+    });
+    expect(authorized).toBe(true);
+
+    const { account } = await accountWithPassword(server);
+    const { cookie } = await signIn(server, account.email, 'password-123');
+    const session = (await (await server.request('/ui/api/session', { headers: { cookie } })).json()) as {
+      mqtt: { certificate_pem: string; self_signed: boolean; port: number };
+    };
+    expect(session.mqtt).toMatchObject({ certificate_pem: pem, self_signed: true, port: server.mqttPort });
+
+    const input = { deviceId: 'dev_x', token: 't'.repeat(32), publicUrl: server.config.publicUrl, mqttHost: 'localhost', mqttPort: 8883 };
+    const shown = snippets({
+      ...input,
+      fields: [],
+      network: 'wifi',
+      protocol: 'mqtt',
+      intervalSeconds: 60,
+      certificatePem: pem,
+      selfSigned: true,
+    });
+    const code = (id: string) => shown.find((s) => s.id === id)!.code;
+    expect(code('esp32')).toContain(`R"(${pem.trim()})"`);
+    expect(code('python')).toContain(`CA_CERT = """${pem.trim()}"""`);
+    expect(code('mosquitto')).toContain(`curl -fsS -o ca.pem '${server.config.publicUrl}/mqtt-ca.pem'`);
+  });
+
+  it('has no certificate to download while MQTT over TLS is off', async () => {
+    const server = await start();
+    expect((await server.request('/mqtt-ca.pem')).status).toBe(404);
   });
 });

@@ -3,7 +3,7 @@ export interface Session {
   account: { id: string; email: string; name: string; plan: string; status: string; limits: Record<string, number> };
   csrf_token: string;
   public_url: string;
-  mqtt: { host: string; port: number; enabled: boolean };
+  mqtt: { host: string; port: number; enabled: boolean; certificate_pem: string | null; self_signed: boolean | null };
 }
 
 export class ApiError extends Error {

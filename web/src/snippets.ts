@@ -1,4 +1,4 @@
-/** Code snippets shown after a device is created, for its chosen connectivity (issue 6 §2). */
+/** Code snippets shown after a device is created, for its chosen connectivity (docs/dashboard.md). */
 export interface SnippetInput {
   deviceId: string;
   token: string;
@@ -9,6 +9,10 @@ export interface SnippetInput {
   network: string;
   protocol: string;
   intervalSeconds: number;
+  /** The MQTT listener's certificate (PEM), null when MQTT over TLS is off. */
+  certificatePem: string | null;
+  /** True when telemetryd generated it: then it is the CA devices trust, as it is. */
+  selfSigned: boolean | null;
 }
 
 function sample(fields: { name: string }[]): Record<string, number> {
@@ -35,7 +39,13 @@ export function snippets(s: SnippetInput): { id: string; title: string; code: st
   -H 'Authorization: Bearer ${s.token}' \\
   -d '${JSON.stringify({ device_id: s.deviceId, data })}'`;
 
-  const mosquitto = `# ca.pem: the server's certificate (<data-dir>/tls/cert.pem when self-signed)
+  const pem = (s.certificatePem ?? '').trim();
+  const caNote = s.selfSigned
+    ? "the server's own (self-signed) certificate"
+    : "the certificate given with --tls-cert; if a CA issued it, trust that CA's certificate instead";
+  const caFile = `${s.publicUrl}/mqtt-ca.pem`;
+  const mosquitto = `# ca.pem: ${caNote}
+curl -fsS -o ca.pem '${caFile}'
 mosquitto_pub -h ${s.mqttHost} -p ${s.mqttPort} --cafile ca.pem \\
   -i ${s.deviceId} -u ${s.deviceId} -P '${s.token}' \\
   -t ${topic} -q 1 -m '${json}'`;
@@ -66,10 +76,8 @@ const int   MQTT_PORT = ${s.mqttPort};
 const char* DEVICE_ID = "${s.deviceId}";
 const char* TOKEN     = "${s.token}";
 const char* TOPIC     = "${topic}";
-// The server's certificate (PEM), e.g. <data-dir>/tls/cert.pem
-const char* CA_CERT = R"(-----BEGIN CERTIFICATE-----
-...
------END CERTIFICATE-----)";
+// ${caNote} (also at ${caFile})
+const char* CA_CERT = R"(${pem || '-----BEGIN CERTIFICATE-----\n(download it from the link above)\n-----END CERTIFICATE-----'})";
 
 WiFiClientSecure net;
 PubSubClient mqtt(net);
@@ -133,9 +141,12 @@ import paho.mqtt.client as mqtt
 DEVICE_ID = "${s.deviceId}"
 TOKEN = "${s.token}"
 
+# ${caNote} (also at ${caFile})
+CA_CERT = """${pem}"""
+
 client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=DEVICE_ID)
 client.username_pw_set(DEVICE_ID, TOKEN)
-client.tls_set(ca_certs="ca.pem")  # the server's certificate
+client.tls_set_context(ssl.create_default_context(cadata=CA_CERT))
 client.connect("${s.mqttHost}", ${s.mqttPort})
 client.loop_start()
 while True:

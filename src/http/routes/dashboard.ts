@@ -7,6 +7,7 @@ import type { ServerConfig } from '../../config.js';
 import type { ResolvedSession } from '../../domain/sessions.js';
 import { badRequest, unauthorized } from '../../errors.js';
 import { resolveWebRoot } from '../../webRoot.js';
+import type { MqttCertificate } from '../app.js';
 import { checkCrossSite, isStateChanging, sessionFromRequest } from '../dashboardSession.js';
 import { parseJsonBody } from '../jsonBody.js';
 import { dashboardApiRoutes } from './dashboardApi.js';
@@ -66,7 +67,7 @@ function contentSecurityPolicy(publicUrl: string): string {
  */
 export async function dashboardRoutes(
   app: FastifyInstance,
-  opts: { services: Services; config: ServerConfig; setupToken?: string | null },
+  opts: { services: Services; config: ServerConfig; setupToken?: string | null; mqttCertificate: () => MqttCertificate | null },
 ) {
   const { services, config } = opts;
   const setup: SetupState = { token: opts.setupToken ?? null };
@@ -105,6 +106,16 @@ export async function dashboardRoutes(
     app.log.warn('dashboard files not found (dist/web): run npm run build');
   }
   app.get('/', sendIndex);
+  // The MQTT listener's certificate, for devices to trust (the device snippets link it). It
+  // is no secret: every TLS handshake presents it.
+  app.get('/mqtt-ca.pem', { schema: { hide: true } }, async (_request, reply) => {
+    const certificate = opts.mqttCertificate();
+    if (!certificate) return reply.code(404).type('text/plain').send('MQTT over TLS is off\n');
+    return reply
+      .type('application/x-pem-file')
+      .header('Content-Disposition', 'attachment; filename="telemetryd-ca.pem"')
+      .send(certificate.pem);
+  });
   // The first-run link `serve` prints (decisions.md §1); the app reads the token from the URL.
   app.get('/setup', sendIndex);
 
@@ -126,7 +137,7 @@ export async function dashboardRoutes(
         if (isStateChanging(request.method)) checkCrossSite(request, config.publicUrl, request.dashboard);
         if (!request.dashboard && !request.routeOptions.config.dashboardPublic) throw unauthorized('not signed in');
       });
-      await api.register(dashboardAuthRoutes, { services, config, setup });
+      await api.register(dashboardAuthRoutes, { services, config, setup, mqttCertificate: opts.mqttCertificate });
       await api.register(dashboardApiRoutes, { services });
       await api.register(dashboardLiveRoutes, { services });
     },

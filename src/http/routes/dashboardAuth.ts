@@ -4,6 +4,7 @@ import type { ServerConfig } from '../../config.js';
 import { presentAccount } from '../../domain/presenters.js';
 import { unauthorized } from '../../errors.js';
 import { hashSecret, sameHash } from '../../ids.js';
+import type { MqttCertificate } from '../app.js';
 import { clearSessionCookie, setSessionCookie } from '../dashboardSession.js';
 
 export interface SetupState {
@@ -16,18 +17,31 @@ type Credentials = { email?: string; password?: string };
 /** Sign-in, sign-out, first-run setup and password change (issue 6 §1), under /ui/api. */
 export async function dashboardAuthRoutes(
   app: FastifyInstance,
-  { services, config, setup }: { services: Services; config: ServerConfig; setup: SetupState },
+  {
+    services,
+    config,
+    setup,
+    mqttCertificate,
+  }: { services: Services; config: ServerConfig; setup: SetupState; mqttCertificate: () => MqttCertificate | null },
 ) {
   /** What the dashboard needs to render: who is signed in, the CSRF token, where devices connect. */
   app.get('/session', { config: { dashboardPublic: true } }, async (request) => {
     const resolved = request.dashboard;
     if (!resolved) throw unauthorized('not signed in');
     const mqttHost = new URL(config.publicUrl).hostname;
+    const tlsListener = mqttCertificate();
     return {
       account: presentAccount(resolved.account),
       csrf_token: resolved.session.csrfToken,
       public_url: config.publicUrl,
-      mqtt: { host: mqttHost, port: config.mqttPort ?? 8883, enabled: config.mqttPort !== null },
+      mqtt: {
+        host: mqttHost,
+        port: tlsListener?.port ?? config.mqttPort ?? 8883,
+        enabled: config.mqttPort !== null,
+        // For the device snippets: the PEM devices must trust, and whether telemetryd made it.
+        certificate_pem: tlsListener?.pem ?? null,
+        self_signed: tlsListener?.selfSigned ?? null,
+      },
     };
   });
 

@@ -284,6 +284,8 @@ export function renderCreated(main: HTMLElement, device: DeviceDetail, token: st
     network: String(device.settings.network ?? 'wifi'),
     protocol: String(device.settings.protocol ?? 'mqtt'),
     intervalSeconds: Number(device.settings.data_interval_seconds ?? 60),
+    certificatePem: s.mqtt.certificate_pem,
+    selfSigned: s.mqtt.self_signed,
   });
   main.replaceChildren(
     h('h1', {}, title),
