@@ -30,7 +30,7 @@ export interface RunningServer {
   mqttFingerprint: string | null;
   /** One-time setup URL while the database has no account; null otherwise. */
   setupUrl: string | null;
-  /** Telemetry retention (decisions.md §4), periodic; tests drive it with runOnce(). */
+  /** Telemetry retention (docs/operations.md, "Retention"), periodic; tests drive it with runOnce(). */
   retention: RetentionJob;
   close(): Promise<void>;
 }
@@ -67,7 +67,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
   });
 
-  // The first-run setup URL: valid while no account exists (decisions.md §1).
+  // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
   app = await buildApp({ services, config, logger, version: VERSION, setupToken, httpTimeouts: options.httpTimeouts });
@@ -78,13 +78,13 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     (err) => app?.log.error({ err }, 'database change check failed'),
   );
   watcher.start();
-  // Telemetry retention (decisions.md §4): batched, shortly after start, then hourly.
+  // Telemetry retention: batched, shortly after start, then hourly.
   const retention = new RetentionJob(services.repos, services.clock, {
     onError: (err) => app?.log.error({ err }, 'retention job failed'),
     ...options.retention,
   });
   retention.start();
-  // Snapshot retention (decisions.md §4): shortly after start, then hourly.
+  // Snapshot retention: shortly after start, then hourly.
   const stopSnapshotRetention = services.snapshots.scheduleRetention({
     onError: (err) => app?.log.error({ err }, 'snapshot retention failed'),
   });
@@ -140,7 +140,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       await mqtt?.close();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       // A client that stalls mid-request (a body never finished) would hold the drain until
-      // its request timeout, past the 10 s bound of decisions.md §2: after HTTP_DRAIN_MS its
+      // its request timeout, past the 10 s bound (docs/operations.md, "Shutdown"): after HTTP_DRAIN_MS its
       // connection is cut. Nothing of it was acknowledged; committed writes resolve in
       // milliseconds, so no acknowledged reading is cut off.
       const forceClose = setTimeout(() => app!.server.closeAllConnections(), HTTP_DRAIN_MS);

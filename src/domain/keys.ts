@@ -31,7 +31,7 @@ export function keyService(repos: Repositories, clock: Clock) {
 
     /**
      * Resolves a presented key to its account. Looked up by hash on every request, so a key
-     * revoked from the CLI is refused on its very next use (decisions.md §2).
+     * revoked from the CLI is refused on its very next use (docs/api.md, "Authentication").
      */
     authenticate(presented: string | undefined): { account: Account; key: ApiKey } {
       if (!presented) throw unauthorized('missing API key');

@@ -21,7 +21,7 @@ export interface RetentionRun {
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /**
- * Telemetry retention (decisions.md §4 "telemetry retention"): readings older than the
+ * Telemetry retention (docs/operations.md, "Retention"): readings older than the
  * account's plan retention are deleted by this background job. It deletes in small batches,
  * one short IMMEDIATE transaction each, and yields to the event loop between batches, so
  * ingest (group commit on the same connection) and admin commands never wait behind it.

@@ -46,7 +46,7 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     notifier: createNotifier(options.notify ?? { smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
     log: options.logAlert,
   });
-  // Snapshot files live beside the database unless told otherwise (decisions.md §1 data dir).
+  // Snapshot files live beside the database unless told otherwise (docs/operations.md, "Data directory").
   const snapshots = snapshotService(repos, devices, snapshotFiles(options.dataDir ?? path.dirname(repos.db.name)), clock);
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.

@@ -1,4 +1,4 @@
-/** Code snippets shown after a device is created, for its chosen connectivity (issue 6 §2). */
+/** Code snippets shown after a device is created, for its chosen connectivity (docs/dashboard.md). */
 export interface SnippetInput {
   deviceId: string;
   token: string;
