@@ -1,6 +1,6 @@
 /**
- * Security at rest and in logs (decisions.md §4, brief "secrets never stored in clear and
- * never logged"): the raw database, WAL and shared-memory files and a backup archive never
+ * Security at rest and in logs (docs/reliability.md, "Security": secrets are never stored in
+ * clear and never logged): the raw database, WAL and shared-memory files and a backup archive never
  * hold an issued API key, device token or password; the data dir is 0700 and the database
  * files 0600; a debug-level log of a session that uses and misuses every secret holds none.
  */
