@@ -117,7 +117,7 @@ describe('secrets at rest, file modes, logs', () => {
       expect(sessionId.length).toBeGreaterThanOrEqual(32);
       secrets.sessionId = sessionId;
       // (The CSRF token is stored as is, by design: it proves nothing without the session
-      // cookie, whose id is stored only as a hash; docs/dashboard.md "Sessions".)
+      // cookie, whose id is stored only as a hash; docs/dashboard.md, "How it behaves".)
       // Cookie flags: not readable by script, not sent on cross-site subrequests, whole site.
       expect(cookie).toMatch(/;\s*HttpOnly/i);
       expect(cookie).toMatch(/;\s*SameSite=Lax/i);
