@@ -13,7 +13,7 @@ function terminalProgress(): ((p: BackupProgress) => void) | undefined {
   };
 }
 
-/** `telemetryd backup FILE` and `telemetryd restore FILE` (decisions.md §2; docs/reliability.md). */
+/** `telemetryd backup FILE` and `telemetryd restore FILE` (docs/operations.md, "Backup and restore"). */
 export function backupCommands(): Command[] {
   const backup = withCommonOptions(
     new Command('backup')

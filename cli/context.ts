@@ -20,7 +20,7 @@ export function withCommonOptions(cmd: Command): Command {
 const camel = (name: string) => name.replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
 
 /**
- * flag > env > config file > default (decisions.md §1): commander has already applied the
+ * flag > env > config file > default (docs/operations.md, "Configuration"): commander has already applied the
  * flag and env; values absent from both are taken from the config file. Defaults are applied
  * by buildServerConfig, after this.
  */

@@ -8,7 +8,7 @@ import { devicesCommand } from './devices.js';
 import { keysCommand } from './keys.js';
 import { serveCommand } from './serve.js';
 
-/** The telemetryd command line (decisions.md §2: a stable contract). */
+/** The telemetryd command line: a stable contract (docs/cli.md). */
 export function buildProgram(): Command {
   const program = new Command('telemetryd')
     .description('Self-hosted IoT telemetry: HTTP and MQTT ingest, read-only Public API, web dashboard.')

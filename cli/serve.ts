@@ -3,7 +3,7 @@ import { buildServerConfig, DATA_DIR_OPTION, SERVE_OPTIONS, type ServerConfig } 
 import type { startServer as StartServer } from '../src/server.js';
 import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
 
-/** Bound on a clean shutdown (decisions.md §2: exit 0 within 10 seconds). */
+/** Bound on a clean shutdown: exit 0 within 10 seconds (docs/operations.md, "Shutdown"). */
 const SHUTDOWN_GRACE_MS = 8_000;
 
 export function serveCommand(): Command {

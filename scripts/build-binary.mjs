@@ -267,8 +267,8 @@ function writeExecutable(blobAssets, file) {
   );
   // The final file is a fresh copy, not postject's output renamed: postject writes the 110 MB
   // in one write(), which leaves the file in the page cache as large folios, and every page
-  // fault of the executable then maps a whole large folio: 93 vs 77 MB idle RSS for the same
-  // bytes (BENCHMARKS.md). A copied, installed or cold-read file is cached in small pieces.
+  // fault of the executable then maps a whole large folio, growing the idle RSS for the same
+  // bytes (BENCHMARKS.md, "Design decisions"). A copied, installed or cold-read file is cached in small pieces.
   const copied = `${file}.${process.pid}.copy`;
   copyFileSync(tmpOut, copied);
   rmSync(tmpOut);

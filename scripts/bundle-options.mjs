@@ -19,8 +19,8 @@ const common = {
   format: 'cjs',
   target: 'node20',
   legalComments: 'none',
-  // Strips comments and whitespace: a single non-ASCII character in a kept comment (§, →) made
-  // V8 hold the whole 6 MB source as a two-byte string, 12 MB of idle RSS (BENCHMARKS.md).
+  // Strips comments and whitespace: a single non-ASCII character in a kept comment (§, →) makes
+  // V8 hold the whole source as a two-byte string, doubling its share of idle RSS (BENCHMARKS.md, "Design decisions").
   // Names stay readable; the linked source map maps stack traces back to the sources.
   minifyWhitespace: true,
   logLevel: 'warning',

@@ -1,4 +1,4 @@
-// Measures the single executable for the benchmark report (issue 7), not for tests:
+// Measures the single executable for the benchmark report, not for tests:
 // size, time from exec to the HTTP listener accepting connections (median of N starts),
 // and idle RSS. Usage: node scripts/measure-binary.mjs [path/to/telemetryd] [--runs 5]
 import { spawn } from 'node:child_process';

@@ -1,6 +1,6 @@
 // Stands in for the `debug` package in the bundle and the executable (scripts/bundle-options.mjs).
 // mqtt-packet calls its debug loggers several times per MQTT packet, each call asking whether
-// DEBUG enables it: 1.9 % of the broker's CPU under QoS 1 load (BENCHMARKS.md). telemetryd
+// DEBUG enables it, a visible share of the broker's CPU under QoS 1 load (BENCHMARKS.md, "Design decisions"). telemetryd
 // logs through pino, so these loggers are never switched on: each is a no-op.
 'use strict';
 function createDebug(namespace) {

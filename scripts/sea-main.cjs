@@ -4,8 +4,7 @@
 //
 // Why not Node's own `useCodeCache`: its cache is made at build time from compiling the main
 // script only, so it holds the top-level code and none of the module bodies and functions a
-// start runs; V8 compiled those lazily at every start (about 40 ms of a 315 ms start,
-// BENCHMARKS.md). A cache from `script.createCachedData()` taken after a start holds every
+// start runs, and V8 would compile those lazily at every start (BENCHMARKS.md, "Design decisions"). A cache from `script.createCachedData()` taken after a start holds every
 // function compiled so far. A rejected cache (another V8, other V8 flags) only means a normal
 // compile: `cachedDataRejected` is ignored on purpose.
 //
@@ -23,7 +22,7 @@ const fs = require('node:fs');
  * asset itself. Why read the file: an asset is a view of the executable's mapped pages, and
  * every page a start reads stays in the process's RSS for its whole life; the two large assets
  * are needed once (V8 copies the source and deserializes the cache), so read through the page
- * cache into a buffer that is freed they cost nothing at idle (BENCHMARKS.md).
+ * cache into a buffer that is freed they cost nothing at idle.
  */
 function readAsset(name, index) {
   const mapped = () => Buffer.from(sea.getRawAsset(name));

@@ -3,7 +3,7 @@ import path from 'node:path';
 
 /**
  * Configuration is resolved once, flag > env (TELEMETRYD_<FLAG>) > config file > default
- * (decisions.md §1), into one typed object that is passed down. Nothing below the CLI reads
+ * (docs/operations.md, "Configuration"), into one typed object that is passed down. Nothing below the CLI reads
  * process.env. The option table here is the single declaration: the CLI builds its commander
  * options from it.
  */
@@ -15,7 +15,7 @@ export interface ServerConfig {
   mqttPort: number | null;
   /** Plain-TCP MQTT listener; null (off) unless asked for. */
   mqttPlainPort: number | null;
-  /** Address devices and browsers use ({base_url} / {device_base_url} of the spec). */
+  /** Address devices and browsers use: setup links, snippets, the OpenAPI server. */
   publicUrl: string;
   tlsCert: string | null;
   tlsKey: string | null;
@@ -82,7 +82,7 @@ export const SERVE_OPTIONS: OptionSpec[] = [
 
 export class ConfigError extends Error {}
 
-/** Reads a JSON config file; its keys are long option names (decisions.md §2). */
+/** Reads a JSON config file; its keys are long option names (docs/operations.md, "Configuration"). */
 export function loadConfigFile(file: string): Record<string, unknown> {
   let parsed: unknown;
   try {

@@ -16,12 +16,12 @@ export function randomBase62(length: number): string {
 
 export type IdPrefix = 'acc' | 'dev' | 'key' | 'alert' | 'evt';
 
-/** Opaque identifiers with a type prefix (interface.md "Resources and their fields"). */
+/** Opaque identifiers with a type prefix (docs/api.md, "Identifiers and timestamps"). */
 export function newId(prefix: IdPrefix): string {
   return `${prefix}_${randomBase62(16)}`;
 }
 
-/** Secrets (API keys, device tokens) are stored only as this hash (decisions.md §4). */
+/** Secrets (API keys, device tokens) are stored only as this hash (docs/api.md, "Authentication"). */
 export function hashSecret(secret: string): string {
   // One-shot crypto.hash: a third of createHash().update().digest()'s cost, once per ingest.
   return hash('sha256', secret, 'hex');
@@ -29,7 +29,7 @@ export function hashSecret(secret: string): string {
 
 /**
  * Constant-time comparison of two hex digests (their length is public: always 64). Compared
- * as strings: decoding both to Buffers for timingSafeEqual was ~1 % of HTTP ingest CPU.
+ * as strings: decoding both to Buffers for timingSafeEqual costs on every HTTP ingest.
  */
 export function sameHash(a: string, b: string): boolean {
   if (a.length !== b.length) return false;
@@ -40,7 +40,7 @@ export function sameHash(a: string, b: string): boolean {
 
 export const API_KEY_PREFIX = 'tlm_';
 
-/** `tlm_` + 40 base62 characters; key_prefix is `tlm_` plus the next 8 (decisions.md §4). */
+/** `tlm_` + 40 base62 characters; key_prefix is `tlm_` plus the next 8 (docs/api.md, "Authentication"). */
 export function newApiKey(): { key: string; keyPrefix: string } {
   const key = API_KEY_PREFIX + randomBase62(40);
   return { key, keyPrefix: key.slice(0, API_KEY_PREFIX.length + 8) };

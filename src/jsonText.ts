@@ -21,8 +21,8 @@ export function jsonDepth(text: string): number {
 /**
  * JSON.parse that refuses `__proto__` and `constructor.prototype` keys (prototype poisoning,
  * as fastify's own parser does), throwing like JSON.parse. secure-json-parse scans every text
- * with two regular expressions after parsing (a third of the parse cost of a reading,
- * benchmarks issue 8); a key can only spell `__proto__` or `prototype` with the letters
+ * with two regular expressions after parsing (a third of the parse cost of a reading);
+ * a key can only spell `__proto__` or `prototype` with the letters
  * "proto" or with \u escapes, so a text holding neither is parsed by JSON.parse alone.
  */
 export function parseJsonRefusingProto(text: string): unknown {

@@ -57,7 +57,7 @@ export function extractAssetFile(sea: SeaApi, dataDir: string, assetName: string
   // A view of the asset inside the mapped executable: nothing is read until it is used.
   const bytes = Buffer.from(sea.getRawAsset(assetName));
   // The build stores the digest beside the asset (`<name>.sha256`): hashing the 2 MB addon on
-  // every start read all its pages of the executable into memory (idle RSS, BENCHMARKS.md).
+  // every start would read all its pages of the executable into memory, and they stay in the idle RSS.
   const digest = builtDigest(sea, assetName) ?? createHash('sha256').update(bytes).digest('hex').slice(0, 16);
   const dir = path.join(cacheRoot(dataDir), digest);
   const file = path.join(dir, fileName);

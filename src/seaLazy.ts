@@ -8,7 +8,7 @@ import { runningSea } from './sea.js';
  * scripts/build-binary.mjs), not part of the main script. Node copies the whole main script
  * into the V8 heap at every start, so each megabyte of it cost about two megabytes of idle
  * RSS (the copy and the executable's pages read to make it) and its share of start time
- * (BENCHMARKS.md). The build resolves `import('exceljs')` etc. to a call of this function.
+ * (BENCHMARKS.md, "Design decisions"). The build resolves `import('exceljs')` etc. to a call of this function.
  */
 const loaded = new Map<string, unknown>();
 

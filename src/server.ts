@@ -31,7 +31,7 @@ export interface RunningServer {
   mqttFingerprint: string | null;
   /** One-time setup URL while the database has no account; null otherwise. */
   setupUrl: string | null;
-  /** Retention of readings and snapshots, periodic; tests drive it with runOnce(). */
+  /** Retention of readings and snapshots (docs/operations.md, "Retention"), periodic; tests drive it with runOnce(). */
   retention: RetentionJob;
   close(): Promise<void>;
 }
@@ -74,7 +74,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     retention: { onError: (err) => app?.log.error({ err }, 'retention job failed'), ...options.retention },
   });
 
-  // The first-run setup URL: valid while no account exists (decisions.md §1).
+  // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
   let mqttCertificate: MqttCertificate | null = null;
@@ -143,7 +143,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       await mqtt?.close();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.
       // A client that stalls mid-request (a body never finished) would hold the drain until
-      // its request timeout, past the 10 s bound of decisions.md §2: after HTTP_DRAIN_MS its
+      // its request timeout, past the 10 s bound (docs/operations.md, "Shutdown"): after HTTP_DRAIN_MS its
       // connection is cut. Nothing of it was acknowledged; committed writes resolve in
       // milliseconds, so no acknowledged reading is cut off.
       const forceClose = setTimeout(() => app!.server.closeAllConnections(), HTTP_DRAIN_MS);

@@ -13,8 +13,8 @@ const pad3 = (n: number) => (n < 10 ? '00' : n < 100 ? '0' : '') + n;
 
 /**
  * Date#toISOString's text, computed from the milliseconds with the day's prefix cached: a
- * history page formats 1,000 times, and a Date plus toISOString each was 19 % of the
- * route's CPU (BENCHMARKS.md). Identical output (tested against toISOString), including
+ * history page formats 1,000 times, and a Date plus toISOString each is a large share of the
+ * route's CPU (BENCHMARKS.md, "Design decisions"). Identical output (tested against toISOString), including
  * years outside 0000-9999 (the prefix comes from toISOString itself).
  */
 export function iso(ms: number): string;

@@ -1,4 +1,4 @@
-// Bare fastify baseline (issue 8): parses the JSON POST and answers {success:true}, nothing
+// Bare fastify baseline (BENCHMARKS.md, "What it measures"): parses the JSON POST and answers {success:true}, nothing
 // else. Prints its port on stdout, then serves until killed.
 import Fastify from 'fastify';
 

@@ -1,4 +1,4 @@
-// Bare aedes baseline (issue 8): accepts any client, acknowledges QoS 1 publishes (PUBACK)
+// Bare aedes baseline (BENCHMARKS.md, "What it measures"): accepts any client, acknowledges QoS 1 publishes (PUBACK)
 // and stores nothing. Prints its port on stdout, then serves until killed.
 
 import { createServer } from 'node:net';

@@ -1,5 +1,5 @@
-// Generates a benchmark database in the telemetryd schema, quickly and directly
-// (issue 8): account, API key and devices through telemetryd's own services, the plan set
+// Generates a benchmark database in the telemetryd schema, quickly and directly:
+// account, API key and devices through telemetryd's own services, the plan set
 // through the real CLI (`accounts set-plan`), then readings bulk-inserted with better-sqlite3
 // in big transactions, with readings' triggers dropped and restored afterwards.
 // argv[2] is a JSON file: {bundle, cli, dir, rows, devices, spanMs}. Writes <dir>/bench.json.

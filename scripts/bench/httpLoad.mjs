@@ -1,5 +1,4 @@
-// HTTP load generator, run as its own process (issue 8: load never shares the server's
-// process). argv[2] is a JSON file: {url, connections, durationS, warmupS, bodies: [string]}.
+// HTTP load generator, run as its own process so load never shares the server's process. argv[2] is a JSON file: {url, connections, durationS, warmupS, bodies: [string]}.
 // Bodies are sent round-robin, so every device of the list writes. Prints one JSON line.
 
 import { readFileSync } from 'node:fs';

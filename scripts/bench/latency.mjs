@@ -1,8 +1,8 @@
-// Latency client (issue 8), run as its own process like the load generators, so the harness's
+// Latency client, run as its own process like the load generators, so the harness's
 // own heap and GC stay out of the figures. argv[2] is a JSON file:
 // {url, key, warmup, paths: [string]}: GETs each path in turn from one keep-alive connection
-// (node:http, body read as Buffers: fetch + text() added its own decoding of each 130 KB
-// history body, BENCHMARKS.md). Prints one JSON line: {times_ms: [...]} of the requests after
+// (node:http, body read as Buffers: fetch + text() would add its own decoding of each 130 KB
+// history body to the figure). Prints one JSON line: {times_ms: [...]} of the requests after
 // the warm-up ones.
 
 import { readFileSync } from 'node:fs';

@@ -1,12 +1,15 @@
 #!/usr/bin/env node
-// telemetryd benchmark (issue 8). In ONE run it measures telemetryd and the bare baselines
-// side by side, with load from separate processes on 127.0.0.1, so ratios hold on a noisy
-// machine. Usage: npm run bench [-- --quick] [-- --json] [-- --no-build]
-//   --quick  reduced run (300k-row database, short phases): under two minutes
-//   --json   print one JSON object with every figure as the last stdout line
-//   --rows=N  size of the big database (default 10 M, 300 k with --quick)
-// The full run writes BENCHMARKS.md (its generated section); --quick writes
-// .cache/bench/BENCHMARKS-quick.md, so test runs never rewrite the committed figures.
+// telemetryd benchmark (BENCHMARKS.md, "How to run it"). In ONE run it measures telemetryd and
+// the bare baselines side by side, with load from separate processes on 127.0.0.1, so ratios
+// hold on a noisy machine. Usage: npm run bench [-- [--quick] [--json] [--rows=N] [--no-build]]
+//   --quick     reduced run (300k-row database, short phases): under two minutes
+//   --json      print one JSON object with every figure as the last stdout line
+//   --rows=N    size of the big database (default 10 M, 300 k with --quick)
+//   --no-build  reuse dist/telemetryd.cjs when it exists instead of building it first
+//   --only=start,http,mqtt,big  run a subset while developing; writes no report
+// The full run rewrites the section of BENCHMARKS.md between <!-- bench:begin … --> and
+// <!-- bench:end -->; --quick writes .cache/bench/BENCHMARKS-quick.md, so test runs never
+// rewrite the committed figures.
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// Sustained ingest (issue 8): telemetryd's own ingest pipeline (device authentication,
+// Sustained ingest: telemetryd's own ingest pipeline (device authentication,
 // validation, schema check, group-commit writer) driven in-process against a database that
 // already holds the big data set; 1,000 devices round-robin, `perPass` readings in flight per
 // event-loop pass, as many concurrent connections would produce. Transport cost is measured

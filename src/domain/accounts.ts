@@ -14,7 +14,7 @@ export type PlanOverrides = Partial<PlanLimits>;
 export function accountService(repos: Repositories, events: DomainEvents, clock: Clock) {
   const newWebhookSecret = () => `whsec_${randomBase62(32)}`;
 
-  /** ACCOUNT is an account id or its email (decisions.md §2). */
+  /** ACCOUNT is an account id or its email (docs/cli.md, "Output and exit status"). */
   function resolve(idOrEmail: string): Account {
     const account = idOrEmail.startsWith('acc_') ? repos.accounts.findById(idOrEmail) : repos.accounts.findByEmail(idOrEmail);
     if (!account) throw notFound(`no account ${idOrEmail}`);
@@ -51,7 +51,7 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
       return repos.accounts.findById(id)!;
     },
 
-    /** Sets the whole plan at once: its defaults, then this call's overrides (decisions.md §2). */
+    /** Sets the whole plan at once: its defaults, then this call's overrides (docs/cli.md, "accounts"). */
     setPlan(idOrEmail: string, plan: string, overrides: PlanOverrides = {}): Account {
       const account = resolve(idOrEmail);
       if (!isPlanName(plan)) throw badRequest(`unknown plan "${plan}" (one of ${PLAN_NAMES.join(', ')})`);
@@ -73,7 +73,7 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
       return repos.accounts.findBySeq(account.seq)!;
     },
 
-    /** The account's webhook signing secret; the same until rotated (decisions.md §2). */
+    /** The account's webhook signing secret; the same until rotated (docs/alerts.md, "webhook"). */
     webhookSecret(idOrEmail: string, rotate = false): { account: Account; secret: string } {
       const account = resolve(idOrEmail);
       let secret = account.webhookSecret;

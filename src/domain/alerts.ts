@@ -27,7 +27,7 @@ export interface AlertInput {
   enabled?: boolean;
 }
 
-/** Validates an alert definition against decisions.md §4 (operators, severities, actions). */
+/** Validates an alert definition: operators, severities, actions (docs/api.md, "Alert"). */
 export function validateAlertInput(input: AlertInput, existing?: Alert) {
   const name = (input.name ?? existing?.name ?? '').trim();
   if (!name) throw badRequest('an alert needs a name');
@@ -131,17 +131,17 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
       changed(alert.id, 'deleted');
     },
 
-    /** Trigger events, newest first (decisions.md §4 "list order"). */
+    /** Trigger events, newest first (docs/api.md, "Pagination and page sizes"). */
     history: (alert: Alert, limit: number) => repos.alerts.history(alert.seq, limit),
 
     /**
      * The Alert trigger event shape plus each action's delivery outcome (pending, sent,
      * failed with a reason, not_configured), for the dashboard; the Public API shows only
-     * the interface.md fields.
+     * the fields of docs/api.md, "Alert trigger event".
      */
     historyWithDeliveries: (alert: Alert, limit: number) => repos.alerts.history(alert.seq, limit).map(presentAlertEventDetail),
 
-    /** Sets acknowledged and acknowledged_at = now (decisions.md §4); idempotent. */
+    /** Sets acknowledged and acknowledged_at = now; idempotent. */
     acknowledge(account: Account, eventId: string) {
       const event = repos.alerts.findEventById(eventId);
       const alert = event ? repos.alerts.findBySeq(event.alertSeq) : null;

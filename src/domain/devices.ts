@@ -48,7 +48,7 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
     const type = input.type ?? existing?.type ?? 'sensor';
     if (!(DEVICE_TYPES as readonly string[]).includes(type))
       throw badRequest(`unknown device type "${type}" (one of ${DEVICE_TYPES.join(', ')})`);
-    // Strict is the default on the free plan, flexible elsewhere (decisions.md §2).
+    // Strict is the default on the free plan, flexible elsewhere (docs/api.md, "Schema modes").
     const schemaMode = (input.schemaMode ?? existing?.schemaMode ?? (account.plan === 'free' ? 'strict' : 'flexible')) as SchemaMode;
     if (schemaMode !== 'strict' && schemaMode !== 'flexible') throw badRequest('schema mode must be strict or flexible');
     const fields = input.fields === undefined && existing ? existing.fields : validateFields(input.fields, account.limits.fieldLimit);
@@ -129,7 +129,7 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
     pause: (device: Device) => setStatus(device, 'paused'),
     resume: (device: Device) => setStatus(device, 'active'),
 
-    /** New token; the old one stops working at once (interface.md "Device status"). */
+    /** New token; the old one stops working at once. */
     regenerateToken(device: Device): { device: Device; accessToken: string } {
       const token = newDeviceToken();
       repos.devices.setTokenHash(device.seq, hashSecret(token), clock.now());

@@ -1,6 +1,6 @@
 /**
  * In-process domain events. Listeners are isolated: one that throws is logged and the
- * others still run (style.md §10), so an alert action can never break ingest.
+ * others still run, so an alert action can never break ingest.
  */
 import type { ActionDelivery, Alert, AlertAction, AlertEvent, Device, StoredReading } from './types.js';
 

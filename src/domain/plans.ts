@@ -1,4 +1,4 @@
-/** Plan defaults (decisions.md §3). Limits are always integers; `accounts set-plan` overrides them. */
+/** Plan defaults (docs/api.md, "Plans"). Limits are always integers; `accounts set-plan` overrides them. */
 export const PLAN_NAMES = ['free', 'starter', 'business', 'scale', 'enterprise'] as const;
 export type PlanName = (typeof PLAN_NAMES)[number];
 
@@ -56,7 +56,7 @@ export function isPlanName(value: string): value is PlanName {
   return (PLAN_NAMES as readonly string[]).includes(value);
 }
 
-/** The free plan has no Public API (interface.md "What the service does"). */
+/** The free plan has no Public API (docs/api.md, "Plans"). */
 export function planHasApiAccess(plan: string): boolean {
   return plan !== 'free';
 }

@@ -1,5 +1,5 @@
 /**
- * Wire shapes of the resources (interface.md "Resources and their fields"). One place turns
+ * Wire shapes of the resources (docs/api.md, "Resources"). One place turns
  * domain records into them, so the Public API, the CLI's --json and the dashboard agree.
  */
 import { iso } from '../time.js';
@@ -45,7 +45,7 @@ export function presentReading(r: StoredReading) {
 /**
  * The same wire shape as presentReading, as JSON text: the stored data is already JSON text
  * (written by JSON.stringify at ingest), so it is spliced in rather than parsed and
- * serialized again (benchmarks, issue 8: history of 1,000 readings per response).
+ * serialized again: a history response carries up to 1,000 readings.
  */
 export function presentReadingJson(r: StoredReading): string {
   return `{"id":"${readingId(r.seq)}","time":"${iso(r.time)}","data":${r.data}}`;

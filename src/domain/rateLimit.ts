@@ -18,7 +18,7 @@ interface Counter {
 
 /**
  * Per-account Public API limits: fixed windows of the current UTC minute and UTC day
- * (decisions.md §4). Every request with a valid key counts, 4xx included; a request refused
+ * (docs/api.md, "Rate limits"). Every request with a valid key counts, 4xx included; a request refused
  * with 429 does not. Counts live in memory: a restart forgives the current windows.
  */
 export class RateLimiter {

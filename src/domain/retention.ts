@@ -26,7 +26,7 @@ const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resol
 
 /**
  * Retention, the one background job that forgets data: readings older than the account's
- * plan retention, then snapshots older than its snapshot retention (docs/api.md, "Retention").
+ * plan retention, then snapshots older than its snapshot retention (docs/operations.md, "Retention").
  * Readings go in small batches,
  * one short IMMEDIATE transaction each, and yields to the event loop between batches, so
  * ingest (group commit on the same connection) and admin commands never wait behind it.

@@ -1,5 +1,5 @@
 /**
- * Dashboard sessions and sign-in (issue 6). The cookie carries a random session id; the
+ * Dashboard sessions and sign-in. The cookie carries a random session id; the
  * database keeps only its SHA-256 hash, with an expiry and a per-session CSRF token that the
  * dashboard's JS sends back in a header on every state-changing request (docs/dashboard.md).
  */
@@ -142,7 +142,7 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
     },
 
     /**
-     * First run (decisions.md §1): the one-time token creates the first account, only while no
+     * First run (docs/operations.md, "First run"): the one-time token creates the first account, only while no
      * account exists. The caller forgets the token once this succeeds.
      */
     async completeSetup(expectedToken: string | null, presentedToken: string, email: string, password: string) {

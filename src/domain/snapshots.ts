@@ -6,10 +6,10 @@ import type { SnapshotFiles } from '../storage/snapshotFiles.js';
 import { type Clock, DAY_MS } from '../time.js';
 import type { DeviceService } from './devices.js';
 
-/** "500 KB" is 512,000 bytes: that size is accepted, one byte more is 413 (decisions.md §4). */
+/** "500 KB" is 512,000 bytes: that size is accepted, one byte more is 413 (docs/snapshots.md). */
 export const MAX_SNAPSHOT_BYTES = 512_000;
 
-/** Accepted types and the leading bytes each must start with (decisions.md §4 "snapshot bytes"). */
+/** Accepted types and the leading bytes each must start with (docs/snapshots.md, "Upload"). */
 const IMAGE_TYPES: Record<string, { name: string; magic: number[] }> = {
   'image/jpeg': { name: 'JPEG', magic: [0xff, 0xd8, 0xff] },
   'image/png': { name: 'PNG', magic: [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a] },
@@ -29,7 +29,7 @@ export interface SnapshotUpload {
 
 /**
  * Who is asking to read a snapshot: a device (by its token) may read its own snapshots, an
- * account (API key, dashboard session) those of all its devices (decisions.md §4 "snapshot reads").
+ * account (API key, dashboard session) those of all its devices (docs/snapshots.md, "Reading").
  */
 export type SnapshotReader = { deviceSeq: number } | { accountSeq: number };
 
@@ -41,7 +41,7 @@ export interface StoredSnapshot {
   bytes: Buffer;
 }
 
-/** The relative URL a client puts into a `*_url` telemetry field (interface.md). */
+/** The relative URL a client puts into a `*_url` telemetry field (docs/api.md, "Snapshots"). */
 export const snapshotUrl = (deviceId: string, id: string) => `/api/devices/${deviceId}/snapshot/${id}`;
 
 const startOfUtcDay = (ms: number) => ms - (((ms % DAY_MS) + DAY_MS) % DAY_MS);
@@ -80,7 +80,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       Math.max(1, Math.ceil((startOfUtcDay(now) + DAY_MS - now) / 1000)),
     );
 
-  /** Expired = older than the owning account's snapshot retention (decisions.md §4). */
+  /** Expired = older than the owning account's snapshot retention (docs/snapshots.md, "Retention"). */
   function isExpired(snapshot: SnapshotRecord, now: number): boolean {
     const account = repos.accounts.findBySeq(snapshot.accountSeq);
     return !account || snapshot.createdAt < now - account.limits.snapshotRetentionDays * DAY_MS;
@@ -107,7 +107,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
   return {
     /**
      * POST /api/devices/{device_id}/snapshot. Checks run in this order (the order is not part
-     * of the contract, decisions.md §2, but cheap refusals come before reading the body):
+     * of the contract, but cheap refusals come before reading the body):
      * 400 type, 401 credentials, 403 paused / suspended / snapshots off, 413 size,
      * 400 empty or not the declared type, 429 daily quota, 503 storage.
      */
@@ -126,7 +126,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       if (bytes.length === 0) throw badRequest('request body is empty: send the raw image bytes');
       if (!startsWith(bytes, type.magic)) throw badRequest(`body is not a ${type.name} image (Content-Type is ${contentType})`);
 
-      // Quota per device per UTC day (decisions.md §4). Checked before writing so a device
+      // Quota per device per UTC day (docs/snapshots.md, "Upload"). Checked before writing so a device
       // over quota costs no disk work, and again when the row goes in (below).
       const limit = account.limits.snapshotsPerDay;
       const dayStart = startOfUtcDay(clock.now());
@@ -153,7 +153,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
     /**
      * GET /api/devices/{device_id}/snapshot/{id}. Every refusal is the same 404, whether the
      * snapshot is missing, expired, of another device, or the reader may not see it: the
-     * answer reveals nothing (decisions.md §4 "snapshot reads").
+     * answer reveals nothing (docs/snapshots.md, "Reading").
      */
     async read(deviceId: string, id: string, readers: SnapshotReader[]): Promise<StoredSnapshot> {
       const missing = () => notFound('snapshot not found');

@@ -2,7 +2,7 @@ import type { Repositories } from '../storage/index.js';
 import { type Clock, DAY_MS, HOUR_MS } from '../time.js';
 import type { Account, Device } from './types.js';
 
-/** Range values of interface.md, shortest first. */
+/** Range values of the telemetry history, shortest first (docs/api.md, "Telemetry ranges and retention"). */
 export const RANGES = [
   ['1h', HOUR_MS],
   ['6h', 6 * HOUR_MS],
@@ -17,8 +17,8 @@ export const rangeMs = (range: RangeName): number => RANGES.find(([name]) => nam
 
 /**
  * A range longer than the plan's retention becomes the longest range that fits in it; a
- * range equal to the retention is unchanged (interface.md rule 3, decisions.md §4:
- * 3 days of retention turns 7d into 24h).
+ * range equal to the retention is unchanged: 3 days of retention turns 7d into 24h
+ * (docs/api.md, "Telemetry ranges and retention").
  */
 export function capRangeToRetention(requested: RangeName, retentionDays: number): RangeName {
   const retentionMs = retentionDays * DAY_MS;

@@ -2,7 +2,7 @@ import type { Repositories } from '../storage/index.js';
 import { type Clock, DAY_MS, iso, startOfNextUtcMonth, startOfUtcMonth } from '../time.js';
 import type { Account } from './types.js';
 
-/** Account usage (interface.md "Account usage"; decisions.md §3-§4 for the period and counts). */
+/** Account usage (docs/api.md, "Account usage"). */
 export function usageService(repos: Repositories, clock: Clock) {
   return {
     usage(account: Account) {

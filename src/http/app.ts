@@ -22,7 +22,7 @@ export interface AppOptions {
   version: string;
   /** One-time first-run setup token, while no account exists (used by the dashboard). */
   setupToken?: string | null;
-  /** Slow-client bounds (docs/reliability.md); tests shorten them. */
+  /** Slow-client bounds (docs/api.md, "HTTP in general"); tests shorten them. */
   httpTimeouts?: HttpTimeouts;
   /** The MQTT listener's TLS certificate, once it listens; devices need it to trust the server. */
   mqttCertificate?: () => MqttCertificate | null;
@@ -45,7 +45,7 @@ export interface HttpTimeouts {
   checkIntervalMs?: number;
 }
 
-/** Builds the HTTP app without listening (style.md §1); server.ts listens, tests may too. */
+/** Builds the HTTP app without listening; server.ts listens, tests may inject requests instead. */
 export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
   const { services, config } = opts;
   const timeouts = { headersMs: 10_000, requestMs: 30_000, checkIntervalMs: 1_000, ...opts.httpTimeouts };

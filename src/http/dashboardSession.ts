@@ -1,7 +1,7 @@
 /**
  * The dashboard's session cookie and CSRF checks, shared by the dashboard routes and by any
- * route that also accepts the owner's dashboard session (the snapshot GET, decisions.md §4
- * "snapshot reads"): plug `accountFromSession(services, request)` in there.
+ * route that also accepts the owner's dashboard session (the snapshot GET, docs/snapshots.md,
+ * "Reading"): plug `accountFromSession(services, request)` in there.
  */
 import { timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';

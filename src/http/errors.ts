@@ -3,8 +3,8 @@ import { AppError } from '../errors.js';
 
 /**
  * The one place where errors become HTTP responses. The Public API answers
- * {"error": "..."} (interface.md "Errors"); the Device API answers
- * {"success": false, "error": "..."} (decisions.md §4). 4xx messages are shown as they are;
+ * {"error": "..."}; the Device API answers {"success": false, "error": "..."}
+ * (docs/api.md, "Errors"). 4xx messages are shown as they are;
  * 5xx details are logged and hidden.
  */
 export function isDeviceApi(url: string): boolean {
@@ -15,7 +15,7 @@ export function errorBody(url: string, message: string) {
   return isDeviceApi(url) ? { success: false, error: message } : { error: message };
 }
 
-/** fastify's own errors, turned into the statuses the spec documents. */
+/** fastify's own errors, turned into the documented statuses (docs/api.md, "Errors"). */
 function fromFastify(err: FastifyError, url: string): { status: number; message: string } {
   if (err.validation) return { status: 400, message: err.message };
   switch (err.code) {

@@ -3,7 +3,7 @@ import { Counter, Gauge, type Metric, Registry } from 'prom-client';
 import type { Services } from '../composition.js';
 
 /**
- * Prometheus metrics (docs/reliability.md "Operations"). One registry per server (tests run
+ * Prometheus metrics (docs/operations.md, "Metrics"). One registry per server (tests run
  * several servers in one process; prom-client's global registry would mix them).
  * Counters follow the domain events, so HTTP and MQTT ingest are counted at the one place a
  * reading is stored or refused (the ingest pipeline); gauges are read at scrape time.
@@ -101,8 +101,8 @@ interface LatencySeries {
 
 /**
  * The request-latency histogram, recorded on every HTTP request. prom-client's Histogram
- * builds, validates and hashes a label object per observation (benchmarks, issue 8: ~2.5 % of
- * HTTP ingest CPU with its async hook); this keeps one series per method/route/status class
+ * builds, validates and hashes a label object per observation, a measurable share of HTTP
+ * ingest CPU (BENCHMARKS.md, "Design decisions"); this keeps one series per method/route/status class
  * under a string key and renders the same exposition (cumulative `_bucket` with `le`,
  * `+Inf`, `_sum`, `_count`) only when scraped, through prom-client's registry.
  */

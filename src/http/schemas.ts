@@ -1,5 +1,5 @@
 /**
- * JSON schemas of the Public API resources (interface.md "Resources and their fields").
+ * JSON schemas of the Public API resources (docs/api.md, "Resources").
  * Routes declare them for validation, fast serialization and the OpenAPI document.
  */
 const timestamp = { type: 'string', format: 'date-time' } as const;

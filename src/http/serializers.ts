@@ -13,12 +13,12 @@ type BuildValidatorLoose = (externalSchemas: unknown, ajvOptions: unknown) => Co
 /**
  * fastify's default response serializer factory, remembering what it compiled: every
  * Public API route declares the same error responses (400, 401, 403, 404, 429, 500), and
- * compiling each of them again per route was a quarter of start-up (benchmarks, issue 8:
- * start ≤ 300 ms). Identical schema, identical serializer.
+ * compiling each of them again per route would be a large share of start-up
+ * (BENCHMARKS.md, "Design decisions"). Identical schema, identical serializer.
  *
  * Each serializer is compiled on its first use, not at start: compiling all of them (and
- * fast-json-stringify's check of every schema against the JSON Schema meta-schema) was about
- * 35 ms of a start, for routes most processes never answer (BENCHMARKS.md). The schemas are
+ * fast-json-stringify's check of every schema against the JSON Schema meta-schema) costs
+ * start time for routes most processes never answer. The schemas are
  * our own and covered by the tests, so a broken one fails its route's first request.
  */
 export const buildSharedSerializer: BuildSerializer = (externalSchemas, serializerOpts) => {

@@ -1,5 +1,5 @@
 /**
- * The embedded MQTT broker (decisions.md §1): aedes behind a TLS listener on --mqtt-port
+ * The embedded MQTT broker (docs/mqtt.md): aedes behind a TLS listener on --mqtt-port
  * (unless "off") and, only when asked for, a plain-TCP listener on --mqtt-plain-port.
  * Hooks (./hooks.ts) adapt packets to the domain; ./sessions.ts closes connections that a
  * change to their device or account no longer allows.
@@ -20,7 +20,7 @@ import { loadTlsMaterial, type TlsMaterial } from './tls.js';
 /**
  * Largest MQTT packet accepted (remaining length). Above the 65,536-byte payload limit by
  * room for the topic and header, so a payload slightly too large still arrives and is
- * rejected and counted by the pipeline like any other (decisions.md §4); anything bigger
+ * rejected and counted by the pipeline like any other (docs/mqtt.md, "Rejections"); anything bigger
  * ends the connection before it is buffered. aedes/mqtt-packet have no such limit
  * (aedes issue #831), hence limitPacketSize below.
  */
@@ -119,7 +119,7 @@ export async function startMqtt(
       servers.push(server);
       plainPort = await listen(server, config.host, config.mqttPlainPort);
       print(`MQTT without TLS listening on ${config.host}:${plainPort}`);
-      print('warning: plain MQTT sends device access tokens and readings unencrypted; use it only on a trusted network (decisions.md §1)');
+      print('warning: plain MQTT sends device access tokens and readings unencrypted; use it only on a trusted network');
       log.warn({ port: plainPort }, 'plain MQTT listener enabled');
     }
   } catch (err) {

@@ -1,5 +1,5 @@
 /**
- * aedes hooks: thin adapters between MQTT packets and the domain (style.md §5-6). Every
+ * aedes hooks: thin adapters between MQTT packets and the domain. Every
  * decision about a device or a reading is made by services.devices / services.ingest; this
  * file only maps their answers onto MQTT (CONNACK codes, PUBACK or disconnect, SUBACK 0x80).
  */
@@ -20,7 +20,7 @@ export const CONNACK = {
 
 /**
  * The one place an AppError becomes a CONNACK code: 401 (unknown device, wrong token) →
- * 4, 403 (paused device, suspended account) → 5 (decisions.md §4 "paused device over MQTT"),
+ * 4, 403 (paused device, suspended account) → 5 (docs/mqtt.md, "Connecting and publishing"),
  * anything else (the database failed) → 3, server unavailable, so the device retries.
  */
 export function connackReturnCode(err: unknown): 3 | 4 | 5 {
@@ -40,7 +40,7 @@ function isRejectedReading(err: unknown): boolean {
   return err instanceof AppError && err.permanent && err.status !== 401 && err.status !== 403;
 }
 
-/** interface.md "MQTT ingestion": the only topic a device publishes to. */
+/** The only topic a device publishes to (docs/api.md, "MQTT"). */
 export const telemetryTopic = (deviceId: string) => `d/${deviceId}/t`;
 const TELEMETRY_TOPIC = /^d\/[^/]+\/t$/;
 export const isTelemetryTopic = (topic: string) => TELEMETRY_TOPIC.test(topic);
@@ -69,7 +69,7 @@ export function brokerHooks(deps: {
       packet.clean = true;
       // Client ids live in the device's own namespace: a device reusing another device's
       // client id must not take over ([MQTT-3.1.4-2]) that device's connection. An empty id
-      // gets a unique one, as the spec asks of a server (§3.1.3.1).
+      // gets a unique one, as MQTT 3.1.1 asks of a server (§3.1.3.1).
       packet.clientId = `${packet.username ?? ''}/${packet.clientId || randomUUID()}`;
       callback(null, true);
     },
@@ -84,7 +84,7 @@ export function brokerHooks(deps: {
         return callback(refusal, false);
       }
       try {
-        // Username = device id, password = access token (interface.md "Authentication").
+        // Username = device id, password = access token (docs/api.md, "Authentication").
         const { device, account } = services.devices.authenticate(username, password?.toString('utf8'));
         sessions.add({ deviceId: device.id, accountId: account.id, tokenHash: device.tokenHash, client });
         throttle.recordSuccess(address);
@@ -104,9 +104,9 @@ export function brokerHooks(deps: {
      * and only when it calls back without an error writes the PUBACK (QoS 1) or PUBREC
      * (QoS 2) and hands the packet on; an error ends the connection without any
      * acknowledgement (lib/client.js nextBatch → _onError), for QoS 0, 1 and 2 alike.
-     * That gives decisions.md §4 "a rejected QoS 1 message" exactly:
+     * That gives the QoS rules of docs/mqtt.md ("QoS", "Rejections") exactly:
      *  - stored: call back once the pipeline resolved, i.e. after the group commit → PUBACK
-     *    follows the commit (decisions.md §5);
+     *    follows the commit;
      *  - permanent rejection (not JSON, not an object, > 65,536 bytes, schema, field limit):
      *    the pipeline has counted it against the device; call back without error → PUBACK,
      *    the client stays connected and does not resend it forever;
@@ -122,7 +122,7 @@ export function brokerHooks(deps: {
       const session = sessions.get(client);
       if (!session) return callback(new Error('not an authenticated MQTT session'));
       if (packet.topic !== telemetryTopic(session.deviceId)) {
-        // decisions.md §4 "MQTT topic ACL": refused and disconnected.
+        // Another topic is refused and the client disconnected (docs/mqtt.md, "What closes a connection").
         log.warn({ deviceId: session.deviceId, topic: packet.topic.slice(0, 200) }, 'MQTT publish outside the device topic; disconnecting');
         return callback(new Error(`device ${session.deviceId} may publish only to ${telemetryTopic(session.deviceId)}`));
       }
@@ -146,7 +146,7 @@ export function brokerHooks(deps: {
     },
 
     authorizeSubscribe(client, subscription, callback) {
-      // decisions.md §4: a device may subscribe only below its own d/{id}/; anything else
+      // A device may subscribe only below its own d/{id}/; anything else
       // (other devices, wildcards over d/+, $SYS) gets SUBACK 0x80 and the connection stays.
       const session = sessions.get(client);
       const allowed = session !== undefined && subscription.topic.startsWith(`d/${session.deviceId}/`);
@@ -155,7 +155,7 @@ export function brokerHooks(deps: {
 
     authorizeForward(_client, packet) {
       // Telemetry goes to the store, not to other MQTT clients: readings are read back through
-      // /v1, and a rejected reading must not reach anyone (decisions.md §4).
+      // /v1, and a rejected reading must not reach anyone.
       return TELEMETRY_TOPIC.test(packet.topic) ? null : packet;
     },
   };

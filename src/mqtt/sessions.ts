@@ -18,8 +18,8 @@ interface Log {
 
 /**
  * The authenticated MQTT sessions, by client and by device, so a change to a device or an
- * account closes exactly the connections it affects (decisions.md §3-§4: pausing, token
- * regeneration, deletion and suspension close open connections). Re-checks touch only
+ * account closes exactly the connections it affects (pausing, token regeneration, deletion
+ * and suspension close open connections: docs/mqtt.md, "What closes a connection"). Re-checks touch only
  * connected devices: one primary-key lookup each.
  */
 export class SessionRegistry {

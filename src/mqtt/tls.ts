@@ -20,7 +20,7 @@ export interface TlsMaterial {
 const SELF_SIGNED_YEARS = 10;
 
 /**
- * The MQTT listener's certificate (decisions.md §1): `--tls-cert/--tls-key` when given,
+ * The MQTT listener's certificate (docs/mqtt.md, "TLS and fingerprint pinning"): `--tls-cert/--tls-key` when given,
  * otherwise a self-signed one generated into `<data-dir>/tls/` on first start and reused
  * afterwards, so the fingerprint devices pin stays the same across restarts.
  */

@@ -1,7 +1,7 @@
 /**
- * The `email` alert action (decisions.md §4): one message to the account's email over the
- * SMTP server of `--smtp-url`, sent from `--smtp-from` (envelope sender and From: header,
- * decisions.md §2). One attempt; an unreachable server is a failed delivery with its reason,
+ * The `email` alert action (docs/alerts.md, "email"): one message to the account's email over
+ * the SMTP server of `--smtp-url`, sent from `--smtp-from` (envelope sender and From: header).
+ * One attempt; an unreachable server is a failed delivery with its reason,
  * never an ingest error.
  */
 import type { Transporter } from 'nodemailer';

@@ -1,5 +1,5 @@
 /**
- * The `webhook` alert action (decisions.md §4): a JSON POST to the alert's URL, signed with
+ * The `webhook` alert action (docs/alerts.md, "webhook"): a JSON POST to the alert's URL, signed with
  *
  *   X-Telemetryd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
  *
@@ -9,7 +9,7 @@
  */
 import { createHmac } from 'node:crypto';
 
-/** Waits between attempts: 7 attempts over 1+2+4+8+15+30 = 60 s (decisions.md "about a minute"). */
+/** Waits between attempts: 7 attempts over 1+2+4+8+15+30 = 60 s, about a minute. */
 export const DEFAULT_WEBHOOK_RETRY_DELAYS_MS = [1_000, 2_000, 4_000, 8_000, 15_000, 30_000];
 /** One attempt that has not answered within this is counted as failed and retried. */
 export const WEBHOOK_ATTEMPT_TIMEOUT_MS = 10_000;

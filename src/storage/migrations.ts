@@ -4,7 +4,7 @@ import type { Database } from 'better-sqlite3';
  * Keeps reading_counts equal to the readings table when readings are deleted (retention,
  * device deletion): one row per account and UTC minute, a zero row dropped. Inserts are
  * counted by the writer once per batch and per account and minute (readings repository,
- * insertBatch): a per-row INSERT trigger cost a third of sustained ingest (BENCHMARKS.md).
+ * insertBatch): a per-row INSERT trigger would cost a third of sustained ingest (BENCHMARKS.md, "Design decisions").
  */
 export const READING_COUNTS_TRIGGERS = `
   CREATE TRIGGER reading_counts_delete AFTER DELETE ON readings BEGIN
@@ -94,7 +94,7 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
 
       -- No foreign key here: it would cost a lookup on every insert of the hottest table.
       -- Device deletion removes its readings explicitly.
-      -- Clustered on (device_seq, time, seq), WITHOUT ROWID (issue 8, BENCHMARKS.md): a
+      -- Clustered on (device_seq, time, seq), WITHOUT ROWID (docs/architecture.md, Storage layout): a
       -- device's newest 1,000 readings sit on a few adjacent pages instead of ~1,000 pages
       -- scattered by interleaved ingest, and no separate (device_seq, time) index is kept up
       -- on every insert. "Newest N of one device in a range" and per-device counts are range
@@ -153,7 +153,7 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
   {
     version: 2,
     name: 'snapshots',
-    // Camera snapshots (interface.md "POST /api/devices/{device_id}/snapshot"). The bytes live
+    // Camera snapshots (docs/snapshots.md). The bytes live
     // in files under <data-dir>/snapshots/ (src/storage/snapshotFiles.ts); this is their index.
     // Rows go with their device (ON DELETE CASCADE); the files are removed by the domain.
     sql: `
@@ -190,10 +190,10 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     `,
   },
   {
-    // Benchmarks (issue 8): /v1/account/usage counted one account's last 24 h from the
-    // readings index, ~2 M index entries at 10 M rows. Counts per account and minute (the
-    // writer adds each batch, a trigger follows deletions by retention and device deletion)
-    // leave only the partial first minute to count from the index. BENCHMARKS.md.
+    // Counts per account and UTC minute, so /v1/account/usage does not count an account's last
+    // 24 h from the readings index (millions of entries in a large database): the writer adds
+    // each batch, a trigger follows deletions by retention and device deletion, and only the
+    // partial first minute is counted from the readings (docs/architecture.md, Storage layout).
     version: 4,
     name: 'reading_counts',
     sql: `
@@ -211,9 +211,9 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     // New readings are appended to an inbox in arrival (seq) order, and moved into the
     // table clustered by device in large sorted batches (readings repository, mergeInbox).
     // Written straight into the clustered table, a commit of readings from N devices
-    // rewrote N pages (one leaf per device tail): ~16 µs per reading of WAL writes. The
-    // inbox's commit writes one or two pages, and a merge of thousands of readings writes
-    // each device's tail once (BENCHMARKS.md: 2-3x the storage throughput).
+    // rewrites N pages (one leaf per device tail). The inbox's commit writes one or two
+    // pages, and a merge of thousands of readings writes each device's tail once
+    // (BENCHMARKS.md, "Design decisions").
     // `readings` stays the name of every reading, as a view over both tables; the
     // reading_counts deletion trigger follows the rename to readings_by_device.
     version: 5,

@@ -2,11 +2,11 @@ import type { Db } from './db.js';
 
 /**
  * Knows when rows of some tables may have changed, so hot lookups (device authentication on
- * every ingest, the account behind it) can be served from memory (benchmarks, issue 8:
- * two SELECTs and two JSON.parse per reading were half the ingest CPU).
+ * every ingest, the account behind it) can be served from memory: two SELECTs and two
+ * JSON.parse per reading would be a large share of ingest CPU (BENCHMARKS.md, "Design decisions").
  *
- * Two sources of change, both checked on every lookup (decisions.md §2: the server sees
- * the CLI's effect without a restart):
+ * Two sources of change, both checked on every lookup, so the server sees the CLI's effect
+ * without a restart (docs/architecture.md, Caches):
  * - this connection: TEMP triggers on the watched tables call back into JS, whichever code
  *   wrote (any repository, raw SQL, a rolled-back transaction counts too): seen at once;
  * - other connections (the admin CLI, another process): ExternalCommits above.
@@ -16,10 +16,10 @@ import type { Db } from './db.js';
  * PRAGMA data_version, which changes exactly when another connection has committed.
  *
  * Read at most once per EXTERNAL_CHECK_MS, not per lookup: the pragma starts a read
- * transaction (shared-memory locks), profiled at 8 % of HTTP ingest CPU when read once per
- * request (BENCHMARKS.md). So a commit by another process is seen by every lookup that
+ * transaction (shared-memory locks): read once per request it was a measurable share of HTTP
+ * ingest CPU. So a commit by another process is seen by every lookup that
  * starts more than EXTERNAL_CHECK_MS after it: an admin command's effect is visible before
- * the command has even exited (decisions.md §2: no restart needed).
+ * the command has even exited.
  */
 export const EXTERNAL_CHECK_MS = 1;
 

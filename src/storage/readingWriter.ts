@@ -3,8 +3,8 @@ import type { PendingReading, ReadingsRepo } from './repos/readings.js';
 /**
  * Readings appended to the inbox between two merges into the clustered table (migration 5).
  * Larger merges write each device's page fewer times per reading but hold the event loop
- * longer and leave more for queries to scan. Over 1,000 devices at 10 M rows, storage alone:
- * 8,192: 12.5 µs a reading, ~90 ms per merge; 16,384: 9.6 µs, ~105 ms (BENCHMARKS.md).
+ * longer and leave more for queries to scan; 16,384 is the balance measured over 1,000
+ * devices at 10 M rows (BENCHMARKS.md, "Design decisions").
  */
 export const INBOX_MERGE_ROWS = 16_384;
 /** A quiet spell after which whatever is in the inbox is merged anyway. */
@@ -16,7 +16,7 @@ interface Waiting extends PendingReading {
 }
 
 /**
- * Group commit (decisions.md §5, notes/performance.md): readings that arrive during one pass
+ * Group commit (docs/operations.md, "Durability"): readings that arrive during one pass
  * of the event loop are written in a single transaction, flushed from setImmediate, and each
  * caller's promise settles only after that transaction has committed. Nothing is
  * acknowledged before its commit; one fsync-bound commit serves many requests.
@@ -55,7 +55,7 @@ export class ReadingWriter {
   append(reading: PendingReading): Promise<number> {
     if (this.closed) return Promise.reject(new Error('writer is closed'));
     return new Promise<number>((resolve, reject) => {
-      // Explicit fields, not a spread: the spread showed at ~5 % of MQTT ingest CPU.
+      // Explicit fields, not a spread: a spread showed in the MQTT ingest profile.
       this.queue.push({
         deviceSeq: reading.deviceSeq,
         accountSeq: reading.accountSeq,

@@ -9,7 +9,7 @@ import { type AppError, unavailable } from '../errors.js';
  * One folder per device, so deleting a device removes one folder, and no folder grows with
  * the number of devices times their snapshots.
  *
- * A file appears whole or not at all (issue 4): bytes go to a temporary name in the same
+ * A file appears whole or not at all: bytes go to a temporary name in the same
  * folder, are fsynced, then renamed over the final name (rename is atomic within one file
  * system). Temporary names start with "." so they never collide with a snapshot id.
  */

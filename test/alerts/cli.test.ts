@@ -16,7 +16,7 @@ describe('telemetryd alerts (CLI) against a running server', () => {
   });
   afterAll(() => server.stop());
 
-  it('alerts create applies the decisions.md §2 defaults and the running server evaluates it at once', async () => {
+  it('alerts create applies the documented defaults (docs/cli.md) and the running server evaluates it at once', async () => {
     const r = await cli([
       'alerts',
       'create',

@@ -11,8 +11,8 @@ const HAS_MQTT = existsSync(path.join(ROOT, 'src', 'mqtt'));
 const isFigure = (v: unknown) => typeof v === 'number' && Number.isFinite(v) && v > 0;
 
 /**
- * The benchmark's shape, not its figures (issue 8: targets are checked by the benchmark,
- * never by timed tests). The quick run is the slowest test of the suite.
+ * The benchmark's shape, not its figures: targets are checked by the benchmark, never by
+ * timed tests. The quick run is the slowest test of the suite.
  */
 describe('npm run bench -- --quick --json', () => {
   it('measures every scenario and prints one JSON object as its last line', { timeout: 240_000 }, async () => {

@@ -5,7 +5,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/server.js';
 
 /**
- * install.sh into a temporary prefix with systemd skipped (issue 7), installing the already
+ * install.sh into a temporary prefix with systemd skipped, installing the already
  * built dist/telemetryd (--binary). It creates the system user `telemetryd`, so it needs root:
  * CI runs as root; elsewhere, and without the executable, this file is skipped with a message.
  */

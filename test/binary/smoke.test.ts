@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/server.js';
 
 /**
- * Smoke test of the single executable (issue 7): dist/telemetryd, made by
+ * Smoke test of the single executable (docs/executable.md): dist/telemetryd, made by
  * `npm run build:binary` (.ci/run builds it before `npm test`), run from an empty directory
  * with node_modules out of reach and no `node` on PATH. Building takes a while, so a plain
  * `npm test` without the executable skips this file with a message; CI sets
@@ -107,7 +107,7 @@ describe.skipIf(!haveBinary)('single executable smoke test', () => {
       for (const expected of ['serve', 'accounts create', 'keys create', 'devices create', 'alerts create', 'version']) {
         expect(seen).toContain(expected);
       }
-      // Every serve option is in its help (decisions.md §2).
+      // Every serve option is in its help (docs/operations.md, "Configuration").
       const serveHelp = runExe(['serve', '--help']).stdout;
       for (const flag of [
         '--data-dir',

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli, runCliAsync } from '../helpers/cli.js';
 import { ingest, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
-describe('admin CLI contract (decisions.md §2)', () => {
+describe('admin CLI contract (docs/cli.md)', () => {
   const dir = tempDir();
   const cli = (...args: string[]) => runCli(args, { dataDir: dir });
 

@@ -5,7 +5,7 @@ import { RateLimiter } from '../../src/domain/rateLimit.js';
 import { capRangeToRetention, RANGE_NAMES } from '../../src/domain/telemetry.js';
 import type { Account } from '../../src/domain/types.js';
 
-describe('capRangeToRetention (interface.md rule 3, decisions.md §4)', () => {
+describe('capRangeToRetention (docs/api.md, Telemetry ranges and retention)', () => {
   it('keeps ranges that fit, including one equal to the retention', () => {
     expect(capRangeToRetention('30d', 30)).toBe('30d');
     expect(capRangeToRetention('7d', 7)).toBe('7d');
@@ -17,7 +17,7 @@ describe('capRangeToRetention (interface.md rule 3, decisions.md §4)', () => {
     expect(capRangeToRetention('30d', 29)).toBe('7d');
     expect(capRangeToRetention('24h', 0)).toBe('1h');
   });
-  it('knows the five ranges of the spec', () => {
+  it('knows the five documented ranges', () => {
     expect(RANGE_NAMES).toEqual(['1h', '6h', '24h', '7d', '30d']);
   });
 });

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 /**
- * History is written as text with each reading's stored JSON spliced in (BENCHMARKS.md);
+ * History is written as text with each reading's stored JSON spliced in (docs/architecture.md, "Storage layout");
  * the body must be exactly what parse + serialize would give, whatever the data holds.
  */
 describe('GET /v1/devices/:id/telemetry body', () => {

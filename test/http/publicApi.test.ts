@@ -178,7 +178,7 @@ describe('Public API v1', () => {
     const statuses: number[] = [];
     let last: Response | null = null;
     for (let i = 0; i < 5; i++) {
-      // A 404 counts too (decisions.md §4).
+      // A 404 counts too (docs/api.md, "Rate limits").
       last = await server.request(i === 1 ? '/v1/devices/dev_nope' : '/v1/devices', { key: r.key });
       statuses.push(last.status);
       expect(last.headers.get('x-ratelimit-limit')).toBe('3');

@@ -35,7 +35,7 @@ describe('MQTT ingestion', () => {
     return (r.json.data as Record<string, unknown>[]).find((d) => d.id === deviceId)!;
   };
 
-  it('mosquitto_pub over TLS with --cafile stores a reading that /v1 …/telemetry/latest returns (the issue\'s "done when")', async () => {
+  it('mosquitto_pub over TLS with --cafile stores a reading that /v1 …/telemetry/latest returns', async () => {
     const { device, token, key } = await seedAccount(server, { email: 'mosquitto@example.com' });
     await run('mosquitto_pub', [
       '--cafile',

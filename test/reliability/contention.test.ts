@@ -1,5 +1,5 @@
 /**
- * Contention (decisions.md §2: admin commands work while `serve` runs): admin CLI commands
+ * Contention (docs/cli.md: admin commands work while `serve` runs): admin CLI commands
  * run against the data dir while the server is under HTTP ingest load. busy_timeout (10 s)
  * and IMMEDIATE transactions mean nobody sees SQLITE_BUSY: every command succeeds and every
  * ingest request is acknowledged.

@@ -1,5 +1,5 @@
 /**
- * Crash safety (decisions.md §5): a reading acknowledged with HTTP 200 survives kill -9 of
+ * Crash safety (docs/operations.md, "Durability"): a reading acknowledged with HTTP 200 survives kill -9 of
  * the process. The real server runs as a child process; concurrent ingest keeps many
  * requests in flight, SIGKILL lands mid-way, and after a restart on the same data dir every
  * acknowledged reading is there exactly once and the database passes integrity_check.

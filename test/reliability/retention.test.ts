@@ -1,5 +1,5 @@
 /**
- * Telemetry retention (decisions.md §4): readings older than the plan retention are deleted
+ * Telemetry retention (docs/operations.md, "Retention"): readings older than the plan retention are deleted
  * by a background job, in small batches that yield to the event loop, with last_seen kept.
  * The job's clock is the server's injectable clock: the test moves time forward.
  */

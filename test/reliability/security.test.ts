@@ -1,6 +1,6 @@
 /**
- * Security at rest and in logs (decisions.md §4, brief "secrets never stored in clear and
- * never logged"): the raw database, WAL and shared-memory files and a backup archive never
+ * Security at rest and in logs (docs/reliability.md, "Security": secrets are never stored in
+ * clear and never logged): the raw database, WAL and shared-memory files and a backup archive never
  * hold an issued API key, device token or password; the data dir is 0700 and the database
  * files 0600; a debug-level log of a session that uses and misuses every secret holds none.
  */
@@ -117,7 +117,7 @@ describe('secrets at rest, file modes, logs', () => {
       expect(sessionId.length).toBeGreaterThanOrEqual(32);
       secrets.sessionId = sessionId;
       // (The CSRF token is stored as is, by design: it proves nothing without the session
-      // cookie, whose id is stored only as a hash; docs/dashboard.md "Sessions".)
+      // cookie, whose id is stored only as a hash; docs/dashboard.md, "How it behaves".)
       // Cookie flags: not readable by script, not sent on cross-site subrequests, whole site.
       expect(cookie).toMatch(/;\s*HttpOnly/i);
       expect(cookie).toMatch(/;\s*SameSite=Lax/i);

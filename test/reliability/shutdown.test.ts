@@ -1,5 +1,5 @@
 /**
- * Graceful shutdown (decisions.md §1, §2): SIGTERM under ingest load stops accepting, lets
+ * Graceful shutdown (docs/operations.md, "Shutdown"): SIGTERM under ingest load stops accepting, lets
  * in-flight requests finish (what was acknowledged is committed), closes the database
  * cleanly (WAL checkpointed and removed) and exits 0 within 10 seconds.
  */

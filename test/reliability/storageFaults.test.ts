@@ -1,5 +1,5 @@
 /**
- * Storage faults (decisions.md §5): when the database cannot commit, ingest answers 500 and
+ * Storage faults (docs/operations.md, "When storage cannot take a write"): when the database cannot commit, ingest answers 500 and
  * acknowledges nothing; when the fault clears, ingest works again without a restart. The
  * fault is a real SQLite failure: a trigger created from a second connection aborts every
  * insert into readings (no mocks). The server's prepared statements must survive the schema

@@ -1,6 +1,6 @@
 /**
- * End-to-end dashboard tests in real headless Chromium against the real server (issue 6
- * "Tests"): one browser and one page for the whole file, steps in order, like a user would.
+ * End-to-end dashboard tests in real headless Chromium against the real server
+ * (docs/dashboard.md): one browser and one page for the whole file, steps in order, like a user would.
  */
 
 import { mkdirSync, readFileSync } from 'node:fs';

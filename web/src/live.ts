@@ -1,6 +1,6 @@
 /**
  * Live updates: one EventSource on /ui/api/events for the whole app; pages subscribe per
- * event type. Pages also poll every 15 s (interface.md: refreshing every 15 seconds), so a
+ * event type. Pages also poll every 15 s (docs/dashboard.md), so a
  * proxy that buffers or drops the stream only delays updates.
  */
 type Handler = (data: any) => void;

@@ -1,6 +1,6 @@
 /**
  * Pure alert logic: reading a (dotted) field out of a reading, comparing it, and the
- * cooldown rule. No I/O here, so every rule of decisions.md §4 is testable on its own.
+ * cooldown rule. No I/O here, so every rule of docs/alerts.md ("Evaluation") is testable on its own.
  */
 import type { AlertOperator } from '../types.js';
 
@@ -9,9 +9,8 @@ export const fieldPath = (field: string): readonly string[] => field.split('.');
 
 /**
  * The numeric value at `path` (["temp"], ["env", "temp"]) in a reading, or null when the
- * reading does not have it or it is not a finite JSON number. decisions.md §4: "a reading
- * without that field, or with a non-numeric value there, does not meet the condition". A
- * numeric string such as "21.5" is a string, not a number, so it does not count
+ * reading does not have it or it is not a finite JSON number: such a reading does not meet
+ * the condition, whatever the operator. A numeric string such as "21.5" is a string, not a number, so it does not count
  * (docs/alerts.md); neither do booleans or null. Only own properties are walked, never the
  * prototype chain.
  */
@@ -56,8 +55,8 @@ export function conditionValue(
 }
 
 /**
- * decisions.md §4: after a trigger at T, readings that meet the condition before
- * T + cooldown seconds record nothing; cooldown 0 lets every matching reading trigger.
+ * After a trigger at T, readings that meet the condition before T + cooldown seconds record
+ * nothing; cooldown 0 lets every matching reading trigger.
  */
 export function inCooldown(lastTriggered: number | null, cooldownSeconds: number, at: number): boolean {
   return lastTriggered !== null && at < lastTriggered + cooldownSeconds * 1000;

@@ -7,7 +7,7 @@
  *   ('alert.changed') or another process (the admin CLI) commits. The change watcher reports
  *   such commits only every 250 ms, so the evaluator also asks the repositories'
  *   `externalCommits.current()` (PRAGMA data_version, read at most once a millisecond): an alert
- *   created or disabled with the CLI applies to the next reading (decisions.md §2). A device
+ *   created or disabled with the CLI applies to the next reading (docs/cli.md, "alerts"). A device
  *   without alerts costs one Map lookup per reading.
  * - Race-free cooldown: the cooldown check and the cached `last_triggered` update happen in
  *   one synchronous step, so readings of one device committed in the same batch are seen
@@ -15,10 +15,10 @@
  * - Recording: the triggers of one group-commit batch are written (events + last_triggered)
  *   in one short transaction, from a microtask queued by the first of them: after the
  *   readings' commit, before any of their HTTP answers is written. One transaction per
- *   trigger would cost a WAL commit each (measured: ~2x slower ingest when every reading
- *   triggers).
+ *   trigger would cost a WAL commit each, which slows ingest badly when every reading
+ *   triggers.
  * - Actions (email, webhook) run afterwards, asynchronously; their outcome is written back
- *   into the event's `deliveries` and never reaches the ingest caller (style.md §10).
+ *   into the event's `deliveries` and never reaches the ingest caller.
  */
 import { newId } from '../../ids.js';
 import type { AlertNotifier } from '../../notify/index.js';
@@ -39,7 +39,7 @@ export interface AlertEvaluatorDeps {
   log?: (message: string, details: Record<string, unknown>) => void;
 }
 
-/** The body of a webhook POST (decisions.md §4). */
+/** The body of a webhook POST (docs/alerts.md, "webhook"). */
 export function webhookBody(alert: Alert, event: AlertEvent, reading: StoredReading): string {
   return JSON.stringify({
     event: presentAlertEvent(event),

@@ -1,10 +1,10 @@
 /**
- * The one path a reading takes, from HTTP and MQTT alike (style.md §5):
+ * The one path a reading takes, from HTTP and MQTT alike (docs/architecture.md, "The path of a reading"):
  *
  *   authorizeDevice → parsePayload → validateData → checkSchema → store → afterStore
  *
  * Authorization comes first so that a refused payload is counted against the device that
- * sent it (decisions.md §4 "rejected MQTT messages").
+ * sent it (its rejected count and last reason, shown by `devices list` and the dashboard).
  *
  * Each step is a named function; transports only adapt their input and map the AppError
  * that comes out (src/http/errors.ts, src/mqtt/broker.ts).
@@ -17,14 +17,14 @@ import type { DeviceService } from '../devices.js';
 import type { DomainEvents, Transport } from '../events.js';
 import type { Account, Device, StoredReading } from '../types.js';
 
-/** Largest HTTP body / MQTT payload accepted (decisions.md §4). */
+/** Largest HTTP body / MQTT payload accepted (docs/api.md, "Payload limits"). */
 export const MAX_INGEST_BYTES = 65_536;
 
 export interface ReadingSink {
   append(reading: PendingReading): Promise<number>;
 }
 
-/** Called with each committed reading; the alerts issue plugs evaluation in here. */
+/** Called with each committed reading; alert evaluation plugs in here. */
 export type AlertEvaluator = (device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>) => void;
 
 export interface IngestRequest {
@@ -55,7 +55,7 @@ function parsePayloadText(text: string): unknown {
   }
 }
 
-/** Deepest nesting of objects/arrays accepted in a reading (docs/reliability.md). */
+/** Deepest nesting of objects/arrays accepted in a reading (docs/api.md, "Payload limits"). */
 export const MAX_DATA_DEPTH = 32;
 
 /**
@@ -117,7 +117,7 @@ export function validateData(data: unknown): Record<string, unknown> {
 
 /**
  * Strict mode: every top-level key must be a declared field. Flexible mode: at most the
- * plan's field limit of top-level keys (decisions.md §3-§4).
+ * plan's field limit of top-level keys (docs/api.md, "Schema modes").
  */
 export function checkSchema(device: Device, account: Account, data: Record<string, unknown>): void {
   const keys = Object.keys(data);
@@ -148,8 +148,8 @@ export function ingestPipeline(deps: {
 
   /**
    * `text`, when given, is the JSON text `data` was parsed from (an MQTT payload): it is
-   * stored as sent instead of re-serializing the parsed object (benchmarks, issue 8: the
-   * JSON.stringify was ~7 % of MQTT ingest CPU). It is valid JSON of the same object (it
+   * stored as sent instead of re-serializing the parsed object, whose JSON.stringify was a
+   * measurable share of MQTT ingest CPU (BENCHMARKS.md, "Design decisions"). It is valid JSON of the same object (it
    * parsed to `data`, which validateData and checkShape accepted); only whitespace, number
    * spelling (1.50 vs 1.5) and escapes may differ, and every reader JSON.parses it.
    * Duplicate keys are the one way the text could hold more than the object (JSON.parse
@@ -160,7 +160,7 @@ export function ingestPipeline(deps: {
   function store(device: Device, data: Record<string, unknown>, text?: string): Promise<StoredReading> {
     const time = clock.now();
     const json = text ?? JSON.stringify(data);
-    // Not an async function: one promise per reading fewer (MQTT ingest profile, BENCHMARKS.md).
+    // Not an async function: one promise per reading fewer on the MQTT hot path.
     return sink
       .append({ deviceSeq: device.seq, accountSeq: device.accountSeq, time, data: json })
       .then((seq) => ({ seq, deviceSeq: device.seq, time, data: json }));
@@ -205,9 +205,9 @@ export function ingestPipeline(deps: {
   return {
     /**
      * Stores one reading and resolves once it is committed; rejects with an AppError otherwise,
-     * never throws (the MQTT hook chains on the promise). Not an async function: on the MQTT
-     * path its promise and the await's extra turn were one more promise per reading than the
-     * writer's (profile, BENCHMARKS.md).
+     * never throws (the MQTT hook chains on the promise). Not an async function: its own
+     * promise and the await's extra turn would be one more promise per reading than the
+     * writer's, on the MQTT hot path.
      */
     ingestReading(req: IngestRequest): Promise<StoredReading> {
       try {

@@ -61,7 +61,7 @@ function contentSecurityPolicy(publicUrl: string): string {
 }
 
 /**
- * The web dashboard (issue 6): the single-page app from the built web root and its
+ * The web dashboard (docs/dashboard.md): the single-page app from the built web root and its
  * session-authenticated JSON API under /ui/api, which calls the same domain services as the
  * CLI. Everything here carries strict security headers.
  */
@@ -90,8 +90,8 @@ export async function dashboardRoutes(
 
   if (webRoot) {
     // The routes @fastify/static makes with `wildcard: false` (GET and HEAD of each file), but
-    // from a synchronous listing: its glob walk of the directory was ~5 ms of a start
-    // (BENCHMARKS.md). Not `wildcard: true`: every unknown path would then be a file lookup.
+    // from a synchronous listing: its glob walk of the directory costs start time for a
+    // handful of files. Not `wildcard: true`: every unknown path would then be a file lookup.
     const root = path.resolve(webRoot);
     await app.register(fastifyStatic, { root, serve: false, index: false, cacheControl: false });
     for (const file of dashboardFiles(root)) {
@@ -116,7 +116,7 @@ export async function dashboardRoutes(
       .header('Content-Disposition', 'attachment; filename="telemetryd-ca.pem"')
       .send(certificate.pem);
   });
-  // The first-run link `serve` prints (decisions.md §1); the app reads the token from the URL.
+  // The first-run link `serve` prints (docs/operations.md, "First run"); the app reads the token from the URL.
   app.get('/setup', sendIndex);
 
   await app.register(
@@ -126,7 +126,7 @@ export async function dashboardRoutes(
       api.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: 1_048_576 }, (_request, body, done) => {
         if (!String(body).trim()) return done(null, {});
         try {
-          // Depth-limited: a deeply nested email or settings value was a 500 (docs/reliability.md).
+          // Depth-limited, so a deeply nested email or settings value is a 400, not a stack overflow (docs/reliability.md, "Bad input").
           done(null, parseJsonBody(String(body)));
         } catch (err) {
           done(badRequest((err as Error).message), undefined);

@@ -12,7 +12,7 @@ import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
 import type { Account } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';
 
-/** Dashboard-side device settings (interface.md "Device"): informational, kept in `settings`. */
+/** Dashboard-side device settings (docs/api.md, "Device"): informational, kept in `settings`. */
 export const DATA_DIRECTIONS = ['send_only', 'receive_only', 'send_and_receive'] as const;
 export const NETWORKS = ['wifi', 'ethernet', '4g'] as const;
 export const PROTOCOLS = ['mqtt', 'http'] as const;
@@ -69,7 +69,7 @@ export function parseRange(value: unknown): RangeName {
 
 const account = (request: FastifyRequest): Account => request.dashboard!.account;
 
-/** Devices, readings, alerts, keys and account for the dashboard (issue 6 §2-§5), under /ui/api. */
+/** Devices, readings, alerts, keys and account for the dashboard (docs/dashboard.md), under /ui/api. */
 export async function dashboardApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
   const { devices, telemetry, alerts, keys, usage } = services;
   type IdParams = { Params: { id: string } };
@@ -119,7 +119,7 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     return { deleted: device.id };
   });
 
-  /** Readings of a range, newest first, capped to the plan retention like /v1 (interface.md rule 3). */
+  /** Readings of a range, newest first, capped to the plan retention like /v1 (docs/api.md, "Telemetry ranges and retention"). */
   app.get<IdParams & { Querystring: { range?: string; limit?: string } }>('/devices/:id/readings', async (request) => {
     const acc = account(request);
     const device = devices.getOwned(acc, request.params.id);

@@ -14,7 +14,7 @@ export interface SetupState {
 
 type Credentials = { email?: string; password?: string };
 
-/** Sign-in, sign-out, first-run setup and password change (issue 6 §1), under /ui/api. */
+/** Sign-in, sign-out, first-run setup and password change (docs/dashboard.md), under /ui/api. */
 export async function dashboardAuthRoutes(
   app: FastifyInstance,
   {
@@ -74,7 +74,7 @@ export async function dashboardAuthRoutes(
       String(email ?? ''),
       String(password ?? ''),
     );
-    setup.token = null; // works once (decisions.md §1)
+    setup.token = null; // works once (docs/operations.md, "First run")
     setSessionCookie(request, reply, sessionId, config.publicUrl);
     return { csrf_token: session.csrfToken };
   });

@@ -66,7 +66,7 @@ function csvCell(v: unknown): string {
 }
 
 /**
- * Exports of a device's readings over a range (issue 6 §3): one column per top-level field,
+ * Exports of a device's readings over a range (docs/dashboard.md): one column per top-level field,
  * time in ISO 8601. A first pass collects the column names (only the key set is held), the
  * second streams rows, so a 30-day export never holds the readings in memory.
  */
@@ -148,7 +148,7 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
   });
 
   /**
-   * Live updates for the signed-in account (issue 6 §3): server-sent events on every stored
+   * Live updates for the signed-in account (docs/dashboard.md): server-sent events on every stored
    * or rejected reading of its devices, device changes and alert triggers. The page also polls
    * every 15 s, so a dropped stream only delays updates.
    */

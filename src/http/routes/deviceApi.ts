@@ -5,7 +5,7 @@ import { badRequest } from '../../errors.js';
 import { bearerToken } from '../bearer.js';
 import { parseJsonBody } from '../jsonBody.js';
 
-/** The Device API (interface.md "Device API"): HTTP ingest. Snapshot routes live beside it. */
+/** The Device API's HTTP ingest (docs/api.md, "HTTP ingest"). Snapshot routes live beside it. */
 export async function deviceApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
   // Devices and quick curl tests often send JSON without the right Content-Type; ingest
   // parses any body as JSON (with the same prototype-poisoning protection as fastify's).
@@ -29,7 +29,7 @@ export async function deviceApiRoutes(app: FastifyInstance, { services }: { serv
     const token = bodyToken ?? bearerToken(request);
     if (token === undefined || token === '') throw badRequest('access_token is required (in the body or as Authorization: Bearer)');
     if (data === undefined) throw badRequest('data is required');
-    // Resolves only after the reading's transaction has committed (decisions.md §5).
+    // Resolves only after the reading's transaction has committed (docs/operations.md, "Durability").
     await services.ingest.ingestReading({ transport: 'http', deviceId, token, data });
     return { success: true };
   });

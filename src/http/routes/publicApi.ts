@@ -22,12 +22,12 @@ declare module 'fastify' {
   }
 }
 
-/** Page sizes (interface.md "Page and result sizes"); a limit above the max is clamped. */
+/** Page sizes (docs/api.md, "Pagination and page sizes"); a limit above the max is clamped. */
 const LIMITS = { devices: [50, 100], alerts: [50, 100], history: [50, 100], telemetry: [100, 1000] } as const;
 const clamp = (value: number | undefined, [def, max]: readonly [number, number]) => Math.min(value ?? def, max);
 
-// The maximum matters: an offset past 2^53 reached SQLite as a float (a 500); it is a 400
-// (decisions.md §4). Infinity ("1e309") is refused by the preValidation hook below.
+// The maximum matters: an offset past 2^53 would reach SQLite as a float; it is a 400
+// (docs/api.md, "Pagination and page sizes"). Infinity ("1e309") is refused by the preValidation hook below.
 const limitParam = { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER } as const;
 const offsetParam = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 } as const;
 const idParams = { type: 'object', properties: { id: { type: 'string', maxLength: 200 } }, required: ['id'] } as const;
@@ -39,7 +39,7 @@ function setRateHeaders(reply: { header(k: string, v: string): unknown }, s: Rat
   reply.header('X-RateLimit-Daily-Remaining', String(s.dailyRemaining));
 }
 
-/** The read-only Public API under /v1 (interface.md "Endpoints"). */
+/** The read-only Public API under /v1 (docs/api.md, "Public API endpoints"). */
 export async function publicApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
   const { keys, devices, telemetry, alerts, usage, rateLimiter } = services;
 
@@ -181,7 +181,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         data_retention_days: account.limits.retentionDays,
       };
       // The response schema above documents this body; it is written here as text so the
-      // stored JSON of each reading is spliced, not parsed and re-serialized (BENCHMARKS.md).
+      // stored JSON of each reading is spliced, not parsed and re-serialized (BENCHMARKS.md, "Design decisions").
       return reply
         .type('application/json; charset=utf-8')
         .send(`{"data":[${readings.map(presentReadingJson).join(',')}],"query":${JSON.stringify(query)}}`);

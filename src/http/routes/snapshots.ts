@@ -9,7 +9,7 @@ import { accountFromSession } from '../dashboardSession.js';
 /**
  * Works out who is asking to read a snapshot, from one kind of credential. Returns null when
  * the request does not carry that credential or it is not valid: the route then answers 404
- * unless another resolver recognises the caller (decisions.md §4 "snapshot reads").
+ * unless another resolver recognises the caller (docs/snapshots.md, "Reading").
  */
 export type SnapshotReaderResolver = (request: FastifyRequest, services: Services, deviceId: string) => SnapshotReader | null;
 
@@ -45,14 +45,14 @@ export const dashboardSessionReader: SnapshotReaderResolver = (request, services
   return account ? { accountSeq: account.seq } : null;
 };
 
-/** Every credential that may read a snapshot (decisions.md §4 "snapshot reads"). */
+/** Every credential that may read a snapshot (docs/snapshots.md, "Reading"). */
 export const SNAPSHOT_READER_RESOLVERS: SnapshotReaderResolver[] = [deviceTokenReader, apiKeyReader, dashboardSessionReader];
 
 /** Ids are random UUIDs never reused, so a URL always names the same bytes. */
 const IMMUTABLE_CACHE = 'private, max-age=31536000, immutable';
 
 /**
- * Camera snapshots (interface.md "POST /api/devices/{device_id}/snapshot"), under the
+ * Camera snapshots (docs/snapshots.md), under the
  * /api/devices prefix, so errors take the Device API shape {"success": false, "error"}.
  */
 export async function snapshotRoutes(

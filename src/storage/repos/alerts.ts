@@ -114,7 +114,7 @@ export function alertsRepo(db: Db) {
   const remove = db.prepare('DELETE FROM alerts WHERE seq = ?');
 
   const eventById = db.prepare<[string], EventRow>('SELECT * FROM alert_events WHERE id = ?');
-  // History newest first (decisions.md §4 "list order").
+  // History newest first (docs/api.md, "Pagination and page sizes").
   const history = db.prepare<[number, number], EventRow>(
     'SELECT * FROM alert_events WHERE alert_seq = ? ORDER BY triggered_at DESC, seq DESC LIMIT ?',
   );

@@ -30,7 +30,7 @@ const toKey = (r: KeyRow | undefined): ApiKey | null =>
 export function apiKeysRepo(db: Db) {
   const byHash = db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE key_hash = ?');
   const byId = db.prepare<[string], KeyRow>('SELECT * FROM api_keys WHERE id = ?');
-  // Newest first, revoked included (decisions.md §4 "list order").
+  // Newest first, revoked included (docs/api.md, "Pagination and page sizes").
   const byAccount = db.prepare<[number], KeyRow>('SELECT * FROM api_keys WHERE account_seq = ? ORDER BY created_at DESC, seq DESC');
   const insert = db.prepare('INSERT INTO api_keys (id, account_seq, name, key_prefix, key_hash, created_at) VALUES (?, ?, ?, ?, ?, ?)');
   const revoke = db.prepare('UPDATE api_keys SET revoked_at = ? WHERE seq = ? AND revoked_at IS NULL');

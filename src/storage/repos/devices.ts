@@ -85,7 +85,7 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
   const bySeq = db.prepare<[number], DeviceRow>(`${SELECT} WHERE d.seq = ?`);
   // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
   const forAuth = db.prepare<[string], DeviceRow>('SELECT * FROM devices WHERE id = ?');
-  // Devices list in created_at order, stable under offset paging (decisions.md §4).
+  // Devices list in created_at order, stable under offset paging (docs/api.md, "Pagination and page sizes").
   const page = db.prepare<[number, number, number], DeviceRow>(
     `${SELECT_PAGE} WHERE d.account_seq = ? ORDER BY d.created_at, d.seq LIMIT ? OFFSET ?`,
   );

@@ -53,7 +53,7 @@ export interface PendingReading {
  */
 export function readingsRepo(db: Db) {
   // Rows go in ROWS_PER_INSERT per statement where a batch has that many, then one by one:
-  // one step and one call into the addon instead of 32 (~0.7 µs a reading, BENCHMARKS.md).
+  // one step and one call into the addon instead of 32 (BENCHMARKS.md, "Design decisions").
   const inserts = (table: string) => ({
     one: db.prepare<[number, number, number, string]>(`INSERT INTO ${table} (device_seq, time, seq, data) VALUES (?, ?, ?, ?)`),
     many: db.prepare<unknown[]>(
@@ -94,7 +94,7 @@ export function readingsRepo(db: Db) {
   );
   // Newest first within [since, ∞): a backwards range scan of the clustered table.
   // Rows come as arrays (raw) of (seq, time, data), without device_seq (the caller's):
-  // better-sqlite3 builds 1,000 keyed row objects per history page in ~1 ms more (BENCHMARKS.md).
+  // keyed row objects would cost better-sqlite3 noticeably more per 1,000-reading history page.
   const historyStored = db
     .prepare<[number, number, number], HistoryRow>(
       'SELECT seq, time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
@@ -134,8 +134,8 @@ export function readingsRepo(db: Db) {
   );
 
   // reading_counts (migration 4) takes one upsert per account and minute of a batch: usually
-  // one. As one json_each statement over per-device counts joined to devices, a 1,000-reading
-  // batch spent ~1-2 µs a reading there (BENCHMARKS.md).
+  // one, from the account the pipeline already holds, rather than one json_each statement
+  // over per-device counts joined to devices (BENCHMARKS.md, "Design decisions").
   const countInserted = db.prepare<[number, number, number]>(
     'INSERT INTO reading_counts (account_seq, minute, n) VALUES (?, ?, ?) ON CONFLICT (account_seq, minute) DO UPDATE SET n = n + excluded.n',
   );
@@ -150,8 +150,8 @@ export function readingsRepo(db: Db) {
    * Where the batch goes: a batch with several readings per device on average (a few busy
    * devices, e.g. MQTT publishers) writes each device's tail page once for many readings, so
    * it goes straight into the clustered table; a batch spread over many devices goes to the
-   * inbox (migration 5). Copying through the inbox costs ~4 µs a reading, a page rewritten
-   * in the clustered table ~16 µs: straight in when devices ≤ readings / 4.
+   * inbox (migration 5). Copying through the inbox costs about a quarter of a page rewritten
+   * in the clustered table: straight in when devices ≤ readings / 4.
    */
   const insertBatch = db.transaction((batch: PendingReading[]) => {
     if (batch.length === 0) return [];

@@ -15,7 +15,7 @@ const RANGES = ['1h', '6h', '24h', '7d', '30d'] as const;
 const RANGE_MS: Record<string, number> = { '1h': 3_600_000, '6h': 21_600_000, '24h': 86_400_000, '7d': 604_800_000, '30d': 2_592_000_000 };
 const TABLE_ROWS = 100;
 
-/** A *_url field holding a snapshot URL (interface.md "Snapshot") renders as a thumbnail. */
+/** A *_url field holding a snapshot URL (docs/api.md, "Snapshots") renders as a thumbnail. */
 function isSnapshotUrl(key: string, v: unknown): v is string {
   if (!key.endsWith('_url') || typeof v !== 'string') return false;
   try {
@@ -281,7 +281,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   ctx.onLeave(ctx.live.on('reading', (e) => e.device_id === id && refreshDevice()));
   ctx.onLeave(ctx.live.on('rejected', (e) => e.device_id === id && refreshDevice()));
   ctx.onLeave(ctx.live.on('device', (e) => e.device_id === id && refreshDevice()));
-  // Polling fallback (and the 15 s refresh of interface.md) whether or not the stream is up.
+  // Polling fallback (and the 15 s refresh) whether or not the stream is up.
   const timer = window.setInterval(() => {
     void loadReadings().catch(() => {});
     void loadDevice().catch(() => {});
