@@ -80,7 +80,7 @@ export const SERVE_OPTIONS: OptionSpec[] = [
   },
 ];
 
-export class ConfigError extends Error {}
+class ConfigError extends Error {}
 
 /** Reads a JSON config file; its keys are long option names (docs/operations.md, "Configuration"). */
 export function loadConfigFile(file: string): Record<string, unknown> {

@@ -58,7 +58,3 @@ export const rateLimited = (message: string, retryAfter: number) => {
   err.retryAfter = retryAfter;
   return err;
 };
-
-export function isAppError(err: unknown): err is AppError {
-  return err instanceof AppError;
-}

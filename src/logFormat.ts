@@ -10,7 +10,7 @@ const OMITTED = new Set(['level', 'time', 'msg', 'pid', 'hostname', 'err', 'req'
 
 const text = (v: unknown) => (typeof v === 'string' ? v : JSON.stringify(v));
 
-export function readableLogLine(line: string): string {
+function readableLogLine(line: string): string {
   let entry: Record<string, unknown>;
   try {
     entry = JSON.parse(line);

@@ -28,7 +28,7 @@ export interface AlertInput {
 }
 
 /** Validates an alert definition: operators, severities, actions (docs/api.md, "Alert"). */
-export function validateAlertInput(input: AlertInput, existing?: Alert) {
+function validateAlertInput(input: AlertInput, existing?: Alert) {
   const name = (input.name ?? existing?.name ?? '').trim();
   if (!name) throw badRequest('an alert needs a name');
   const field = (input.field ?? existing?.field ?? '').trim();
@@ -151,5 +151,3 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
     },
   };
 }
-
-export type AlertService = ReturnType<typeof alertService>;

@@ -51,5 +51,3 @@ export function keyService(repos: Repositories, clock: Clock) {
     },
   };
 }
-
-export type KeyService = ReturnType<typeof keyService>;

@@ -5,11 +5,7 @@
 import { iso } from '../time.js';
 import type { Account, Alert, AlertEvent, ApiKey, Device, StoredReading } from './types.js';
 
-export const readingId = (seq: number) => `tel_${seq.toString(36).padStart(8, '0')}`;
-export const readingSeqFromId = (id: string): number | null => {
-  const m = /^tel_([0-9a-z]{1,13})$/.exec(id);
-  return m ? parseInt(m[1]!, 36) : null;
-};
+const readingId = (seq: number) => `tel_${seq.toString(36).padStart(8, '0')}`;
 
 export function presentDevice(d: Device) {
   return {

@@ -23,10 +23,10 @@ const MAX_FAILURES_PER_EMAIL = 5;
 const MAX_FAILURES_PER_IP = 20;
 
 /** One message for unknown email and wrong password: no account enumeration. */
-export const SIGN_IN_FAILED = 'wrong email or password';
+const SIGN_IN_FAILED = 'wrong email or password';
 
 /** In-memory failure counter; a restart forgets it, which only helps a patient attacker a little. */
-export class SignInThrottle {
+class SignInThrottle {
   private failures = new Map<string, number[]>();
 
   constructor(private readonly clock: Clock) {}
@@ -155,5 +155,3 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
     },
   };
 }
-
-export type SessionService = ReturnType<typeof sessionService>;

@@ -7,14 +7,13 @@ import { type Clock, DAY_MS } from '../time.js';
 import type { DeviceService } from './devices.js';
 
 /** "500 KB" is 512,000 bytes: that size is accepted, one byte more is 413 (docs/snapshots.md). */
-export const MAX_SNAPSHOT_BYTES = 512_000;
+const MAX_SNAPSHOT_BYTES = 512_000;
 
 /** Accepted types and the leading bytes each must start with (docs/snapshots.md, "Upload"). */
 const IMAGE_TYPES: Record<string, { name: string; magic: number[] }> = {
   'image/jpeg': { name: 'JPEG', magic: [0xff, 0xd8, 0xff] },
   'image/png': { name: 'PNG', magic: [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a] },
 };
-export const SNAPSHOT_CONTENT_TYPES = Object.keys(IMAGE_TYPES);
 
 export interface SnapshotUpload {
   deviceId: string | undefined;
@@ -42,7 +41,7 @@ export interface StoredSnapshot {
 }
 
 /** The relative URL a client puts into a `*_url` telemetry field (docs/api.md, "Snapshots"). */
-export const snapshotUrl = (deviceId: string, id: string) => `/api/devices/${deviceId}/snapshot/${id}`;
+const snapshotUrl = (deviceId: string, id: string) => `/api/devices/${deviceId}/snapshot/${id}`;
 
 const startOfUtcDay = (ms: number) => ms - (((ms % DAY_MS) + DAY_MS) % DAY_MS);
 

@@ -25,5 +25,3 @@ export function storageStatusService(probe: StorageProbe) {
     },
   };
 }
-
-export type StorageStatusService = ReturnType<typeof storageStatusService>;

@@ -3,7 +3,7 @@ import { type Clock, DAY_MS, HOUR_MS } from '../time.js';
 import type { Account, Device } from './types.js';
 
 /** Range values of the telemetry history, shortest first (docs/api.md, "Telemetry ranges and retention"). */
-export const RANGES = [
+const RANGES = [
   ['1h', HOUR_MS],
   ['6h', 6 * HOUR_MS],
   ['24h', 24 * HOUR_MS],
@@ -50,5 +50,3 @@ export function telemetryService(repos: Repositories, clock: Clock) {
     },
   };
 }
-
-export type TelemetryService = ReturnType<typeof telemetryService>;

@@ -12,7 +12,7 @@ import type { Account } from '../domain/types.js';
 import { forbidden } from '../errors.js';
 
 export const SESSION_COOKIE = 'telemetryd_session';
-export const CSRF_HEADER = 'x-csrf-token';
+const CSRF_HEADER = 'x-csrf-token';
 
 /** Minimal Cookie header parser (RFC 6265 §5.4: `name=value; name2=value2`). */
 export function parseCookies(header: string | undefined): Record<string, string> {

@@ -7,7 +7,7 @@ import { AppError } from '../errors.js';
  * (docs/api.md, "Errors"). 4xx messages are shown as they are;
  * 5xx details are logged and hidden.
  */
-export function isDeviceApi(url: string): boolean {
+function isDeviceApi(url: string): boolean {
   return url.startsWith('/api/devices');
 }
 

@@ -6,9 +6,7 @@ import { jsonDepth, parseJsonRefusingProto } from '../jsonText.js';
  * arrays) overflows the stack on thousands of levels: a 500 from one small request. Bodies
  * are refused at parse time instead (docs/reliability.md "Bad input").
  */
-export const MAX_BODY_DEPTH = 64;
-
-export { jsonDepth } from '../jsonText.js';
+const MAX_BODY_DEPTH = 64;
 
 /**
  * Parses a request body: refuses `__proto__` / `constructor.prototype` keys (prototype

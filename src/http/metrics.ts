@@ -166,7 +166,7 @@ export function isLoopback(address: string | undefined): boolean {
  * the proxy connects from loopback, so publishing the dashboard through nginx does not
  * publish /metrics. Anyone else gets the same 404 as an unknown route.
  */
-export function mayScrape(request: FastifyRequest): boolean {
+function mayScrape(request: FastifyRequest): boolean {
   const h = request.headers;
   if (h.forwarded !== undefined || h['x-forwarded-for'] !== undefined || h['x-real-ip'] !== undefined) return false;
   return isLoopback(request.socket.remoteAddress);

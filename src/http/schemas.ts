@@ -5,14 +5,14 @@
 const timestamp = { type: 'string', format: 'date-time' } as const;
 const nullableTimestamp = { type: ['string', 'null'], format: 'date-time' } as const;
 
-export const errorSchema = {
+const errorSchema = {
   $id: 'Error',
   type: 'object',
   properties: { error: { type: 'string' } },
   required: ['error'],
 } as const;
 
-export const deviceSchema = {
+const deviceSchema = {
   $id: 'Device',
   type: 'object',
   properties: {
@@ -29,7 +29,7 @@ export const deviceSchema = {
   required: ['id', 'name', 'type', 'description', 'status', 'settings', 'last_seen', 'created_at', 'updated_at'],
 } as const;
 
-export const readingSchema = {
+const readingSchema = {
   $id: 'TelemetryReading',
   type: 'object',
   properties: {
@@ -40,7 +40,7 @@ export const readingSchema = {
   required: ['id', 'time', 'data'],
 } as const;
 
-export const alertSchema = {
+const alertSchema = {
   $id: 'Alert',
   type: 'object',
   properties: {
@@ -75,7 +75,7 @@ export const alertSchema = {
   ],
 } as const;
 
-export const alertEventSchema = {
+const alertEventSchema = {
   $id: 'AlertTriggerEvent',
   type: 'object',
   properties: {
@@ -90,7 +90,7 @@ export const alertEventSchema = {
   required: ['id', 'device_id', 'condition_value', 'severity', 'acknowledged', 'acknowledged_at', 'triggered_at'],
 } as const;
 
-export const apiKeySchema = {
+const apiKeySchema = {
   $id: 'ApiKey',
   type: 'object',
   properties: {
@@ -104,7 +104,7 @@ export const apiKeySchema = {
   required: ['id', 'key_prefix', 'name', 'last_used_at', 'created_at', 'revoked_at'],
 } as const;
 
-export const usageSchema = {
+const usageSchema = {
   $id: 'AccountUsage',
   type: 'object',
   properties: {

@@ -12,7 +12,7 @@ import { AuthThrottle } from './authThrottle.js';
 import type { SessionRegistry } from './sessions.js';
 
 /** MQTT 3.1.1 CONNACK return codes (§3.2.2.3) used here. */
-export const CONNACK = {
+const CONNACK = {
   SERVER_UNAVAILABLE: 3,
   BAD_USERNAME_OR_PASSWORD: 4,
   NOT_AUTHORIZED: 5,
@@ -23,7 +23,7 @@ export const CONNACK = {
  * 4, 403 (paused device, suspended account) → 5 (docs/mqtt.md, "Connecting and publishing"),
  * anything else (the database failed) → 3, server unavailable, so the device retries.
  */
-export function connackReturnCode(err: unknown): 3 | 4 | 5 {
+function connackReturnCode(err: unknown): 3 | 4 | 5 {
   if (err instanceof AppError) {
     if (err.status === 401) return CONNACK.BAD_USERNAME_OR_PASSWORD;
     if (err.status < 500) return CONNACK.NOT_AUTHORIZED;
@@ -41,7 +41,7 @@ function isRejectedReading(err: unknown): boolean {
 }
 
 /** The only topic a device publishes to (docs/api.md, "MQTT"). */
-export const telemetryTopic = (deviceId: string) => `d/${deviceId}/t`;
+const telemetryTopic = (deviceId: string) => `d/${deviceId}/t`;
 const TELEMETRY_TOPIC = /^d\/[^/]+\/t$/;
 export const isTelemetryTopic = (topic: string) => TELEMETRY_TOPIC.test(topic);
 

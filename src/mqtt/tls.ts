@@ -46,7 +46,7 @@ export async function loadTlsMaterial(config: ServerConfig): Promise<TlsMaterial
   return { cert, key, certPath, fingerprint: fingerprintOf(cert), source: 'generated' };
 }
 
-export function fingerprintOf(certPem: string): string {
+function fingerprintOf(certPem: string): string {
   return new X509Certificate(certPem).fingerprint256;
 }
 

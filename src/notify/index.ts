@@ -22,8 +22,6 @@ export interface AlertNotifier {
   close(): void;
 }
 
-export type { EmailMessage, WebhookResult };
-
 export function createNotifier(settings: NotifySettings): AlertNotifier {
   const email = settings.smtpUrl ? createEmailSender(settings.smtpUrl, settings.smtpFrom) : null;
   const shutdown = new AbortController();

@@ -10,11 +10,11 @@
 import { createHmac } from 'node:crypto';
 
 /** Waits between attempts: 7 attempts over 1+2+4+8+15+30 = 60 s, about a minute. */
-export const DEFAULT_WEBHOOK_RETRY_DELAYS_MS = [1_000, 2_000, 4_000, 8_000, 15_000, 30_000];
+const DEFAULT_WEBHOOK_RETRY_DELAYS_MS = [1_000, 2_000, 4_000, 8_000, 15_000, 30_000];
 /** One attempt that has not answered within this is counted as failed and retried. */
-export const WEBHOOK_ATTEMPT_TIMEOUT_MS = 10_000;
+const WEBHOOK_ATTEMPT_TIMEOUT_MS = 10_000;
 
-export function signWebhook(secret: string, body: string, unixSeconds: number): string {
+function signWebhook(secret: string, body: string, unixSeconds: number): string {
   const v1 = createHmac('sha256', secret).update(`${unixSeconds}.${body}`).digest('hex');
   return `t=${unixSeconds},v1=${v1}`;
 }

@@ -25,8 +25,8 @@ import { loadNativeBinding } from './native.js';
  * has its file unless retention deleted it in between (then retention would delete the row
  * after restore anyway); files newer than the copy are harmless extras.
  */
-export const BACKUP_FORMAT = 1;
-export const SNAPSHOTS_DIR = 'snapshots';
+const BACKUP_FORMAT = 1;
+const SNAPSHOTS_DIR = 'snapshots';
 const MANIFEST = 'backup.json';
 
 export interface BackupProgress {
@@ -34,7 +34,7 @@ export interface BackupProgress {
   remainingPages: number;
 }
 
-export interface BackupManifest {
+interface BackupManifest {
   format: number;
   version: string;
   created_at: string;
@@ -47,7 +47,7 @@ export interface BackupManifest {
  * restarts the copy, so each restart doubles the step size: under steady ingest the copy
  * ends in a few passes instead of restarting forever.
  */
-export async function copyDatabase(db: Db, dest: string, onProgress?: (p: BackupProgress) => void): Promise<void> {
+async function copyDatabase(db: Db, dest: string, onProgress?: (p: BackupProgress) => void): Promise<void> {
   let step = 0;
   let lastRemaining = Number.POSITIVE_INFINITY;
   const done = await db.backup(dest, {
@@ -114,7 +114,7 @@ export async function createBackup(
  * every open connection keeps a shared lock on the file; an EXCLUSIVE transaction with no
  * busy timeout fails at once if any exists.
  */
-export function databaseInUse(dataDir: string): boolean {
+function databaseInUse(dataDir: string): boolean {
   const file = path.join(dataDir, DB_FILE);
   if (!existsSync(file)) return false;
   const db = new Database(file, { nativeBinding: loadNativeBinding(dataDir) } as Database.Options);
@@ -132,7 +132,7 @@ export function databaseInUse(dataDir: string): boolean {
   }
 }
 
-export class RestoreError extends Error {}
+class RestoreError extends Error {}
 
 /**
  * Puts an archive back into a data dir (the server must be stopped). The archive is

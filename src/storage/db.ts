@@ -14,7 +14,7 @@ export interface OpenOptions {
 export const DB_FILE = 'telemetryd.db';
 
 /** Creates the data dir (mode 0700: it holds secrets' hashes and readings). */
-export function ensureDataDir(dataDir: string): void {
+function ensureDataDir(dataDir: string): void {
   if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
 }
 

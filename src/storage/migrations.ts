@@ -6,7 +6,7 @@ import type { Database } from 'better-sqlite3';
  * counted by the writer once per batch and per account and minute (readings repository,
  * insertBatch): a per-row INSERT trigger would cost a third of sustained ingest (BENCHMARKS.md, "Design decisions").
  */
-export const READING_COUNTS_TRIGGERS = `
+const READING_COUNTS_TRIGGERS = `
   CREATE TRIGGER reading_counts_delete AFTER DELETE ON readings BEGIN
     UPDATE reading_counts SET n = n - 1
       WHERE account_seq = (SELECT account_seq FROM devices WHERE seq = OLD.device_seq) AND minute = OLD.time / 60000;

@@ -8,7 +8,7 @@ import type { PendingReading, ReadingsRepo } from './repos/readings.js';
  */
 export const INBOX_MERGE_ROWS = 16_384;
 /** A quiet spell after which whatever is in the inbox is merged anyway. */
-export const INBOX_IDLE_MERGE_MS = 1_000;
+const INBOX_IDLE_MERGE_MS = 1_000;
 
 interface Waiting extends PendingReading {
   resolve: (seq: number) => void;

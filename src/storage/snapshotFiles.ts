@@ -13,7 +13,7 @@ import { type AppError, unavailable } from '../errors.js';
  * folder, are fsynced, then renamed over the final name (rename is atomic within one file
  * system). Temporary names start with "." so they never collide with a snapshot id.
  */
-export const SNAPSHOTS_DIR = 'snapshots';
+const SNAPSHOTS_DIR = 'snapshots';
 
 const EXTENSIONS: Record<string, string> = { 'image/jpeg': 'jpg', 'image/png': 'png' };
 // Both parts come from our own database (dev_… ids, UUIDs), never raw from a URL; checked

@@ -133,7 +133,7 @@ export async function ingestLoad(opts: {
 export const dbFile = (dataDir: string) => path.join(dataDir, 'telemetryd.db');
 
 /** Reads the database read-only (the server may be running: WAL lets readers in). */
-export function withReadonlyDb<T>(dataDir: string, fn: (db: Database.Database) => T): T {
+function withReadonlyDb<T>(dataDir: string, fn: (db: Database.Database) => T): T {
   const db = new Database(dbFile(dataDir), { readonly: true, fileMustExist: true });
   try {
     db.pragma('busy_timeout = 10000');

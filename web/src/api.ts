@@ -6,7 +6,7 @@ export interface Session {
   mqtt: { host: string; port: number; enabled: boolean; certificate_pem: string | null; self_signed: boolean | null };
 }
 
-export class ApiError extends Error {
+class ApiError extends Error {
   constructor(
     readonly status: number,
     message: string,

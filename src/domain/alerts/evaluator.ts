@@ -40,7 +40,7 @@ export interface AlertEvaluatorDeps {
 }
 
 /** The body of a webhook POST (docs/alerts.md, "webhook"). */
-export function webhookBody(alert: Alert, event: AlertEvent, reading: StoredReading): string {
+function webhookBody(alert: Alert, event: AlertEvent, reading: StoredReading): string {
   return JSON.stringify({
     event: presentAlertEvent(event),
     alert: { id: alert.id, name: alert.name, device_id: alert.deviceId },
@@ -48,7 +48,7 @@ export function webhookBody(alert: Alert, event: AlertEvent, reading: StoredRead
   });
 }
 
-export function alertEmail(alert: Alert, device: Device, event: AlertEvent) {
+function alertEmail(alert: Alert, device: Device, event: AlertEvent) {
   return {
     subject: `[telemetryd] ${event.severity}: alert "${alert.name}" on ${device.name} (${alert.field} = ${event.conditionValue})`,
     text: [
@@ -264,5 +264,3 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     },
   };
 }
-
-export type AlertEvaluatorService = ReturnType<typeof alertEvaluator>;

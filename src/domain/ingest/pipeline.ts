@@ -36,10 +36,6 @@ export interface IngestRequest {
   data: unknown;
 }
 
-export function parsePayload(payload: Buffer): unknown {
-  return parsePayloadText(payloadText(payload));
-}
-
 /** The payload as text, refused when larger than MAX_INGEST_BYTES. */
 function payloadText(payload: Buffer): string {
   if (payload.length > MAX_INGEST_BYTES) throw payloadTooLarge(`payload is ${payload.length} bytes; the limit is ${MAX_INGEST_BYTES}`);
@@ -56,7 +52,7 @@ function parsePayloadText(text: string): unknown {
 }
 
 /** Deepest nesting of objects/arrays accepted in a reading (docs/api.md, "Payload limits"). */
-export const MAX_DATA_DEPTH = 32;
+const MAX_DATA_DEPTH = 32;
 
 /**
  * Bounds what a reading may hold before it is serialized and stored: nesting deeper than
@@ -109,7 +105,7 @@ function requireObject(data: unknown): Record<string, unknown> {
   return data as Record<string, unknown>;
 }
 
-export function validateData(data: unknown): Record<string, unknown> {
+function validateData(data: unknown): Record<string, unknown> {
   const object = requireObject(data);
   checkShape(object);
   return object;
@@ -119,7 +115,7 @@ export function validateData(data: unknown): Record<string, unknown> {
  * Strict mode: every top-level key must be a declared field. Flexible mode: at most the
  * plan's field limit of top-level keys (docs/api.md, "Schema modes").
  */
-export function checkSchema(device: Device, account: Account, data: Record<string, unknown>): void {
+function checkSchema(device: Device, account: Account, data: Record<string, unknown>): void {
   const keys = Object.keys(data);
   if (device.schemaMode === 'strict') {
     const declared = new Set(device.fields.map((f) => f.name));
@@ -238,5 +234,3 @@ export function ingestPipeline(deps: {
     },
   };
 }
-
-export type IngestPipeline = ReturnType<typeof ingestPipeline>;

@@ -13,9 +13,9 @@ import type { Account } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';
 
 /** Dashboard-side device settings (docs/api.md, "Device"): informational, kept in `settings`. */
-export const DATA_DIRECTIONS = ['send_only', 'receive_only', 'send_and_receive'] as const;
-export const NETWORKS = ['wifi', 'ethernet', '4g'] as const;
-export const PROTOCOLS = ['mqtt', 'http'] as const;
+const DATA_DIRECTIONS = ['send_only', 'receive_only', 'send_and_receive'] as const;
+const NETWORKS = ['wifi', 'ethernet', '4g'] as const;
+const PROTOCOLS = ['mqtt', 'http'] as const;
 
 type DeviceBody = {
   name?: string;

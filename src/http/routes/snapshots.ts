@@ -14,7 +14,7 @@ import { accountFromSession } from '../dashboardSession.js';
 export type SnapshotReaderResolver = (request: FastifyRequest, services: Services, deviceId: string) => SnapshotReader | null;
 
 /** The device's own access token, as Bearer. A paused device, like a wrong token, reads nothing. */
-export const deviceTokenReader: SnapshotReaderResolver = (request, services, deviceId) => {
+const deviceTokenReader: SnapshotReaderResolver = (request, services, deviceId) => {
   const token = bearerToken(request);
   if (!token || token.startsWith(API_KEY_PREFIX)) return null;
   try {
@@ -29,7 +29,7 @@ export const deviceTokenReader: SnapshotReaderResolver = (request, services, dev
  * (snapshot reads are not Public API calls, so no plan gate and no rate-limit count); a
  * suspended account reads nothing.
  */
-export const apiKeyReader: SnapshotReaderResolver = (request, services) => {
+const apiKeyReader: SnapshotReaderResolver = (request, services) => {
   const key = bearerToken(request);
   if (!key?.startsWith(API_KEY_PREFIX)) return null;
   try {
@@ -40,13 +40,13 @@ export const apiKeyReader: SnapshotReaderResolver = (request, services) => {
 };
 
 /** The owner's dashboard session cookie (thumbnails in the device page's readings table). */
-export const dashboardSessionReader: SnapshotReaderResolver = (request, services) => {
+const dashboardSessionReader: SnapshotReaderResolver = (request, services) => {
   const account = accountFromSession(services, request);
   return account ? { accountSeq: account.seq } : null;
 };
 
 /** Every credential that may read a snapshot (docs/snapshots.md, "Reading"). */
-export const SNAPSHOT_READER_RESOLVERS: SnapshotReaderResolver[] = [deviceTokenReader, apiKeyReader, dashboardSessionReader];
+const SNAPSHOT_READER_RESOLVERS: SnapshotReaderResolver[] = [deviceTokenReader, apiKeyReader, dashboardSessionReader];
 
 /** Ids are random UUIDs never reused, so a URL always names the same bytes. */
 const IMMUTABLE_CACHE = 'private, max-age=31536000, immutable';

@@ -114,5 +114,3 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     setPasswordHash: (seq: number, hash: string, now: number) => updatePassword.run(hash, now, seq),
   };
 }
-
-export type AccountsRepo = ReturnType<typeof accountsRepo>;

@@ -159,5 +159,3 @@ export function alertsRepo(db: Db) {
     setDeliveries: (seq: number, deliveries: ActionDelivery[]) => setDeliveries.run(JSON.stringify(deliveries), seq),
   };
 }
-
-export type AlertsRepo = ReturnType<typeof alertsRepo>;

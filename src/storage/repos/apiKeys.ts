@@ -46,5 +46,3 @@ export function apiKeysRepo(db: Db) {
     touch: (seq: number, now: number) => touch.run(now, seq),
   };
 }
-
-export type ApiKeysRepo = ReturnType<typeof apiKeysRepo>;

@@ -159,5 +159,3 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
     allSeqs: () => allSeqs.all().map((r) => ({ seq: r.seq, accountSeq: r.account_seq })),
   };
 }
-
-export type DevicesRepo = ReturnType<typeof devicesRepo>;

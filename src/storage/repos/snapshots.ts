@@ -75,5 +75,3 @@ export function snapshotsRepo(db: Db) {
     removeMany: (seqs: number[]) => seqs.reduce((n, seq) => n + remove.run(seq).changes, 0),
   };
 }
-
-export type SnapshotsRepo = ReturnType<typeof snapshotsRepo>;
