@@ -1,6 +1,6 @@
 import { Command } from 'commander';
+import type { BackupProgress } from '../src/composition.js';
 import { hasDatabase, openDataDir, restoreDataDir } from '../src/composition.js';
-import type { BackupProgress } from '../src/storage/backup.js';
 import { dataDirOf, fail, withCommonOptions } from './context.js';
 
 /** Progress on stderr, only when it is a terminal (scripts and --json get a quiet stderr). */

@@ -22,6 +22,9 @@ import { telemetryService } from './domain/telemetry.js';
 import { usageService } from './domain/usage.js';
 import { createNotifier, type NotifySettings } from './notify/index.js';
 import { type BackupProgress, createBackup, restoreBackup } from './storage/backup.js';
+
+export type { BackupProgress };
+
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
 import { createRepositories, type Repositories } from './storage/index.js';
 import { ReadingWriter } from './storage/readingWriter.js';
