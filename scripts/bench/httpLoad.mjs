@@ -1,8 +1,10 @@
-// HTTP load generator, run as its own process so load never shares the server's process. argv[2] is a JSON file: {url, connections, durationS, warmupS, bodies: [string]}.
-// Bodies are sent round-robin, so every device of the list writes. Prints one JSON line.
+// HTTP load generator, run as its own process so load never shares the server's process. argv[2] is a JSON file:
+// {url, connections, durationS, warmupS, bodies: [string], serverPid}. Bodies are sent round-robin, so every device of
+// the list writes. Prints one JSON line, with the server's CPU seconds over the measured window.
 
 import { readFileSync } from 'node:fs';
 import autocannon from 'autocannon';
+import { cpuSeconds } from './procStats.mjs';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const bodies = cfg.bodies;
@@ -26,7 +28,9 @@ function run(durationS) {
 }
 
 if (cfg.warmupS > 0) await run(cfg.warmupS);
+const cpu0 = cpuSeconds(cfg.serverPid);
 const r = await run(cfg.durationS);
+const cpu1 = cpuSeconds(cfg.serverPid);
 console.log(
   JSON.stringify({
     rps: r['2xx'] / (r.duration || cfg.durationS),
@@ -36,5 +40,7 @@ console.log(
     non2xx: r.non2xx,
     errors: r.errors,
     timeouts: r.timeouts,
+    server_cpu_s: cpu0 == null || cpu1 == null ? null : cpu1 - cpu0,
+    seconds: r.duration || cfg.durationS,
   }),
 );
