@@ -23,6 +23,11 @@ export interface ServerConfig {
   smtpFrom: string;
   durability: 'normal' | 'full';
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  /**
+   * New readings and snapshots are refused while a watched file system has less free space
+   * than this (bytes; 0: never). `--min-free-disk` is in MB of 1,048,576 bytes.
+   */
+  minFreeDiskBytes: number;
 }
 
 export interface OptionSpec {
@@ -71,6 +76,12 @@ export const SERVE_OPTIONS: OptionSpec[] = [
     default: 'normal',
   },
   { name: 'log-level', flags: '--log-level <level>', description: 'fatal, error, warn, info, debug, trace or silent', default: 'info' },
+  {
+    name: 'min-free-disk',
+    flags: '--min-free-disk <MB>',
+    description: 'refuse new readings and snapshots (503) while the data dir has less free disk space than this; 0: off',
+    default: '64',
+  },
 ];
 
 export class ConfigError extends Error {}
@@ -105,6 +116,8 @@ function str(value: unknown): string | null {
   return String(value);
 }
 
+const MB = 1_048_576;
+
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 /** Turns resolved raw values (keyed by long option name) into the typed config. */
@@ -134,6 +147,11 @@ export function buildServerConfig(values: Record<string, unknown>): ServerConfig
   if (smtpUrl !== null && !/^smtps?:\/\//.test(smtpUrl)) {
     throw new ConfigError('--smtp-url must start with smtp:// or smtps://');
   }
+  const minFreeDisk = String(get('min-free-disk')).trim();
+  const minFreeDiskMb = Number(minFreeDisk);
+  if (minFreeDisk === '' || !Number.isFinite(minFreeDiskMb) || minFreeDiskMb < 0) {
+    throw new ConfigError(`--min-free-disk must be a number of MB, 0 or more, got "${minFreeDisk}"`);
+  }
   const publicHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
   const publicUrl = (str(get('public-url')) ?? `http://${publicHost}:${httpPort}`).replace(/\/+$/, '');
   return {
@@ -149,6 +167,7 @@ export function buildServerConfig(values: Record<string, unknown>): ServerConfig
     smtpFrom: str(get('smtp-from')) ?? 'telemetryd@localhost',
     durability,
     logLevel: logLevel as ServerConfig['logLevel'],
+    minFreeDiskBytes: Math.round(minFreeDiskMb * MB),
   };
 }
 

@@ -65,12 +65,20 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),
     onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
+    minFreeDiskBytes: config.minFreeDiskBytes,
+    storageLog: {
+      warn: (details, message) => app?.log.warn(details, message),
+      info: (details, message) => app?.log.info(details, message),
+    },
   });
 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
   app = await buildApp({ services, config, logger, version: VERSION, setupToken, httpTimeouts: options.httpTimeouts });
+  // Free space is known before the first request (a server started on a full disk refuses
+  // writes from the start), and after the logger exists (that is logged).
+  services.storage.start();
   const watcher = new ChangeWatcher(
     db,
     () => services.events.emit('external.change', {}),
@@ -104,6 +112,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   } catch (err) {
     await app.close();
     watcher.stop();
+    services.storage.stop();
     // The background jobs must not wake up later on a closed database.
     stopSnapshotRetention();
     await retention.stop();
@@ -134,6 +143,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       if (closed) return;
       closed = true;
       watcher.stop();
+      services.storage.stop();
       stopSnapshotRetention();
       await retention.stop();
       // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.

@@ -3,6 +3,7 @@ import { createNotifier, type NotifySettings } from '../notify/index.js';
 import type { Repositories } from '../storage/index.js';
 import { ReadingWriter } from '../storage/readingWriter.js';
 import { snapshotFiles } from '../storage/snapshotFiles.js';
+import { storageProbes } from '../storage/storageProbes.js';
 import { type Clock, systemClock } from '../time.js';
 import { accountService } from './accounts.js';
 import { alertEvaluator } from './alerts/evaluator.js';
@@ -14,7 +15,9 @@ import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
 import { sessionService } from './sessions.js';
 import { snapshotService } from './snapshots.js';
+import { StorageStatus } from './storageStatus.js';
 import { telemetryService } from './telemetry.js';
+import type { LogLine } from './throttledLog.js';
 import { usageService } from './usage.js';
 
 /**
@@ -31,13 +34,35 @@ export interface ServiceOptions {
   logAlert?: (message: string, details: Record<string, unknown>) => void;
   /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
   onInboxMergeError?: (err: unknown) => void;
+  /** Free bytes below which new writes are refused (--min-free-disk); 0 or absent: never. */
+  minFreeDiskBytes?: number;
+  /** Where storage refusals and recoveries are logged (throttled). */
+  storageLog?: { warn: LogLine; info: LogLine };
 }
 
 export function createServices(repos: Repositories, options: ServiceOptions = {}) {
   const clock = options.clock ?? systemClock;
   const events = new DomainEvents(options.onListenerError);
   const devices = deviceService(repos, events, clock);
-  const writer = new ReadingWriter(repos.readings, undefined, options.onInboxMergeError);
+  const dataDir = options.dataDir ?? path.dirname(repos.db.name);
+  const files = snapshotFiles(dataDir);
+  const storage: StorageStatus = new StorageStatus({
+    dirs: { database: dataDir, snapshots: files.root },
+    minFreeBytes: options.minFreeDiskBytes ?? 0,
+    probes: storageProbes(repos.db),
+    writerQueue: (): { depth: number; maxBatch: number } => writer,
+    events,
+    log: options.storageLog,
+  });
+  const onInboxMergeError = options.onInboxMergeError ?? (() => {});
+  const writer = new ReadingWriter(
+    repos.readings,
+    undefined,
+    (err) => {
+      if (!storage.backgroundWriteFailed(err, 'merging the readings inbox')) onInboxMergeError(err);
+    },
+    storage,
+  );
   const accounts = accountService(repos, events, clock);
   const alertEvaluation = alertEvaluator({
     repos,
@@ -47,7 +72,7 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     log: options.logAlert,
   });
   // Snapshot files live beside the database unless told otherwise (decisions.md §1 data dir).
-  const snapshots = snapshotService(repos, devices, snapshotFiles(options.dataDir ?? path.dirname(repos.db.name)), clock);
+  const snapshots = snapshotService(repos, devices, files, clock, storage);
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.
   events.on('device.changed', ({ deviceId, change }) => {
@@ -67,7 +92,8 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     alerts: alertService(repos, clock, events),
     alertEvaluation,
     rateLimiter: new RateLimiter(clock),
-    ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate }),
+    ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate, gate: storage }),
+    storage,
     snapshots,
   };
 }

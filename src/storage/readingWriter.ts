@@ -10,6 +10,17 @@ export const INBOX_MERGE_ROWS = 16_384;
 /** A quiet spell after which whatever is in the inbox is merged anyway. */
 export const INBOX_IDLE_MERGE_MS = 1_000;
 
+/** Told how commits go (the storage status service: 503 and /healthz "degraded" on a full disk). */
+export interface CommitObserver {
+  /** Non-null while the last write to the database failed; the next commit is reported then. */
+  readonly commitFailure: unknown;
+  /** A batch of `readings` failed to commit: returns the error each of them is rejected with. */
+  commitFailed(err: unknown, readings: number): unknown;
+  commitSucceeded(): void;
+}
+
+const NO_OBSERVER: CommitObserver = { commitFailure: null, commitFailed: (err) => err, commitSucceeded: () => {} };
+
 interface Waiting extends PendingReading {
   resolve: (seq: number) => void;
   reject: (err: unknown) => void;
@@ -40,6 +51,7 @@ export class ReadingWriter {
     private readonly maxBatchSize = 5_000,
     /** A merge that failed (busy database, I/O error): the rows stay in the inbox, retried later. */
     private readonly onMergeError: (err: unknown) => void = () => {},
+    private readonly commits: CommitObserver = NO_OBSERVER,
   ) {
     this.idleTimer = setInterval(() => {
       if (!this.writtenSinceTick && this.readings.inboxRows() > 0) this.merge();
@@ -81,9 +93,12 @@ export class ReadingWriter {
       try {
         seqs = this.readings.insertBatch(batch);
       } catch (err) {
-        for (const w of batch) w.reject(err);
+        const refusal = this.commits.commitFailed(err, batch.length);
+        for (const w of batch) w.reject(refusal);
         continue;
       }
+      // One field read per batch; the observer hears of a success only after a failure.
+      if (this.commits.commitFailure !== null) this.commits.commitSucceeded();
       this.writtenSinceTick = true;
       for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
     }

@@ -1,16 +1,15 @@
 import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../domain/services.js';
 
-/** Liveness plus database reachability, for load balancers and systemd watchdogs. */
+/**
+ * Liveness, database reachability and whether storage takes writes, for load balancers and
+ * systemd watchdogs: 200 "ok"; 503 "degraded" with the reason while writes are refused (low
+ * disk space, disk full, I/O error); 503 "unavailable" when the database cannot be read.
+ */
 export async function healthRoutes(app: FastifyInstance, { services, version }: { services: Services; version: string }) {
   app.get('/healthz', { schema: { hide: true } }, async (_request, reply) => {
-    try {
-      // A real read of the schema (a read transaction on the file), not `SELECT 1`, which
-      // SQLite answers without touching the database.
-      services.repos.db.prepare('SELECT count(*) FROM sqlite_master').get();
-      return { status: 'ok', version, database: 'ok' };
-    } catch (err) {
-      return reply.code(503).send({ status: 'unavailable', version, database: (err as Error).message });
-    }
+    const { status, reason, database } = services.storage.health();
+    if (status === 'ok') return { status, version, database };
+    return reply.code(503).send(reason === null ? { status, version, database } : { status, reason, version, database });
   });
 }
