@@ -206,14 +206,13 @@ export class StorageStatus {
   }
 
   /**
-   * A background write (merging the readings inbox) failed. A storage failure marks the
-   * database degraded and is logged throttled; returns false for any other error, which the
-   * caller reports itself.
+   * A background write (merging the readings inbox) failed. It refuses nothing (readings
+   * still commit to the inbox), so it does not make the service degraded; a storage failure
+   * is logged throttled. Returns false for any other error, which the caller reports itself.
    */
   backgroundWriteFailed(err: unknown, what: string): boolean {
     const failure = this.options.probes.classify(err);
     if (failure === null) return false;
-    this.markFailed('database', failure);
     this.logWarn(`background:${failure.kind}`, `${what} failed; retried later`, { reason: failure.reason });
     return true;
   }

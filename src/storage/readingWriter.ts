@@ -9,6 +9,11 @@ import type { PendingReading, ReadingsRepo } from './repos/readings.js';
 export const INBOX_MERGE_ROWS = 16_384;
 /** A quiet spell after which whatever is in the inbox is merged anyway. */
 export const INBOX_IDLE_MERGE_MS = 1_000;
+/**
+ * After a failed merge, the next one waits this long: a merge on a full disk writes most of
+ * the inbox again before it fails, and the rows are safe in the inbox meanwhile.
+ */
+export const INBOX_MERGE_RETRY_MS = 10_000;
 
 /** Told how commits go (the storage status service: 503 and /healthz "degraded" on a full disk). */
 export interface CommitObserver {
@@ -44,6 +49,7 @@ export class ReadingWriter {
   maxBatch = 0;
   private mergeScheduled = false;
   private writtenSinceTick = false;
+  private mergeRetryAt = 0;
   private readonly idleTimer: NodeJS.Timeout;
 
   constructor(
@@ -112,10 +118,11 @@ export class ReadingWriter {
   /** Moves the inbox into the clustered table now. */
   merge(): void {
     this.mergeScheduled = false;
-    if (this.closed) return;
+    if (this.closed || performance.now() < this.mergeRetryAt) return;
     try {
       this.readings.mergeInbox();
     } catch (err) {
+      this.mergeRetryAt = performance.now() + INBOX_MERGE_RETRY_MS;
       this.onMergeError(err);
     }
   }
@@ -124,6 +131,7 @@ export class ReadingWriter {
   close(): void {
     this.flush();
     clearInterval(this.idleTimer);
+    this.mergeRetryAt = 0;
     if (this.readings.inboxRows() > 0) this.merge();
     this.closed = true;
     this.mergeScheduled = false;
