@@ -21,9 +21,9 @@ import type { DomainEvents } from './events.js';
 import { type LogLine, ThrottledLog } from './throttledLog.js';
 
 /** Seconds a refused client is asked to wait: a few free-space checks, short enough to catch up. */
-export const STORAGE_RETRY_AFTER_SECONDS = 10;
+const STORAGE_RETRY_AFTER_SECONDS = 10;
 /** How often free disk space is looked at. */
-export const FREE_SPACE_CHECK_MS = 1_000;
+const FREE_SPACE_CHECK_MS = 1_000;
 
 export type StorageFailureKind = 'low_disk' | 'disk_full' | 'io_error' | 'read_only' | 'busy';
 
@@ -73,7 +73,7 @@ const AREA_NAMES: Record<StorageArea, string> = { database: 'data directory', sn
 
 const mb = (bytes: number) => `${(bytes / 1_048_576).toFixed(1)} MB`;
 
-export function lowDiskSpace(area: StorageArea, free: number, min: number): StorageFailure {
+function lowDiskSpace(area: StorageArea, free: number, min: number): StorageFailure {
   return { kind: 'low_disk', reason: `low disk space: ${mb(free)} free for the ${AREA_NAMES[area]}, below the minimum of ${mb(min)}` };
 }
 

@@ -54,7 +54,7 @@ const isMissing = (err: unknown) => (err as NodeJS.ErrnoException).code === 'ENO
  * and file-system errno codes that mean storage cannot take the write now, while the same
  * write may succeed later. A constraint, a corrupt file or a bug is not one of them.
  */
-export function storageFailureOf(err: unknown): StorageFailure | null {
+function storageFailureOf(err: unknown): StorageFailure | null {
   const code = (err as { code?: unknown } | null)?.code;
   if (typeof code !== 'string') return null;
   if (code.startsWith('SQLITE_')) {
