@@ -17,6 +17,8 @@ import { mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import mqtt from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { buildServerConfig } from '../../src/config.js';
+import { freePort, spawnServe } from '../helpers/process.js';
 import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { type ChildServer, integrityCheck, type Seed, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
@@ -303,5 +305,34 @@ describe('--min-free-disk above the free space (any machine)', () => {
     expect(res.status).toBe(503);
     expect(await res.json()).toMatchObject({ status: 'degraded', reason: expect.stringMatching(/^low disk space/) });
     expect(server.db.prepare('SELECT count(*) AS n FROM readings').get()).toEqual({ n: 0 });
+  });
+
+  it('--min-free-disk resolves like every option (MB; TELEMETRYD_MIN_FREE_DISK here), and a bad value is one clear line', async () => {
+    const bytes = (v: unknown) => buildServerConfig({ 'min-free-disk': v }).minFreeDiskBytes;
+    expect(bytes(undefined)).toBe(64 * 1_048_576);
+    expect(bytes('0')).toBe(0);
+    expect(bytes(1.5)).toBe(1_572_864);
+    for (const bad of ['-1', 'lots', '']) expect(() => bytes(bad)).toThrow(/--min-free-disk must be a number of MB/);
+
+    const dir = tempDir();
+    try {
+      const port = await freePort();
+      const serve = await spawnServe(['--data-dir', dir, '--http-port', String(port), '--host', '127.0.0.1', '--mqtt-port', 'off'], {
+        env: { TELEMETRYD_MIN_FREE_DISK: '1000000000' },
+      });
+      const res = await fetch(`http://127.0.0.1:${port}/healthz`);
+      expect(res.status).toBe(503);
+      expect(await res.json()).toMatchObject({
+        status: 'degraded',
+        reason: expect.stringMatching(/below the minimum of 1000000000\.0 MB/),
+      });
+      serve.child.kill('SIGTERM');
+      expect(await serve.exited).toBe(0);
+      await expect(spawnServe(['--data-dir', dir, '--min-free-disk', 'lots'], { timeoutMs: 5_000 })).rejects.toThrow(
+        /--min-free-disk must be a number of MB/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
