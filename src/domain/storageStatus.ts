@@ -62,7 +62,7 @@ export interface StorageStatusOptions {
   now?: () => number;
 }
 
-export interface StorageReport {
+interface StorageReport {
   writable: boolean;
   reason: string | null;
   freeBytes: Record<StorageArea, number | null>;
@@ -94,10 +94,6 @@ export class StorageStatus {
     this.throttle = new ThrottledLog(10_000, options.now);
   }
 
-  get minFreeBytes(): number {
-    return this.options.minFreeBytes;
-  }
-
   /**
    * Looks at free space now, then every FREE_SPACE_CHECK_MS off the request path (an
    * unref'd timer: it never keeps the process alive). The server starts it; the admin CLI,
@@ -118,11 +114,12 @@ export class StorageStatus {
   stop(): void {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
-    this.throttle.flush();
+    // Counts still held back go out now rather than never.
+    this.throttle.flush(true);
   }
 
   /** One free-space check (the timer's); also flushes log counts held back. */
-  async checkFreeSpace(): Promise<void> {
+  private async checkFreeSpace(): Promise<void> {
     if (this.checking) return;
     this.checking = true;
     const { probes, dirs } = this.options;

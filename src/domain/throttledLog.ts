@@ -39,10 +39,11 @@ export class ThrottledLog {
     state.write = write;
   }
 
-  flush(): void {
+  /** Writes held-back counts whose window has passed; all of them with `all` (shutdown). */
+  flush(all = false): void {
     const t = this.now();
     for (const [key, state] of this.keys) {
-      if (t - state.lastLineAt < this.windowMs) continue;
+      if (!all && t - state.lastLineAt < this.windowMs) continue;
       if (state.pending === 0) {
         this.keys.delete(key);
         continue;

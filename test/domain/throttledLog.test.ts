@@ -33,5 +33,11 @@ describe('ThrottledLog', () => {
     now = 20_000;
     log.report(write, 'refused:low_disk', 'writes refused', { reason: 'd' });
     expect(lines[3]).toEqual({ details: { reason: 'd', count: 2 }, message: 'writes refused' });
+
+    // Shutdown: what is held back goes out even inside its window.
+    log.report(write, 'refused:low_disk', 'writes refused', { reason: 'e' }, 3);
+    log.flush(true);
+    expect(lines[4]).toEqual({ details: { reason: 'e', count: 3 }, message: 'writes refused' });
+    expect(lines).toHaveLength(5);
   });
 });
