@@ -17,8 +17,9 @@ import { RateLimiter } from './domain/rateLimit.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 import { sessionService } from './domain/sessions.js';
 import { snapshotService } from './domain/snapshots.js';
-import { storageStatusService } from './domain/storageStatus.js';
+import { StorageStatus } from './domain/storageStatus.js';
 import { telemetryService } from './domain/telemetry.js';
+import type { LogLine } from './domain/throttledLog.js';
 import { usageService } from './domain/usage.js';
 import { createNotifier, type NotifySettings } from './notify/index.js';
 import { type BackupProgress, createBackup, restoreBackup } from './storage/backup.js';
@@ -28,7 +29,8 @@ export type { BackupProgress };
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
 import { createRepositories, type Repositories } from './storage/index.js';
 import { ReadingWriter } from './storage/readingWriter.js';
-import { snapshotFiles } from './storage/snapshotFiles.js';
+import { type SnapshotFiles, snapshotFiles } from './storage/snapshotFiles.js';
+import { storageProbes } from './storage/storageProbes.js';
 import { type Clock, systemClock } from './time.js';
 import { VERSION } from './version.js';
 
@@ -44,6 +46,10 @@ export interface ServiceOptions {
   /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
   onInboxMergeError?: (err: unknown) => void;
   retention?: RetentionOptions;
+  /** Free bytes below which new writes are refused (--min-free-disk); 0 or absent: never. */
+  minFreeDiskBytes?: number;
+  /** Where storage refusals and recoveries are logged (throttled). */
+  storageLog?: { warn: LogLine; info: LogLine };
 }
 
 /** What the composition holds below the services: for the server's lifecycle and for tests. */
@@ -53,10 +59,18 @@ export interface Storage {
   writer: ReadingWriter;
 }
 
-function buildServices(storage: Storage, dataDir: string, options: ServiceOptions) {
+/** What the services share with the storage below them, built first by composeServices. */
+interface Shared {
+  clock: Clock;
+  events: DomainEvents;
+  files: SnapshotFiles;
+  storageStatus: StorageStatus;
+}
+
+function buildServices(storage: Storage, shared: Shared, options: ServiceOptions) {
   const { repos, writer, db } = storage;
-  const clock = options.clock ?? systemClock;
-  const events = new DomainEvents(options.onListenerError);
+  const { clock, events, files, storageStatus } = shared;
+  const dataDir = path.dirname(files.root);
   const devices = deviceService(repos, events, clock);
   const accounts = accountService(repos, events, clock);
   const alertEvaluation = alertEvaluator({
@@ -66,7 +80,7 @@ function buildServices(storage: Storage, dataDir: string, options: ServiceOption
     notifier: createNotifier(options.notify ?? { smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
     log: options.logAlert,
   });
-  const snapshots = snapshotService(repos, devices, snapshotFiles(dataDir), clock);
+  const snapshots = snapshotService(repos, devices, files, clock, storageStatus);
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.
   events.on('device.changed', ({ deviceId, change }) => {
@@ -84,16 +98,10 @@ function buildServices(storage: Storage, dataDir: string, options: ServiceOption
     alerts: alertService(repos, clock, events),
     alertEvaluation,
     rateLimiter: new RateLimiter(clock),
-    ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate }),
+    ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate, gate: storageStatus }),
     snapshots,
-    storageStatus: storageStatusService({
-      databaseBytes: () => (db.pragma('page_count', { simple: true }) as number) * (db.pragma('page_size', { simple: true }) as number),
-      writerQueueDepth: () => writer.depth,
-      writerMaxBatch: () => writer.maxBatch,
-      // A real read of the schema (a read transaction on the file), not `SELECT 1`, which
-      // SQLite answers without touching the database.
-      checkReadable: () => void db.prepare('SELECT count(*) FROM sqlite_master').get(),
-    }),
+    /** Whether storage takes writes (free disk space, failed commits), for ingest, /healthz and /metrics. */
+    storageStatus,
     retention: new RetentionJob(repos, clock, snapshots, options.retention),
     backup: {
       /** A consistent archive of the database and the snapshot files, taken while serving. */
@@ -120,9 +128,30 @@ export interface Composition {
 /** Builds the services over an open database. */
 export function composeServices(db: Db, options: ServiceOptions = {}): Composition {
   const repos = createRepositories(db);
-  const writer = new ReadingWriter(repos.readings, undefined, options.onInboxMergeError);
+  const clock = options.clock ?? systemClock;
+  const events = new DomainEvents(options.onListenerError);
+  const dataDir = options.dataDir ?? path.dirname(db.name);
+  const files = snapshotFiles(dataDir);
+  // The status watches free space and sees every commit of the writer; the writer reports to it.
+  const storageStatus: StorageStatus = new StorageStatus({
+    dirs: { database: dataDir, snapshots: files.root },
+    minFreeBytes: options.minFreeDiskBytes ?? 0,
+    probes: storageProbes(db),
+    writerQueue: (): { depth: number; maxBatch: number } => writer,
+    events,
+    log: options.storageLog,
+  });
+  const onInboxMergeError = options.onInboxMergeError ?? (() => {});
+  const writer = new ReadingWriter(
+    repos.readings,
+    undefined,
+    (err) => {
+      if (!storageStatus.backgroundWriteFailed(err, 'merging the readings inbox')) onInboxMergeError(err);
+    },
+    storageStatus,
+  );
   const storage: Storage = { db, repos, writer };
-  const services = buildServices(storage, options.dataDir ?? path.dirname(db.name), options);
+  const services = buildServices(storage, { clock, events, files, storageStatus }, options);
   return {
     services,
     storage,

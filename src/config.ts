@@ -25,6 +25,11 @@ export interface ServerConfig {
   logLevel: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
   /** `pretty`: readable lines for a terminal; `json`: one JSON object per line. */
   logFormat: 'pretty' | 'json';
+  /**
+   * New readings and snapshots are refused while a watched file system has less free space
+   * than this (bytes; 0: never). `--min-free-disk` is in MB of 1,048,576 bytes.
+   */
+  minFreeDiskBytes: number;
 }
 
 export interface OptionSpec {
@@ -78,6 +83,12 @@ export const SERVE_OPTIONS: OptionSpec[] = [
     flags: '--log-format <pretty|json>',
     description: 'log lines: readable (pretty) or JSON; default pretty on a terminal, JSON otherwise',
   },
+  {
+    name: 'min-free-disk',
+    flags: '--min-free-disk <MB>',
+    description: 'refuse new readings and snapshots (503) while the data dir has less free disk space than this; 0: off',
+    default: '64',
+  },
 ];
 
 class ConfigError extends Error {}
@@ -111,6 +122,8 @@ function str(value: unknown): string | null {
   if (value === undefined || value === null || value === '') return null;
   return String(value);
 }
+
+const MB = 1_048_576;
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
@@ -148,6 +161,11 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
   if (smtpUrl !== null && !/^smtps?:\/\//.test(smtpUrl)) {
     throw new ConfigError('--smtp-url must start with smtp:// or smtps://');
   }
+  const minFreeDisk = String(get('min-free-disk')).trim();
+  const minFreeDiskMb = Number(minFreeDisk);
+  if (minFreeDisk === '' || !Number.isFinite(minFreeDiskMb) || minFreeDiskMb < 0) {
+    throw new ConfigError(`--min-free-disk must be a number of MB, 0 or more, got "${minFreeDisk}"`);
+  }
   const publicHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
   const publicUrl = (str(get('public-url')) ?? `http://${publicHost}:${httpPort}`).replace(/\/+$/, '');
   return {
@@ -164,6 +182,7 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
     durability,
     logLevel: logLevel as ServerConfig['logLevel'],
     logFormat,
+    minFreeDiskBytes: Math.round(minFreeDiskMb * MB),
   };
 }
 

@@ -12,6 +12,7 @@ export type ErrorCode =
   | 'payload_too_large'
   | 'rate_limited'
   | 'unavailable'
+  | 'storage_unavailable'
   | 'internal';
 
 const STATUS: Record<ErrorCode, number> = {
@@ -23,12 +24,13 @@ const STATUS: Record<ErrorCode, number> = {
   payload_too_large: 413,
   rate_limited: 429,
   unavailable: 503,
+  storage_unavailable: 503,
   internal: 500,
 };
 
 export class AppError extends Error {
   readonly status: number;
-  /** Seconds to wait, for 429 responses (sent as Retry-After). */
+  /** Seconds to wait, for 429 and 503 responses (sent as Retry-After). */
   retryAfter?: number;
 
   constructor(
@@ -55,6 +57,17 @@ export const payloadTooLarge = (message: string) => new AppError('payload_too_la
 export const unavailable = (message: string) => new AppError('unavailable', message);
 export const rateLimited = (message: string, retryAfter: number) => {
   const err = new AppError('rate_limited', message);
+  err.retryAfter = retryAfter;
+  return err;
+};
+
+/**
+ * A write that storage cannot take now (low disk space, disk full, I/O error, database busy):
+ * transient, so the caller is told when to come back. Reported by the storage status service,
+ * rate-limited, not once per request.
+ */
+export const storageUnavailable = (reason: string, retryAfter: number) => {
+  const err = new AppError('storage_unavailable', `storage unavailable: ${reason}`);
   err.retryAfter = retryAfter;
   return err;
 };

@@ -72,6 +72,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     logAlert: (message, details) => app?.log.warn(details, message),
     onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
     retention: { onError: (err) => app?.log.error({ err }, 'retention job failed'), ...options.retention },
+    minFreeDiskBytes: config.minFreeDiskBytes,
+    storageLog: {
+      warn: (details, message) => app?.log.warn(details, message),
+      info: (details, message) => app?.log.info(details, message),
+    },
   });
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
@@ -87,6 +92,9 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     httpTimeouts: options.httpTimeouts,
     mqttCertificate: () => mqttCertificate,
   });
+  // Free space is known before the first request (a server started on a full disk refuses
+  // writes from the start), and after the logger exists (that is logged).
+  services.storageStatus.start();
   const stopWatching = services.watchExternalCommits(250, (err) => app?.log.error({ err }, 'database change check failed'));
   const { retention } = services;
   retention.start();
@@ -105,6 +113,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     mqtt = await startMqtt(config, services, app.log, print);
   } catch (err) {
     await app.close();
+    services.storageStatus.stop();
     // The background jobs must not wake up later on a closed database.
     stopWatching();
     await retention.stop();
@@ -138,6 +147,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       if (closed) return;
       closed = true;
       stopWatching();
+      services.storageStatus.stop();
       await retention.stop();
       // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.
       await mqtt?.close();

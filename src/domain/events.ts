@@ -2,6 +2,7 @@
  * In-process domain events. Listeners are isolated: one that throws is logged and the
  * others still run, so an alert action can never break ingest.
  */
+import type { StorageFailureKind } from './storageStatus.js';
 import type { ActionDelivery, Alert, AlertAction, AlertEvent, Device, StoredReading } from './types.js';
 
 export interface DomainEventMap {
@@ -9,6 +10,8 @@ export interface DomainEventMap {
   'reading.stored': { device: Device; reading: StoredReading; parsed: Record<string, unknown>; transport?: Transport };
   /** A reading was refused for good (not stored); the device's rejection count went up. */
   'reading.rejected': { device: Device; reason: string; transport: Transport };
+  /** `count` writes (readings or a snapshot) were refused because storage could not take them. */
+  'storage.refused': { kind: StorageFailureKind; count: number };
   /** A device's credentials or status changed, or it was deleted: open sessions must be re-checked. */
   'device.changed': { deviceId: string; change: 'paused' | 'resumed' | 'token' | 'deleted' | 'updated' };
   /** An account was suspended, resumed or changed plan. */

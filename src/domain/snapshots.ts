@@ -5,6 +5,7 @@ import type { SnapshotRecord } from '../storage/repos/snapshots.js';
 import type { SnapshotFiles } from '../storage/snapshotFiles.js';
 import { type Clock, DAY_MS } from '../time.js';
 import type { DeviceService } from './devices.js';
+import type { StorageStatus } from './storageStatus.js';
 
 /** "500 KB" is 512,000 bytes: that size is accepted, one byte more is 413 (docs/snapshots.md). */
 const MAX_SNAPSHOT_BYTES = 512_000;
@@ -72,7 +73,7 @@ function startsWith(bytes: Buffer, magic: number[]): boolean {
   return bytes.length >= magic.length && magic.every((b, i) => bytes[i] === b);
 }
 
-export function snapshotService(repos: Repositories, devices: DeviceService, files: SnapshotFiles, clock: Clock) {
+export function snapshotService(repos: Repositories, devices: DeviceService, files: SnapshotFiles, clock: Clock, storage: StorageStatus) {
   const quotaError = (limit: number, now: number) =>
     rateLimited(
       `daily snapshot quota of ${limit} used up for this device; it resets at midnight UTC`,
@@ -131,9 +132,17 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       const dayStart = startOfUtcDay(clock.now());
       if (repos.snapshots.countSince(device.seq, dayStart) >= limit) throw quotaError(limit, clock.now());
 
+      // Low disk space on either file system: refused before anything is written.
+      if (storage.snapshotsRefusal !== null) throw storage.refuse(storage.snapshotsRefusal);
+
       // UUIDs are never reused, so a URL always names the same bytes (immutable caching).
       const id = randomUUID();
-      await files.write(device.id, id, contentType, bytes);
+      try {
+        await files.write(device.id, id, contentType, bytes);
+      } catch (err) {
+        throw storage.writeFailed('snapshots', err);
+      }
+      storage.writeSucceeded('snapshots');
       try {
         // Count and insert in one write transaction: concurrent uploads cannot both take
         // the last slot of the day.
@@ -144,8 +153,9 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
         });
       } catch (err) {
         await files.remove(device.id, id, contentType).catch(() => {});
-        throw err;
+        throw storage.writeFailed('database', err);
       }
+      storage.writeSucceeded('database');
       return { id, url: snapshotUrl(device.id, id) };
     },
 

@@ -49,6 +49,8 @@ export function handleError(err: FastifyError | AppError, request: FastifyReques
   } else {
     ({ status, message } = fromFastify(err, request.url));
   }
-  if (status >= 500) request.log.error({ err }, 'request failed');
+  // Storage refusals are logged by the storage status service, once per reason per 10 s: a
+  // full disk must not also fill the log with a stack per request.
+  if (status >= 500 && !(err instanceof AppError && err.code === 'storage_unavailable')) request.log.error({ err }, 'request failed');
   return reply.code(status).type('application/json').send(errorBody(request.url, message));
 }

@@ -38,13 +38,13 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     readings.inc({ transport: t }, 0);
     rejected.inc({ transport: t }, 0);
   }
-  const { storageStatus } = services;
+  const storage = services.storageStatus;
   new Gauge({
     name: 'telemetryd_database_size_bytes',
     help: 'Size of the SQLite database (pages in use times page size; the WAL is not counted)',
     registers: [registry],
     collect() {
-      this.set(storageStatus.databaseBytes());
+      this.set(storage.databaseSizeBytes());
     },
   });
   new Gauge({
@@ -52,7 +52,7 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     help: 'Readings waiting for the next group commit',
     registers: [registry],
     collect() {
-      this.set(storageStatus.writerQueueDepth());
+      this.set(storage.writerQueue().depth);
     },
   });
   new Gauge({
@@ -60,9 +60,35 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     help: 'Largest group commit so far (readings in one transaction)',
     registers: [registry],
     collect() {
-      this.set(storageStatus.writerMaxBatch());
+      this.set(storage.writerQueue().maxBatch);
     },
   });
+  new Gauge({
+    name: 'telemetryd_storage_free_bytes',
+    help: 'Free disk space as last checked (once a second), by directory: data (the database) and snapshots',
+    labelNames: ['dir'],
+    registers: [registry],
+    collect() {
+      const { freeBytes } = storage.report();
+      if (freeBytes.database !== null) this.set({ dir: 'data' }, freeBytes.database);
+      if (freeBytes.snapshots !== null) this.set({ dir: 'snapshots' }, freeBytes.snapshots);
+    },
+  });
+  new Gauge({
+    name: 'telemetryd_storage_writable',
+    help: '1 while storage takes writes, 0 while they are refused (see /healthz for the reason)',
+    registers: [registry],
+    collect() {
+      this.set(storage.report().writable ? 1 : 0);
+    },
+  });
+  const refusedWrites = new Counter({
+    name: 'telemetryd_storage_refused_writes_total',
+    help: 'Readings and snapshots refused because storage could not take them, by reason (low_disk, disk_full, io_error, read_only, busy)',
+    labelNames: ['reason'],
+    registers: [registry],
+  });
+  for (const reason of ['low_disk', 'disk_full', 'io_error', 'read_only', 'busy']) refusedWrites.inc({ reason }, 0);
   new Gauge({
     name: 'telemetryd_mqtt_connections',
     help: 'Open MQTT client connections (TLS and plain)',
@@ -75,6 +101,7 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
   const unsubscribe = [
     services.events.on('reading.stored', ({ transport }) => readings.inc({ transport: transport ?? 'http' })),
     services.events.on('reading.rejected', ({ transport }) => rejected.inc({ transport })),
+    services.events.on('storage.refused', ({ kind, count }) => refusedWrites.inc({ reason: kind }, count)),
   ];
 
   return {

@@ -9,6 +9,22 @@ import type { PendingReading, ReadingsRepo } from './repos/readings.js';
 export const INBOX_MERGE_ROWS = 16_384;
 /** A quiet spell after which whatever is in the inbox is merged anyway. */
 const INBOX_IDLE_MERGE_MS = 1_000;
+/**
+ * After a failed merge, the next one waits this long: a merge on a full disk writes most of
+ * the inbox again before it fails, and the rows are safe in the inbox meanwhile.
+ */
+const INBOX_MERGE_RETRY_MS = 10_000;
+
+/** Told how commits go (the storage status service: 503 and /healthz "degraded" on a full disk). */
+export interface CommitObserver {
+  /** Non-null while the last write to the database failed; the next commit is reported then. */
+  readonly commitFailure: unknown;
+  /** A batch of `readings` failed to commit: returns the error each of them is rejected with. */
+  commitFailed(err: unknown, readings: number): unknown;
+  commitSucceeded(): void;
+}
+
+const NO_OBSERVER: CommitObserver = { commitFailure: null, commitFailed: (err) => err, commitSucceeded: () => {} };
 
 interface Waiting extends PendingReading {
   resolve: (seq: number) => void;
@@ -33,6 +49,7 @@ export class ReadingWriter {
   maxBatch = 0;
   private mergeScheduled = false;
   private writtenSinceTick = false;
+  private mergeRetryAt = 0;
   private readonly idleTimer: NodeJS.Timeout;
 
   constructor(
@@ -40,6 +57,7 @@ export class ReadingWriter {
     private readonly maxBatchSize = 5_000,
     /** A merge that failed (busy database, I/O error): the rows stay in the inbox, retried later. */
     private readonly onMergeError: (err: unknown) => void = () => {},
+    private readonly commits: CommitObserver = NO_OBSERVER,
   ) {
     this.idleTimer = setInterval(() => {
       if (!this.writtenSinceTick && this.readings.inboxRows() > 0) this.merge();
@@ -81,9 +99,12 @@ export class ReadingWriter {
       try {
         seqs = this.readings.insertBatch(batch);
       } catch (err) {
-        for (const w of batch) w.reject(err);
+        const refusal = this.commits.commitFailed(err, batch.length);
+        for (const w of batch) w.reject(refusal);
         continue;
       }
+      // One field read per batch; the observer hears of a success only after a failure.
+      if (this.commits.commitFailure !== null) this.commits.commitSucceeded();
       this.writtenSinceTick = true;
       for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
     }
@@ -97,10 +118,11 @@ export class ReadingWriter {
   /** Moves the inbox into the clustered table now. */
   merge(): void {
     this.mergeScheduled = false;
-    if (this.closed) return;
+    if (this.closed || performance.now() < this.mergeRetryAt) return;
     try {
       this.readings.mergeInbox();
     } catch (err) {
+      this.mergeRetryAt = performance.now() + INBOX_MERGE_RETRY_MS;
       this.onMergeError(err);
     }
   }
@@ -109,6 +131,7 @@ export class ReadingWriter {
   close(): void {
     this.flush();
     clearInterval(this.idleTimer);
+    this.mergeRetryAt = 0;
     if (this.readings.inboxRows() > 0) this.merge();
     this.closed = true;
     this.mergeScheduled = false;

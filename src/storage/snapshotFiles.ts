@@ -45,7 +45,7 @@ export function snapshotFiles(dataDir: string) {
     root,
     fileOf,
 
-    /** Writes the whole file or nothing; any file-system error becomes 503. */
+    /** Writes the whole file or nothing; a file-system error is thrown as it is (the caller says 503). */
     async write(deviceId: string, id: string, contentType: string, bytes: Uint8Array): Promise<void> {
       const final = fileOf(deviceId, id, contentType);
       const dir = path.dirname(final);
@@ -66,7 +66,7 @@ export function snapshotFiles(dataDir: string) {
       } catch (err) {
         await handle?.close().catch(() => {});
         if (tempCreated) await unlink(temp).catch(() => {});
-        throw storageFailure(err);
+        throw err;
       }
     },
 

@@ -1,9 +1,10 @@
 /**
- * Storage faults (docs/operations.md, "When storage cannot take a write"): when the database cannot commit, ingest answers 500 and
- * acknowledges nothing; when the fault clears, ingest works again without a restart. The
- * fault is a real SQLite failure: a trigger created from a second connection aborts every
- * insert into readings (no mocks). The server's prepared statements must survive the schema
- * change (SQLite re-prepares them).
+ * Database write failures: ingest acknowledges nothing and works again without a restart
+ * once the fault clears. A failure that is not the storage's (here a trigger created from a
+ * second connection that aborts every insert, a real SQLite failure, no mocks) is a 500; a
+ * storage failure (a write lock held past the busy timeout; disk full and I/O errors in
+ * diskFull.test.ts) is a 503 with Retry-After. The server's prepared statements must survive
+ * the schema change (SQLite re-prepares them).
  */
 
 import path from 'node:path';
@@ -54,7 +55,7 @@ describe('database write failures', () => {
     expect(latest.status).toBe(200);
   });
 
-  it('a database locked by another writer beyond the busy timeout is a 500, then recovers', async () => {
+  it('a database locked by another writer beyond the busy timeout is a 503 with Retry-After, then recovers', async () => {
     server = await startTestServer();
     const { device, token } = await seedAccount(server);
     const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
@@ -63,10 +64,17 @@ describe('database write failures', () => {
       server.db.pragma('busy_timeout = 200');
       other.exec('BEGIN IMMEDIATE');
       const locked = await ingest(server, { device_id: device.id, access_token: token, data: { n: 1 } });
-      expect(locked.status).toBe(500);
+      expect(locked.status).toBe(503);
+      expect(locked.body).toEqual({ success: false, error: 'storage unavailable: database busy' });
+      expect(locked.headers.get('retry-after')).toBe('10');
+      const health = await server.request('/healthz');
+      expect(health.status).toBe(503);
+      expect(await health.json()).toMatchObject({ status: 'degraded', reason: 'database busy' });
       other.exec('COMMIT');
       const ok = await ingest(server, { device_id: device.id, access_token: token, data: { n: 2 } });
       expect(ok.status).toBe(200);
+      // The next commit clears the degraded state.
+      expect((await server.request('/healthz')).status).toBe(200);
       expect((other.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n).toBe(1);
     } finally {
       if (other.inTransaction) other.exec('ROLLBACK');

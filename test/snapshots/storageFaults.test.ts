@@ -7,7 +7,8 @@ import { fetchSnapshot, upload } from './helpers.js';
 import { jpegOfSize, tinyJpeg } from './images.js';
 
 /**
- * 503 "storage temporarily unavailable" when the snapshots folder cannot be written. Tests run
+ * 503 "storage unavailable: <reason>" with Retry-After when the snapshots folder cannot be
+ * written, /healthz "degraded" until an upload succeeds again. Tests run
  * as root in CI, where chmod does not stop writes, so the faults here are ones root cannot
  * write through: the folder replaced by a regular file, a full tmpfs (ENOSPC in the middle of
  * a write) and a read-only mount (EROFS). The mount tests need CAP_SYS_ADMIN and are skipped
@@ -40,22 +41,29 @@ describe('snapshot storage faults', () => {
   let mounted = false;
 
   const rowCount = () => (server.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
-  const expect503 = async (body = tinyJpeg()) => {
+  const expect503 = async (reason: string, body = tinyJpeg()) => {
     const rowsBefore = rowCount();
     const up = await upload(server, cam.device.id, cam.token, body);
     expect(up.status).toBe(503);
-    expect(up.body).toEqual({ success: false, error: 'storage temporarily unavailable' });
+    expect(up.body).toEqual({ success: false, error: `storage unavailable: ${reason}` });
+    expect(up.headers.get('retry-after')).toBe('10');
     expect(rowCount()).toBe(rowsBefore);
+    const health = await server.request('/healthz');
+    expect(health.status).toBe(503);
+    expect(await health.json()).toMatchObject({ status: 'degraded', reason });
   };
   const expectRecovered = async (body = tinyJpeg()) => {
     const up = await upload(server, cam.device.id, cam.token, body);
     expect(up.status).toBe(200);
     const got = await fetchSnapshot(server, up.body.url, cam.token);
     expect(got.bytes.equals(body)).toBe(true);
+    expect((await server.request('/healthz')).status).toBe(200);
   };
 
   beforeAll(async () => {
-    server = await startTestServer();
+    // The free-space watermark off: these faults are met by the write itself (a 128 KiB
+    // tmpfs would be refused up front with it on; test/reliability/diskFull.test.ts).
+    server = await startTestServer({ 'min-free-disk': '0' });
     cam = await seedAccount(server, { device: { name: 'cam', snapshotsEnabled: true } });
     snapshotsDir = path.join(server.dataDir, 'snapshots');
     deviceDir = path.join(snapshotsDir, cam.device.id);
@@ -69,7 +77,7 @@ describe('snapshot storage faults', () => {
   it('the snapshots folder replaced by a regular file: 503, no row; recovers once the folder is back', async () => {
     rmSync(snapshotsDir, { recursive: true, force: true });
     writeFileSync(snapshotsDir, 'not a folder');
-    await expect503();
+    await expect503('file system error (ENOTDIR)');
     rmSync(snapshotsDir);
     await expectRecovered();
   });
@@ -77,7 +85,7 @@ describe('snapshot storage faults', () => {
   it("the device's own folder path taken by a file: 503; recovers", async () => {
     rmSync(deviceDir, { recursive: true, force: true });
     writeFileSync(deviceDir, '');
-    await expect503();
+    await expect503('file system error (EEXIST)');
     rmSync(deviceDir);
     await expectRecovered();
   });
@@ -88,7 +96,7 @@ describe('snapshot storage faults', () => {
     sh('mount', ['-t', 'tmpfs', '-o', 'size=128k,mode=0700', 'tmpfs', snapshotsDir]);
     mounted = true;
     // 512,000 bytes cannot fit in 128 KiB: the write starts, then fails with ENOSPC.
-    await expect503(jpegOfSize(512_000));
+    await expect503('disk full', jpegOfSize(512_000));
     expect(readdirSync(deviceDir)).toEqual([]);
     // Small ones still fit: the failure was the disk, not the service.
     await expectRecovered();
@@ -102,7 +110,7 @@ describe('snapshot storage faults', () => {
     mounted = true;
     mkdirSync(deviceDir);
     sh('mount', ['-o', 'remount,ro', snapshotsDir]);
-    await expect503();
+    await expect503('read-only file system');
     expect(readdirSync(deviceDir)).toEqual([]);
     sh('mount', ['-o', 'remount,rw', snapshotsDir]);
     await expectRecovered();
@@ -112,7 +120,7 @@ describe('snapshot storage faults', () => {
     mkdirSync(deviceDir, { recursive: true });
     chmodSync(deviceDir, 0o500);
     try {
-      await expect503();
+      await expect503('permission denied');
       expect(readdirSync(deviceDir).filter((f) => f.startsWith('.'))).toEqual([]);
     } finally {
       chmodSync(deviceDir, 0o700);

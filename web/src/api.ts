@@ -6,6 +6,17 @@ export interface Session {
   mqtt: { host: string; port: number; enabled: boolean; certificate_pem: string | null; self_signed: boolean | null };
 }
 
+/** GET /ui/api/storage: whether the server takes new readings, and why not. */
+export interface StorageStatus {
+  writable: boolean;
+  reason: string | null;
+  /** Free bytes on the data directory's file system (null before the first check). */
+  free_bytes: number | null;
+  snapshots_free_bytes: number | null;
+  /** --min-free-disk in bytes; 0 when off. */
+  min_free_bytes: number;
+}
+
 class ApiError extends Error {
   constructor(
     readonly status: number,

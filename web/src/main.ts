@@ -1,6 +1,6 @@
-import { api, clearSession, loadSession, session, setUnauthorizedHandler } from './api';
+import { api, clearSession, loadSession, type StorageStatus, session, setUnauthorizedHandler } from './api';
 import { h, toast } from './dom';
-import { Live } from './live';
+import { Live, POLL_MS } from './live';
 import { renderAlerts } from './pages/alerts';
 import { renderSetup, renderSignIn } from './pages/auth';
 import { renderDevice } from './pages/device';
@@ -26,6 +26,7 @@ const ROUTES: [RegExp, Page, string][] = [
 
 const main = document.getElementById('main')!;
 const top = document.getElementById('top')!;
+const storageBanner = document.getElementById('storage-banner')!;
 const live = new Live();
 let leaving: (() => void)[] = [];
 let renderSeq = 0;
@@ -51,6 +52,37 @@ function renderHeader(current: string): void {
     h('span', { class: 'who' }, session?.account.email ?? ''),
     h('button', { type: 'button', class: 'small secondary', onclick: signOut }, 'Sign out'),
   );
+}
+
+const megabytes = (bytes: number) => `${(bytes / 1_048_576).toFixed(1)} MB`;
+
+/**
+ * The banner over every page while the server refuses new readings: the reason (low disk
+ * space, disk full, I/O error) and the free space, refreshed with the pages' 15 s poll.
+ */
+async function refreshStorageBanner(): Promise<void> {
+  if (!session) {
+    storageBanner.hidden = true;
+    return;
+  }
+  let status: StorageStatus;
+  try {
+    status = await api<StorageStatus>('GET', '/storage');
+  } catch {
+    return; // the next poll tries again; the page shows its own errors
+  }
+  if (status.writable) {
+    storageBanner.hidden = true;
+    storageBanner.replaceChildren();
+    return;
+  }
+  storageBanner.replaceChildren(
+    h('strong', {}, 'New readings and snapshots are being refused. '),
+    `Storage unavailable: ${status.reason}. `,
+    status.free_bytes === null ? '' : `Free disk space: ${megabytes(status.free_bytes)}. `,
+    'Devices are told to retry later and nothing stored is lost; writes resume by themselves once there is room.',
+  );
+  storageBanner.hidden = false;
 }
 
 async function signOut(): Promise<void> {
@@ -80,10 +112,12 @@ async function route(): Promise<void> {
   }
   if (!session) {
     top.hidden = true;
+    storageBanner.hidden = true;
     renderSignIn(main, start);
     return;
   }
   live.start();
+  void refreshStorageBanner();
   const path = location.hash.replace(/^#/, '') || '/devices';
   const match = ROUTES.map(([re, page, title]) => [re.exec(path), page, title] as const).find(([m]) => m);
   renderHeader(path);
@@ -120,4 +154,5 @@ setUnauthorizedHandler(() => {
   void route();
 });
 window.addEventListener('hashchange', () => void route());
+window.setInterval(() => void refreshStorageBanner(), POLL_MS);
 void start().catch((err) => main.replaceChildren(h('p', { class: 'error', role: 'alert' }, String(err))));

@@ -1,7 +1,7 @@
 /**
  * The one path a reading takes, from HTTP and MQTT alike (docs/architecture.md, "The path of a reading"):
  *
- *   authorizeDevice → parsePayload → validateData → checkSchema → store → afterStore
+ *   authorizeDevice → parsePayload → validateData → checkSchema → (storage gate) → store → afterStore
  *
  * Authorization comes first so that a refused payload is counted against the device that
  * sent it (its rejected count and last reason, shown by `devices list` and the dashboard).
@@ -15,6 +15,7 @@ import type { PendingReading } from '../../storage/repos/readings.js';
 import type { Clock } from '../../time.js';
 import type { DeviceService } from '../devices.js';
 import type { DomainEvents, Transport } from '../events.js';
+import type { StorageFailure } from '../storageStatus.js';
 import type { Account, Device, StoredReading } from '../types.js';
 
 /** Largest HTTP body / MQTT payload accepted (docs/api.md, "Payload limits"). */
@@ -22,6 +23,14 @@ export const MAX_INGEST_BYTES = 65_536;
 
 export interface ReadingSink {
   append(reading: PendingReading): Promise<number>;
+}
+
+/** Refuses readings while storage cannot take them (../storageStatus.ts). */
+export interface WriteGate {
+  /** Non-null while new readings are refused; read once per reading. */
+  readonly readingsRefusal: StorageFailure | null;
+  /** The refusal to answer with (counted and logged by the gate). */
+  refuseReading(): Error;
 }
 
 /** Called with each committed reading; alert evaluation plugs in here. */
@@ -132,8 +141,10 @@ export function ingestPipeline(deps: {
   events: DomainEvents;
   clock: Clock;
   evaluateAlerts?: AlertEvaluator;
+  gate?: WriteGate;
 }) {
   const { devices, sink, events, clock } = deps;
+  const gate: WriteGate = deps.gate ?? { readingsRefusal: null, refuseReading: () => new Error('unreachable') };
   let evaluateAlerts: AlertEvaluator = deps.evaluateAlerts ?? (() => {});
 
   function authorizeDevice(req: IngestRequest) {
@@ -192,6 +203,9 @@ export function ingestPipeline(deps: {
       }
       throw err;
     }
+    // Low disk space: refused before the database is touched. A bad reading was refused for
+    // good above, so the device does not resend it.
+    if (gate.readingsRefusal !== null) throw gate.refuseReading();
     return store(device, data, text).then((reading) => {
       afterStore(device, account, reading, data, req.transport);
       return reading;

@@ -191,4 +191,37 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
   app.post<IdParams>('/keys/:id/revoke', async (request) => ({ data: presentApiKey(keys.revoke(request.params.id, account(request))) }));
 
   app.get('/account', async (request) => ({ account: presentAccount(account(request)), usage: usage.usage(account(request)) }));
+
+  // ---- storage: the banner shown while new readings are refused (docs/reliability.md)
+  const nullableInteger = { type: ['integer', 'null'] } as const;
+  app.get(
+    '/storage',
+    {
+      schema: {
+        hide: true,
+        response: {
+          200: {
+            type: 'object',
+            properties: {
+              writable: { type: 'boolean' },
+              reason: { type: ['string', 'null'] },
+              free_bytes: nullableInteger,
+              snapshots_free_bytes: nullableInteger,
+              min_free_bytes: { type: 'integer' },
+            },
+          },
+        },
+      },
+    },
+    async () => {
+      const report = services.storageStatus.report();
+      return {
+        writable: report.writable,
+        reason: report.reason,
+        free_bytes: report.freeBytes.database,
+        snapshots_free_bytes: report.freeBytes.snapshots,
+        min_free_bytes: report.minFreeBytes,
+      };
+    },
+  );
 }

@@ -1,11 +1,15 @@
 import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../composition.js';
 
-/** Liveness plus database reachability, for load balancers and systemd watchdogs. */
+/**
+ * Liveness, database reachability and whether storage takes writes, for load balancers and
+ * systemd watchdogs: 200 "ok"; 503 "degraded" with the reason while writes are refused (low
+ * disk space, disk full, I/O error); 503 "unavailable" when the database cannot be read.
+ */
 export async function healthRoutes(app: FastifyInstance, { services, version }: { services: Services; version: string }) {
   app.get('/healthz', { schema: { hide: true } }, async (_request, reply) => {
-    const problem = services.storageStatus.databaseProblem();
-    if (problem === null) return { status: 'ok', version, database: 'ok' };
-    return reply.code(503).send({ status: 'unavailable', version, database: problem });
+    const { status, reason, database } = services.storageStatus.health();
+    if (status === 'ok') return { status, version, database };
+    return reply.code(503).send(reason === null ? { status, version, database } : { status, reason, version, database });
   });
 }
