@@ -43,6 +43,8 @@ export interface StartOptions {
   httpTimeouts?: HttpTimeouts;
   /** Webhook retry schedule (ms between attempts); tests shorten the default minute. */
   webhookRetryDelaysMs?: readonly number[];
+  /** How often silent devices are checked for no_data alerts (default: evaluator.ts). */
+  silenceCheckMs?: number;
 }
 
 /**
@@ -64,6 +66,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),
+    // Read when a message is built: with an ephemeral port it is only known once bound.
+    publicUrl: () => config.publicUrl,
     onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
   });
 
@@ -88,6 +92,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const stopSnapshotRetention = services.snapshots.scheduleRetention({
     onError: (err) => app?.log.error({ err }, 'snapshot retention failed'),
   });
+  // no_data alerts (docs/alerts.md): silences are checked on a timer, stopped by close().
+  services.alertEvaluation.startSilenceChecks(options.silenceCheckMs);
 
   await app.listen({ host: config.host, port: config.httpPort });
   const address = app.server.address() as AddressInfo;
@@ -107,6 +113,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     // The background jobs must not wake up later on a closed database.
     stopSnapshotRetention();
     await retention.stop();
+    await services.alertEvaluation.close();
     db.close();
     throw err;
   }

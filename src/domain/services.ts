@@ -27,6 +27,8 @@ export interface ServiceOptions {
   dataDir?: string;
   /** Alert action settings (the server passes --smtp-url/--smtp-from); the CLI sends nothing. */
   notify?: NotifySettings;
+  /** The server's public base URL, for the device links in alert messages. */
+  publicUrl?: () => string;
   /** Where failed alert deliveries are reported. */
   logAlert?: (message: string, details: Record<string, unknown>) => void;
   /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
@@ -44,6 +46,8 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     events,
     accounts,
     notifier: createNotifier(options.notify ?? { smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
+    clock,
+    publicUrl: options.publicUrl,
     log: options.logAlert,
   });
   // Snapshot files live beside the database unless told otherwise (decisions.md §1 data dir).
