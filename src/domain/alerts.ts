@@ -183,6 +183,23 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
       total: repos.alerts.count(account.seq),
     }),
 
+    /**
+     * Ids of the devices (of `list`) that are silent: a no_data alert of theirs is firing, or
+     * they have not been seen for more than twice their data interval (dashboard setting
+     * `data_interval_seconds`, 60 s unless set). A paused or never-seen device is not silent.
+     */
+    silentDevices(account: Account, list: Device[]): Set<string> {
+      const silent = new Set(repos.alerts.firingNoDataDeviceIds(account.seq));
+      const now = clock.now();
+      for (const d of list) {
+        if (d.status !== 'active' || d.lastSeen === null) continue;
+        const interval = Number(d.settings.data_interval_seconds);
+        const seconds = Number.isFinite(interval) && interval > 0 ? interval : 60;
+        if (now - d.lastSeen > 2 * seconds * 1000) silent.add(d.id);
+      }
+      return silent;
+    },
+
     /** Alerts of one device, oldest first (dashboard device page). */
     listForDevice: (device: Device) => repos.alerts.listByDevice(device.seq),
 

@@ -142,6 +142,12 @@ export function alertsRepo(db: Db) {
        JOIN devices d ON d.seq = a.device_seq JOIN accounts ac ON ac.seq = a.account_seq
      WHERE a.kind = 'no_data' AND a.enabled = 1 AND d.status = 'active' AND ac.status = 'active'`,
   );
+  const firingNoData = db
+    .prepare<[number], string>(
+      `SELECT DISTINCT d.id FROM alerts a JOIN devices d ON d.seq = a.device_seq
+       WHERE a.account_seq = ? AND a.kind = 'no_data' AND a.enabled = 1 AND a.state = 'firing'`,
+    )
+    .pluck();
   const insert = db.prepare(`INSERT INTO alerts (id, account_seq, device_seq, name, kind, field, operator, value, clear_value, actions,
       webhook_url, slack_url, discord_url, ntfy_url, severity, enabled, notify_resolved, cooldown, enabled_at, created_at, updated_at)
     VALUES (@id, @accountSeq, @deviceSeq, @name, @kind, @field, @operator, @value, @clearValue, @actions, @webhookUrl, @slackUrl,
@@ -211,6 +217,7 @@ export function alertsRepo(db: Db) {
     setLastTriggered: (seq: number, at: number) => setLastTriggered.run(at, seq),
     setState: (seq: number, state: AlertState) => setState.run(state, seq),
     noDataWatches: (): NoDataWatch[] => noDataWatches.all().map((r) => ({ alert: toAlert(r)!, deviceResumedAt: r.device_resumed_at })),
+    firingNoDataDeviceIds: (accountSeq: number): string[] => firingNoData.all(accountSeq),
     remove: (seq: number) => remove.run(seq),
 
     findEventById: (id: string) => toEvent(eventById.get(id)),
