@@ -40,6 +40,8 @@ export interface AlertInput {
   enabled?: boolean;
 }
 
+const FIELD_PATH = /^[^.\s]+(\.[^.\s]+)*$/;
+
 const URL_FIELDS = { webhook: 'webhookUrl', slack: 'slackUrl', discord: 'discordUrl', ntfy: 'ntfyUrl' } as const;
 
 function urlOf(action: UrlAction, input: AlertInput, existing: Alert | undefined): string | null {
@@ -58,8 +60,8 @@ function urlOf(action: UrlAction, input: AlertInput, existing: Alert | undefined
 }
 
 /**
- * Validates an alert definition: operators, severities and actions (decisions.md §4), the
- * no_data kind, clear_value and the channel URLs (§7). `existing` fills what an update leaves out.
+ * Validates an alert definition (docs/alerts.md): operators, severities and actions, the
+ * no_data kind, clear_value and the channel URLs. `existing` fills what an update leaves out.
  */
 export function validateAlertInput(input: AlertInput, existing?: Alert) {
   const name = (input.name ?? existing?.name ?? '').trim();
@@ -138,8 +140,6 @@ export function validateAlertInput(input: AlertInput, existing?: Alert) {
     enabled: input.enabled ?? existing?.enabled ?? true,
   };
 }
-
-const FIELD_PATH = /^[^.\s]+(\.[^.\s]+)*$/;
 
 /**
  * Alert CRUD for the dashboard and the CLI. Every change emits 'alert.changed' so the

@@ -64,7 +64,7 @@ export function inCooldown(lastTriggered: number | null, cooldownSeconds: number
 }
 
 /**
- * Whether `actual` resolves a firing threshold alert (decisions.md §7): it no longer meets
+ * Whether `actual` resolves a firing threshold alert (docs/alerts.md "State and resolution"): it no longer meets
  * the condition and, with a clear value, has crossed back over it: below it for `>`/`>=`,
  * above it for `<`/`<=`. A value between the two keeps the alert firing (hysteresis).
  */
@@ -86,7 +86,7 @@ export function clears(actual: number, condition: { operator: AlertOperator; val
 
 /**
  * Where a no_data silence starts: the latest matching reading, or the alert's creation or
- * enabling, or the device's resume, whichever is latest (decisions.md §7).
+ * enabling, or the device's resume, whichever is latest (docs/alerts.md "no_data alerts").
  */
 export function silenceStart(lastMatch: number | null, enabledAt: number, resumedAt: number | null): number {
   return Math.max(lastMatch ?? enabledAt, enabledAt, resumedAt ?? enabledAt);

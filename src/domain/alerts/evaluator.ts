@@ -17,7 +17,7 @@
  *   readings' commit, before any of their HTTP answers is written. One transaction per
  *   trigger would cost a WAL commit each (measured: ~2x slower ingest when every reading
  *   triggers).
- * - State (decisions.md §7): a trigger moves an alert to `firing`; a threshold reading that
+ * - State (docs/alerts.md): a trigger moves an alert to `firing`; a threshold reading that
  *   no longer meets the condition (past `clear_value` when set) moves it back to `ok` and
  *   sets `resolved_at` on the firing's event, in the same batched transaction as triggers.
  * - no_data alerts: a reading only stamps the alert's entry in `lastMatch` (an in-memory map,

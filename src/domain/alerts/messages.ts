@@ -93,7 +93,7 @@ export function ntfyRequest(n: Notice): { body: string; headers: Record<string, 
   };
 }
 
-/** The webhook body (decisions.md §4 plus `type`); `reading` is null for a no_data trigger. */
+/** The webhook body (docs/alerts.md "webhook"); `reading` is null for a no_data trigger. */
 export function webhookBody(n: Notice): string {
   return JSON.stringify({
     type: n.type,
