@@ -67,7 +67,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     path: readonly string[] | null;
   }
   const enabledByDevice = new Map<number, CachedAlert[]>();
-  /** no_data alerts: the time of the latest matching reading seen, by alert id. */
+  /** no_data alerts: the time of the latest matching reading known, by alert id. */
   const lastMatch = new Map<string, number>();
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
@@ -101,6 +101,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   });
   events.on('external.change', dropCache);
   events.on('device.changed', dropCache);
+  // A suspended account's devices cannot send: their silences are not watched.
+  events.on('account.changed', dropCache);
 
   function enabledAlerts(deviceSeq: number): CachedAlert[] {
     let list = enabledByDevice.get(deviceSeq);
@@ -304,8 +306,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
 
   /**
    * The latest reading that a no_data alert counts, from the database: the device's last
-   * seen for `*`, else the newest reading with a number at the path, searched no further
-   * back than `since` (an older one cannot matter). Once per alert per process.
+   * seen for `*`, else the newest reading with a number at the path at or after `since`.
    */
   function lastMatchFromReadings(alert: Alert, since: number): number | null {
     if (alert.field === '*') return repos.devices.findBySeq(alert.deviceSeq)?.lastSeen ?? null;
@@ -323,13 +324,17 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     for (const watch of watches) {
       const { alert } = watch;
       if (alert.state !== 'ok') continue;
-      let last = lastMatch.get(alert.id) ?? null;
-      if (!lastMatch.has(alert.id)) {
-        last = lastMatchFromReadings(alert, silenceStart(null, alert.enabledAt, watch.deviceResumedAt));
-        // -1: "none since then", so the readings are not searched again.
-        lastMatch.set(alert.id, last ?? -1);
+      let last = lastMatch.get(alert.id);
+      if (last === undefined) {
+        // First sight in this process (start-up, or a new or changed alert). A path is searched
+        // back over one SECONDS window at most: with no match in it the alert is due anyway,
+        // and the walk stays bounded whatever the device's history. The window's start then
+        // stands in for the unknown older reading.
+        const window = Math.max(silenceStart(null, alert.enabledAt, watch.deviceResumedAt), now - alert.value * 1000);
+        last = lastMatchFromReadings(alert, window) ?? (alert.field === '*' ? alert.enabledAt : window);
+        lastMatch.set(alert.id, last);
       }
-      const start = silenceStart(last !== null && last >= 0 ? last : null, alert.enabledAt, watch.deviceResumedAt);
+      const start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
       const silentMs = now - start;
       if (silentMs < alert.value * 1000) continue;
       const device = repos.devices.findBySeq(alert.deviceSeq);
