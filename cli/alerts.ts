@@ -1,11 +1,82 @@
 import { Command } from 'commander';
+import type { AlertInput } from '../src/domain/alerts.js';
 import { presentAlertDetail } from '../src/domain/presenters.js';
-import { ALERT_OPERATORS, ALERT_SEVERITIES } from '../src/domain/types.js';
+import { ALERT_ACTIONS, ALERT_OPERATORS, ALERT_SEVERITIES, NO_DATA_MAX_SECONDS, NO_DATA_MIN_SECONDS } from '../src/domain/types.js';
 import { badRequest } from '../src/errors.js';
 import { collect, intOption, runAdmin, withCommonOptions } from './context.js';
 
 const human = (a: ReturnType<typeof presentAlertDetail>) =>
-  `${a.id}  ${a.name}  ${a.device_id}  ${a.condition.field} ${a.condition.operator} ${a.condition.value}  ${a.severity}  ${a.enabled ? 'enabled' : 'disabled'}  cooldown ${a.cooldown}s  actions ${a.actions.join(',')}`;
+  `${a.id}  ${a.name}  ${a.device_id}  ${
+    a.kind === 'no_data'
+      ? `no data on ${a.condition.field} for ${a.condition.value}s`
+      : `${a.condition.field} ${a.condition.operator} ${a.condition.value}${a.condition.clear_value !== undefined ? ` (clear ${a.condition.clear_value})` : ''}`
+  }  ${a.severity}  ${a.enabled ? 'enabled' : 'disabled'}  ${a.state}  cooldown ${a.cooldown}s  actions ${a.actions.join(',')}`;
+
+/** A number given on the command line; empty or non-numeric text is refused, not read as 0. */
+function numberOption(flag: string, text: string): number {
+  const value = Number(text);
+  if (text.trim() === '' || !Number.isFinite(value)) throw badRequest(`${flag} must be a number, got "${text}"`);
+  return value;
+}
+
+interface CreateOptions {
+  device: string;
+  name: string;
+  field?: string;
+  operator?: string;
+  value?: string;
+  clearValue?: string;
+  /** commander reads `--no-data SECONDS` as the option `data`: the seconds when given, `true` otherwise. */
+  data?: string | boolean;
+  severity?: string;
+  cooldown?: number;
+  action?: string[];
+  webhookUrl?: string;
+  slackUrl?: string;
+  discordUrl?: string;
+  ntfyUrl?: string;
+  notifyResolved: boolean;
+  disabled?: boolean;
+}
+
+/** The alert definition of `alerts create`: a threshold (--field --operator --value) or a silence (--no-data). */
+function createInput(opts: CreateOptions): AlertInput {
+  const common = {
+    name: opts.name,
+    severity: opts.severity,
+    cooldown: opts.cooldown,
+    actions: opts.action,
+    webhookUrl: opts.webhookUrl,
+    slackUrl: opts.slackUrl,
+    discordUrl: opts.discordUrl,
+    ntfyUrl: opts.ntfyUrl,
+    notifyResolved: opts.notifyResolved,
+    enabled: !opts.disabled,
+  };
+  if (typeof opts.data === 'string') {
+    if (opts.operator !== undefined || opts.value !== undefined) throw badRequest('--no-data takes no --operator or --value');
+    if (opts.clearValue !== undefined) throw badRequest('--clear-value applies to threshold alerts only, not --no-data');
+    const seconds = Number(opts.data);
+    if (!/^\d+$/.test(opts.data.trim()) || seconds < NO_DATA_MIN_SECONDS || seconds > NO_DATA_MAX_SECONDS) {
+      throw badRequest(
+        `--no-data must be a whole number of seconds from ${NO_DATA_MIN_SECONDS} to ${NO_DATA_MAX_SECONDS}, got "${opts.data}"`,
+      );
+    }
+    return { ...common, kind: 'no_data', field: opts.field ?? '*', value: seconds };
+  }
+  const missing = (['field', 'operator', 'value'] as const).filter((k) => opts[k] === undefined);
+  if (missing.length > 0) {
+    throw badRequest(`give --field, --operator and --value (missing ${missing.map((k) => `--${k}`).join(', ')}), or --no-data SECONDS`);
+  }
+  return {
+    ...common,
+    kind: 'threshold',
+    field: opts.field,
+    operator: opts.operator,
+    value: numberOption('--value', opts.value!),
+    clearValue: opts.clearValue === undefined ? null : numberOption('--clear-value', opts.clearValue),
+  };
+}
 
 export function alertsCommand(): Command {
   const alerts = new Command('alerts').description('manage alerts');
@@ -13,51 +84,33 @@ export function alertsCommand(): Command {
   withCommonOptions(
     alerts
       .command('create')
-      .description('create an alert on a device')
+      .description('create an alert on a device: a threshold (--field --operator --value) or a silence (--no-data SECONDS)')
       .requiredOption('--device <id>', 'dev_… id')
       .requiredOption('--name <name>', 'alert name')
-      .requiredOption('--field <field>', 'telemetry field, or a dotted path such as env.temp')
-      .requiredOption('--operator <op>', ALERT_OPERATORS.join(' '))
-      .requiredOption('--value <number>', 'threshold')
+      .option(
+        '--field <field>',
+        'telemetry field, or a dotted path such as env.temp (with --no-data: only readings with a number there count; default *, any reading)',
+      )
+      .option('--operator <op>', ALERT_OPERATORS.join(' '))
+      .option('--value <number>', 'threshold')
+      .option('--clear-value <number>', 'resolve only once the value is back below (> >=) or above (< <=) this number')
+      .option('--no-data <seconds>', `fire when the device sends nothing for this long (${NO_DATA_MIN_SECONDS}-${NO_DATA_MAX_SECONDS} s)`)
       .option('--severity <severity>', `${ALERT_SEVERITIES.join(', ')} (default: warning)`)
       .option('--cooldown <seconds>', 'seconds after a trigger during which matches record nothing (default: 300)', intOption('--cooldown'))
-      .option('--action <action>', 'email or webhook (repeatable; default: email)', collect)
+      .option('--action <action>', `${ALERT_ACTIONS.join(', ')} (repeatable; default: email)`, collect)
       .option('--webhook-url <url>', 'where the webhook action POSTs')
+      .option('--slack-url <url>', 'Slack (or compatible) incoming-webhook URL of the slack action')
+      .option('--discord-url <url>', 'Discord webhook URL of the discord action')
+      .option('--ntfy-url <url>', 'ntfy topic URL of the ntfy action')
+      .option('--no-notify-resolved', 'do not notify when the alert resolves')
       .option('--disabled', 'create it disabled'),
-  ).action(
-    (
-      opts: {
-        device: string;
-        name: string;
-        field: string;
-        operator: string;
-        value: string;
-        severity?: string;
-        cooldown?: number;
-        action?: string[];
-        webhookUrl?: string;
-        disabled?: boolean;
-      },
-      cmd: Command,
-    ) =>
-      runAdmin(cmd, ({ services, print }) => {
-        const value = Number(opts.value);
-        if (opts.value.trim() === '' || !Number.isFinite(value)) throw badRequest(`--value must be a number, got "${opts.value}"`);
-        const device = services.devices.getAny(opts.device);
-        const alert = services.alerts.create(device, {
-          name: opts.name,
-          field: opts.field,
-          operator: opts.operator,
-          value,
-          severity: opts.severity,
-          cooldown: opts.cooldown,
-          actions: opts.action,
-          webhookUrl: opts.webhookUrl,
-          enabled: !opts.disabled,
-        });
-        const shown = presentAlertDetail(alert);
-        print(shown, `created ${human(shown)}`);
-      }),
+  ).action((opts: CreateOptions, cmd: Command) =>
+    runAdmin(cmd, ({ services, print }) => {
+      const input = createInput(opts);
+      const device = services.devices.getAny(opts.device);
+      const shown = presentAlertDetail(services.alerts.create(device, input));
+      print(shown, `created ${human(shown)}`);
+    }),
   );
 
   for (const action of ['enable', 'disable'] as const) {

@@ -43,6 +43,8 @@ export interface ServiceOptions {
   notify?: NotifySettings;
   /** Where failed alert deliveries are reported. */
   logAlert?: (message: string, details: Record<string, unknown>) => void;
+  /** The server's public base URL, for the device links in alert messages. */
+  publicUrl?: () => string;
   /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
   onInboxMergeError?: (err: unknown) => void;
   retention?: RetentionOptions;
@@ -79,6 +81,8 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     accounts,
     notifier: createNotifier(options.notify ?? { smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
     log: options.logAlert,
+    clock,
+    publicUrl: options.publicUrl,
   });
   const snapshots = snapshotService(repos, devices, files, clock, storageStatus);
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or

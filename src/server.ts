@@ -44,6 +44,8 @@ export interface StartOptions {
   httpTimeouts?: HttpTimeouts;
   /** Webhook retry schedule (ms between attempts); tests shorten the default minute. */
   webhookRetryDelaysMs?: readonly number[];
+  /** How often silent devices are checked for no_data alerts (default: evaluator.ts). */
+  silenceCheckMs?: number;
 }
 
 /**
@@ -70,6 +72,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),
+    // Read when a message is built: with an ephemeral port it is only known once bound.
+    publicUrl: () => config.publicUrl,
     onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
     retention: { onError: (err) => app?.log.error({ err }, 'retention job failed'), ...options.retention },
     minFreeDiskBytes: config.minFreeDiskBytes,
@@ -98,6 +102,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const stopWatching = services.watchExternalCommits(250, (err) => app?.log.error({ err }, 'database change check failed'));
   const { retention } = services;
   retention.start();
+  // no_data alerts (docs/alerts.md): silences are checked on a timer, stopped by close().
+  services.alertEvaluation.startSilenceChecks(options.silenceCheckMs);
 
   await app.listen({ host: config.host, port: config.httpPort });
   const address = app.server.address() as AddressInfo;
@@ -117,6 +123,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     // The background jobs must not wake up later on a closed database.
     stopWatching();
     await retention.stop();
+    await services.alertEvaluation.close();
     closeStorage();
     throw err;
   }

@@ -7,38 +7,106 @@ import { presentAlertEventDetail } from './presenters.js';
 import {
   type Account,
   ALERT_ACTIONS,
+  ALERT_KINDS,
   ALERT_OPERATORS,
   ALERT_SEVERITIES,
   type Alert,
   type AlertAction,
+  type AlertKind,
   type AlertOperator,
   type Device,
+  NO_DATA_MAX_SECONDS,
+  NO_DATA_MIN_SECONDS,
+  type UrlAction,
 } from './types.js';
 
 export interface AlertInput {
   name: string;
-  field: string;
-  operator: string;
-  value: number;
+  /** `threshold` (default) or `no_data`; an operator of `no_data` implies it. */
+  kind?: string;
+  field?: string;
+  operator?: string;
+  /** The threshold, or a no_data alert's silence in seconds. */
+  value?: number;
+  clearValue?: number | null;
   severity?: string;
   cooldown?: number;
   actions?: string[];
   webhookUrl?: string | null;
+  slackUrl?: string | null;
+  discordUrl?: string | null;
+  ntfyUrl?: string | null;
+  notifyResolved?: boolean;
   enabled?: boolean;
 }
 
-/** Validates an alert definition: operators, severities, actions (docs/api.md, "Alert"). */
+const FIELD_PATH = /^[^.\s]+(\.[^.\s]+)*$/;
+
+const URL_FIELDS = { webhook: 'webhookUrl', slack: 'slackUrl', discord: 'discordUrl', ntfy: 'ntfyUrl' } as const;
+
+function urlOf(action: UrlAction, input: AlertInput, existing: Alert | undefined): string | null {
+  const key = URL_FIELDS[action];
+  const raw = input[key] === undefined ? (existing?.[key] ?? null) : input[key]?.trim() || null;
+  if (raw !== null) {
+    let url: URL;
+    try {
+      url = new URL(raw);
+    } catch {
+      throw badRequest(`invalid ${action} URL "${raw}"`);
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw badRequest(`${action} URL must be http:// or https://`);
+  }
+  return raw;
+}
+
+/**
+ * Validates an alert definition (docs/alerts.md): operators, severities and actions, the
+ * no_data kind, clear_value and the channel URLs. `existing` fills what an update leaves out.
+ */
 function validateAlertInput(input: AlertInput, existing?: Alert) {
   const name = (input.name ?? existing?.name ?? '').trim();
   if (!name) throw badRequest('an alert needs a name');
-  const field = (input.field ?? existing?.field ?? '').trim();
-  if (!field || !/^[^.\s]+(\.[^.\s]+)*$/.test(field)) throw badRequest('field must be a field name or a dotted path such as env.temp');
-  const operator = input.operator ?? existing?.operator;
-  if (!(ALERT_OPERATORS as readonly string[]).includes(operator as string)) {
-    throw badRequest(`unknown operator "${operator}" (one of ${ALERT_OPERATORS.join(' ')})`);
+  const kindIn = input.kind ?? (input.operator === 'no_data' ? 'no_data' : (existing?.kind ?? 'threshold'));
+  if (!(ALERT_KINDS as readonly string[]).includes(kindIn))
+    throw badRequest(`unknown alert kind "${kindIn}" (one of ${ALERT_KINDS.join(', ')})`);
+  const kind = kindIn as AlertKind;
+  // A change of kind starts the condition afresh rather than mixing in the other kind's parts.
+  const sameKind = existing?.kind === kind ? existing : undefined;
+
+  let field: string;
+  let operator: Alert['operator'];
+  let value: number;
+  let clearValue: number | null;
+  if (kind === 'no_data') {
+    field = (input.field ?? sameKind?.field ?? '*').trim() || '*';
+    if (field !== '*' && !FIELD_PATH.test(field))
+      throw badRequest('field must be * (any reading) or a field name or dotted path such as env.temp');
+    if (input.operator !== undefined && input.operator !== 'no_data') throw badRequest('a no_data alert takes no operator');
+    operator = 'no_data';
+    value = Number(input.value ?? sameKind?.value);
+    if (!Number.isInteger(value) || value < NO_DATA_MIN_SECONDS || value > NO_DATA_MAX_SECONDS) {
+      throw badRequest(`a no_data alert needs a whole number of seconds from ${NO_DATA_MIN_SECONDS} to ${NO_DATA_MAX_SECONDS}`);
+    }
+    if (input.clearValue !== undefined && input.clearValue !== null) throw badRequest('clear_value applies to threshold alerts only');
+    clearValue = null;
+  } else {
+    field = (input.field ?? sameKind?.field ?? '').trim();
+    if (!field || !FIELD_PATH.test(field)) throw badRequest('field must be a field name or a dotted path such as env.temp');
+    const op = input.operator ?? sameKind?.operator;
+    if (!(ALERT_OPERATORS as readonly string[]).includes(op as string)) {
+      throw badRequest(`unknown operator "${op}" (one of ${ALERT_OPERATORS.join(' ')})`);
+    }
+    operator = op as AlertOperator;
+    value = Number(input.value ?? sameKind?.value);
+    if (!Number.isFinite(value)) throw badRequest('value must be a number');
+    clearValue = input.clearValue === undefined ? (sameKind?.clearValue ?? null) : input.clearValue;
+    if (clearValue !== null) {
+      if (typeof clearValue !== 'number' || !Number.isFinite(clearValue)) throw badRequest('clear_value must be a number');
+      if (operator === '==' || operator === '!=')
+        throw badRequest(`clear_value does not apply to the ${operator} operator (only > >= < <=)`);
+    }
   }
-  const value = Number(input.value ?? existing?.value);
-  if (!Number.isFinite(value)) throw badRequest('value must be a number');
+
   const severity = input.severity ?? existing?.severity ?? 'warning';
   if (!(ALERT_SEVERITIES as readonly string[]).includes(severity))
     throw badRequest(`unknown severity "${severity}" (one of ${ALERT_SEVERITIES.join(', ')})`);
@@ -48,26 +116,27 @@ function validateAlertInput(input: AlertInput, existing?: Alert) {
   for (const a of actions) {
     if (!(ALERT_ACTIONS as readonly string[]).includes(a)) throw badRequest(`unknown action "${a}" (one of ${ALERT_ACTIONS.join(', ')})`);
   }
-  const webhookUrl = input.webhookUrl === undefined ? (existing?.webhookUrl ?? null) : input.webhookUrl || null;
-  if (actions.includes('webhook')) {
-    if (!webhookUrl) throw badRequest('the webhook action needs a webhook URL');
-    let url: URL;
-    try {
-      url = new URL(webhookUrl);
-    } catch {
-      throw badRequest(`invalid webhook URL "${webhookUrl}"`);
-    }
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw badRequest('webhook URL must be http:// or https://');
+  const urls = {
+    webhookUrl: urlOf('webhook', input, existing),
+    slackUrl: urlOf('slack', input, existing),
+    discordUrl: urlOf('discord', input, existing),
+    ntfyUrl: urlOf('ntfy', input, existing),
+  };
+  for (const action of ['webhook', 'slack', 'discord', 'ntfy'] as const) {
+    if (actions.includes(action) && !urls[URL_FIELDS[action]]) throw badRequest(`the ${action} action needs a ${action} URL`);
   }
   return {
     name,
+    kind,
     field,
-    operator: operator as AlertOperator,
+    operator,
     value,
+    clearValue,
     severity,
     cooldown,
     actions: actions as AlertAction[],
-    webhookUrl,
+    ...urls,
+    notifyResolved: input.notifyResolved ?? existing?.notifyResolved ?? true,
     enabled: input.enabled ?? existing?.enabled ?? true,
   };
 }
@@ -87,6 +156,19 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
     return alert;
   }
 
+  /**
+   * A firing alert that is disabled, or whose condition changes, stops watching what it
+   * reported: it goes back to `ok` and its open event gets `resolved_at`, without a
+   * resolution notice (nothing was observed to recover).
+   */
+  function endFiring(alert: Alert, now: number): void {
+    const current = repos.alerts.findBySeq(alert.seq);
+    if (current?.state !== 'firing') return;
+    const open = repos.alerts.openEvent(alert.seq);
+    if (open) repos.alerts.resolveEvent(open.seq, now, []);
+    repos.alerts.setState(alert.seq, 'ok');
+  }
+
   function getAny(id: string): Alert {
     const alert = repos.alerts.findById(id);
     if (!alert) throw notFound(`no alert ${id}`);
@@ -101,6 +183,23 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
       total: repos.alerts.count(account.seq),
     }),
 
+    /**
+     * Ids of the devices (of `list`) that are silent: a no_data alert of theirs is firing, or
+     * they have not been seen for more than twice their data interval (dashboard setting
+     * `data_interval_seconds`, 60 s unless set). A paused or never-seen device is not silent.
+     */
+    silentDevices(account: Account, list: Device[]): Set<string> {
+      const silent = new Set(repos.alerts.firingNoDataDeviceIds(account.seq));
+      const now = clock.now();
+      for (const d of list) {
+        if (d.status !== 'active' || d.lastSeen === null) continue;
+        const interval = Number(d.settings.data_interval_seconds);
+        const seconds = Number.isFinite(interval) && interval > 0 ? interval : 60;
+        if (now - d.lastSeen > 2 * seconds * 1000) silent.add(d.id);
+      }
+      return silent;
+    },
+
     /** Alerts of one device, oldest first (dashboard device page). */
     listForDevice: (device: Device) => repos.alerts.listByDevice(device.seq),
 
@@ -114,13 +213,27 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
 
     update(alert: Alert, input: Partial<AlertInput>): Alert {
       const values = validateAlertInput(input as AlertInput, alert);
-      repos.alerts.update(alert.seq, { ...values, now: clock.now() });
+      const now = clock.now();
+      const conditionChanged =
+        values.kind !== alert.kind ||
+        values.field !== alert.field ||
+        values.operator !== alert.operator ||
+        values.value !== alert.value ||
+        values.clearValue !== alert.clearValue;
+      repos.transaction(() => {
+        repos.alerts.update(alert.seq, { ...values, now });
+        if (conditionChanged || !values.enabled) endFiring(alert, now);
+      });
       changed(alert.id, 'updated');
       return repos.alerts.findById(alert.id)!;
     },
 
     setEnabled(alert: Alert, enabled: boolean): Alert {
-      repos.alerts.setEnabled(alert.seq, enabled, clock.now());
+      const now = clock.now();
+      repos.transaction(() => {
+        repos.alerts.setEnabled(alert.seq, enabled, now);
+        if (!enabled) endFiring(alert, now);
+      });
       changed(alert.id, enabled ? 'enabled' : 'disabled');
       return repos.alerts.findById(alert.id)!;
     },

@@ -18,7 +18,10 @@ export interface DomainEventMap {
   'account.changed': { accountId: string; change: 'suspended' | 'resumed' | 'plan' };
   /** Another process (the admin CLI) committed to the database: caches must be dropped. */
   'external.change': Record<string, never>;
-  'alert.triggered': { alert: Alert; event: AlertEvent; reading: StoredReading };
+  /** `reading` is null for a no_data trigger (it was the absence of readings). */
+  'alert.triggered': { alert: Alert; event: AlertEvent; reading: StoredReading | null };
+  /** A firing alert went back to ok on this reading; `event` carries `resolvedAt`. */
+  'alert.resolved': { alert: Alert; event: AlertEvent; reading: StoredReading };
   /** An alert was created, changed, enabled/disabled or deleted: evaluation caches must be dropped. */
   'alert.changed': { alertId: string; change: 'created' | 'updated' | 'enabled' | 'disabled' | 'deleted' };
   /** One action of a trigger event finished (sent, failed); `event.deliveries` is the new state. */

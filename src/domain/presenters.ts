@@ -47,15 +47,22 @@ export function presentReadingJson(r: StoredReading): string {
   return `{"id":"${readingId(r.seq)}","time":"${iso(r.time)}","data":${r.data}}`;
 }
 
+/** `actions` names the actions only: their URLs are the owner's (presentAlertDetail). */
 export function presentAlert(a: Alert) {
   return {
     id: a.id,
     device_id: a.deviceId,
     name: a.name,
-    condition: { field: a.field, operator: a.operator, value: a.value },
+    kind: a.kind,
+    condition:
+      a.clearValue === null
+        ? { field: a.field, operator: a.operator, value: a.value }
+        : { field: a.field, operator: a.operator, value: a.value, clear_value: a.clearValue },
     actions: a.actions,
     severity: a.severity,
     enabled: a.enabled,
+    state: a.state,
+    notify_resolved: a.notifyResolved,
     cooldown: a.cooldown,
     last_triggered: iso(a.lastTriggered),
     created_at: iso(a.createdAt),
@@ -64,7 +71,7 @@ export function presentAlert(a: Alert) {
 }
 
 export function presentAlertDetail(a: Alert) {
-  return { ...presentAlert(a), webhook_url: a.webhookUrl };
+  return { ...presentAlert(a), webhook_url: a.webhookUrl, slack_url: a.slackUrl, discord_url: a.discordUrl, ntfy_url: a.ntfyUrl };
 }
 
 export function presentAlertEvent(e: AlertEvent) {
@@ -76,20 +83,27 @@ export function presentAlertEvent(e: AlertEvent) {
     acknowledged: e.acknowledged,
     acknowledged_at: iso(e.acknowledgedAt),
     triggered_at: iso(e.triggeredAt),
+    resolved_at: iso(e.resolvedAt),
   };
 }
 
-/** The event plus each action's delivery outcome: the owner's view (dashboard), not /v1. */
+const presentDelivery = (d: AlertEvent['deliveries'][number]) => ({
+  action: d.action,
+  status: d.status,
+  detail: d.detail ?? null,
+  attempts: d.attempts ?? null,
+  at: iso(d.at),
+});
+
+/**
+ * The event plus each action's delivery outcome, of the trigger and of the resolution
+ * notice: the owner's view (dashboard), not /v1.
+ */
 export function presentAlertEventDetail(e: AlertEvent) {
   return {
     ...presentAlertEvent(e),
-    deliveries: e.deliveries.map((d) => ({
-      action: d.action,
-      status: d.status,
-      detail: d.detail ?? null,
-      attempts: d.attempts ?? null,
-      at: iso(d.at),
-    })),
+    deliveries: e.deliveries.map(presentDelivery),
+    resolution_deliveries: e.resolutionDeliveries.map(presentDelivery),
   };
 }
 

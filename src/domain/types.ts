@@ -49,6 +49,8 @@ export interface Device {
   fields: FieldDefinition[];
   snapshotsEnabled: boolean;
   lastSeen: number | null;
+  /** When the device was last resumed after a pause (null if never paused and resumed). */
+  resumedAt: number | null;
   rejectedCount: number;
   lastRejectionReason: string | null;
   lastRejectionAt: number | null;
@@ -67,8 +69,16 @@ export interface StoredReading {
 export const ALERT_OPERATORS = ['>', '>=', '<', '<=', '==', '!='] as const;
 export type AlertOperator = (typeof ALERT_OPERATORS)[number];
 export const ALERT_SEVERITIES = ['info', 'warning', 'critical'] as const;
-export const ALERT_ACTIONS = ['email', 'webhook'] as const;
+export const ALERT_ACTIONS = ['email', 'webhook', 'slack', 'discord', 'ntfy'] as const;
 export type AlertAction = (typeof ALERT_ACTIONS)[number];
+/** Actions that POST to a URL of the alert's own (`webhook_url`, `slack_url`, …). */
+export type UrlAction = Exclude<AlertAction, 'email'>;
+export const ALERT_KINDS = ['threshold', 'no_data'] as const;
+export type AlertKind = (typeof ALERT_KINDS)[number];
+export type AlertState = 'ok' | 'firing';
+/** A no_data alert's silence bounds, in seconds. */
+export const NO_DATA_MIN_SECONDS = 10;
+export const NO_DATA_MAX_SECONDS = 2_592_000;
 
 export interface Alert {
   seq: number;
@@ -77,15 +87,28 @@ export interface Alert {
   deviceSeq: number;
   deviceId: string;
   name: string;
+  kind: AlertKind;
+  /** `*` (any reading) or a path for no_data alerts. */
   field: string;
-  operator: AlertOperator;
+  /** `no_data` for no_data alerts. */
+  operator: AlertOperator | 'no_data';
+  /** The threshold, or the silence in seconds of a no_data alert. */
   value: number;
+  /** Threshold alerts only: the number the value must cross back over to resolve. */
+  clearValue: number | null;
   actions: AlertAction[];
   webhookUrl: string | null;
+  slackUrl: string | null;
+  discordUrl: string | null;
+  ntfyUrl: string | null;
   severity: string;
   enabled: boolean;
+  state: AlertState;
+  notifyResolved: boolean;
   cooldown: number;
   lastTriggered: number | null;
+  /** When the alert was created or last enabled: a no_data silence counts from here at the earliest. */
+  enabledAt: number;
   createdAt: number;
   updatedAt: number;
 }
@@ -111,6 +134,11 @@ export interface AlertEvent {
   acknowledged: boolean;
   acknowledgedAt: number | null;
   triggeredAt: number;
+  /** When the firing this event belongs to ended; null while it lasts. */
+  resolvedAt: number | null;
+  /** The reading that met the condition; null for a no_data trigger. */
   readingSeq: number | null;
   deliveries: ActionDelivery[];
+  /** Outcomes of the resolution notice, one per action; empty until one is sent. */
+  resolutionDeliveries: ActionDelivery[];
 }

@@ -1,10 +1,12 @@
 /**
- * The `webhook` alert action (docs/alerts.md, "webhook"): a JSON POST to the alert's URL, signed with
+/**
+ * HTTP alert actions. `webhook` (docs/alerts.md, "webhook") is a JSON POST to the alert's URL, signed with
  *
  *   X-Telemetryd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
  *
  * keyed by the account's webhook secret (the string exactly as `accounts webhook-secret`
- * prints it). A 2xx answer is delivered; anything else (non-2xx, network error, timeout) is
+ * prints it). The chat actions (slack, discord, ntfy) are unsigned POSTs through the same
+ * loop. A 2xx answer is delivered; anything else (non-2xx, network error, timeout) is
  * retried with exponential backoff for about a minute, then reported as failed.
  */
 import { createHmac } from 'node:crypto';
@@ -48,21 +50,39 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** POSTs `body` until a 2xx answer or the retry schedule is used up; never throws. */
-export async function deliverWebhook(url: string, body: string, secret: string, options: WebhookOptions = {}): Promise<WebhookResult> {
+/** POSTs a signed webhook `body` until a 2xx answer or the retry schedule is used up; never throws. */
+export function deliverWebhook(url: string, body: string, secret: string, options: WebhookOptions = {}): Promise<WebhookResult> {
+  const now = options.now ?? Date.now;
+  // A fresh timestamp per attempt, so a receiver may reject stale signatures.
+  return postWithRetries(
+    url,
+    body,
+    () => ({
+      'content-type': 'application/json',
+      'user-agent': 'telemetryd-webhook',
+      'x-telemetryd-signature': signWebhook(secret, body, Math.floor(now() / 1000)),
+    }),
+    options,
+  );
+}
+
+/** POSTs `body` with `headers()` of each attempt until a 2xx answer or the schedule is used up; never throws. */
+export async function postWithRetries(
+  url: string,
+  body: string,
+  headers: () => Record<string, string>,
+  options: WebhookOptions = {},
+): Promise<WebhookResult> {
   const delays = options.retryDelaysMs ?? DEFAULT_WEBHOOK_RETRY_DELAYS_MS;
   const timeoutMs = options.attemptTimeoutMs ?? WEBHOOK_ATTEMPT_TIMEOUT_MS;
-  const now = options.now ?? Date.now;
   let reason = 'not attempted';
   for (let attempt = 1; attempt <= delays.length + 1; attempt++) {
     if (options.signal?.aborted) return { ok: false, attempts: attempt - 1, reason: `shut down before delivery (last: ${reason})` };
-    // A fresh timestamp per attempt, so a receiver may reject stale signatures.
-    const signature = signWebhook(secret, body, Math.floor(now() / 1000));
     try {
       const signals = [AbortSignal.timeout(timeoutMs), ...(options.signal ? [options.signal] : [])];
       const res = await fetch(url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', 'user-agent': 'telemetryd-webhook', 'x-telemetryd-signature': signature },
+        headers: headers(),
         body,
         redirect: 'manual',
         signal: AbortSignal.any(signals),

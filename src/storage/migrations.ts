@@ -231,6 +231,30 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
         UNION ALL SELECT device_seq, time, seq, data FROM readings_inbox;
     `,
   },
+  {
+    // Silent-device alerts, resolution and chat channels (docs/alerts.md). `state` and the
+    // events' `resolved_at` persist, so a restart neither fires a silence twice nor forgets a
+    // firing. `enabled_at` and `devices.resumed_at` bound where a silence may start; the time
+    // of the latest reading itself comes from the readings, never from a write per reading.
+    version: 8,
+    name: 'alert kinds, state and channels',
+    sql: `
+      ALTER TABLE alerts ADD COLUMN kind TEXT NOT NULL DEFAULT 'threshold' CHECK (kind IN ('threshold', 'no_data'));
+      ALTER TABLE alerts ADD COLUMN state TEXT NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'firing'));
+      ALTER TABLE alerts ADD COLUMN notify_resolved INTEGER NOT NULL DEFAULT 1;
+      ALTER TABLE alerts ADD COLUMN clear_value REAL;
+      ALTER TABLE alerts ADD COLUMN slack_url TEXT;
+      ALTER TABLE alerts ADD COLUMN discord_url TEXT;
+      ALTER TABLE alerts ADD COLUMN ntfy_url TEXT;
+      ALTER TABLE alerts ADD COLUMN enabled_at INTEGER;
+      UPDATE alerts SET enabled_at = created_at;
+      -- The silence checker's list: enabled no_data alerts only.
+      CREATE INDEX alerts_no_data ON alerts(device_seq) WHERE kind = 'no_data' AND enabled = 1;
+      ALTER TABLE alert_events ADD COLUMN resolved_at INTEGER;
+      ALTER TABLE alert_events ADD COLUMN resolution_deliveries TEXT NOT NULL DEFAULT '[]';
+      ALTER TABLE devices ADD COLUMN resumed_at INTEGER;
+    `,
+  },
 ];
 
 /**

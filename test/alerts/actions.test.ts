@@ -217,7 +217,8 @@ describe('webhook action', () => {
       expect(m![2]).not.toBe(createHmac('sha256', `${secret}x`).update(`${t}.${hook.body}`).digest('hex'));
 
       const body = JSON.parse(hook.body);
-      expect(Object.keys(body).sort()).toEqual(['alert', 'event', 'reading']);
+      expect(Object.keys(body).sort()).toEqual(['alert', 'event', 'reading', 'type']);
+      expect(body.type).toBe('triggered');
       expect(body.alert).toEqual({ id: alert.id, name: 'door open', device_id: s.device.id });
       const [event] = (await history(server, s.key, alert.id)).body.data;
       expect(body.event).toEqual(event);
@@ -286,6 +287,8 @@ describe('webhook action', () => {
         value: 0,
         actions: ['webhook'],
         webhookUrl: receiver.url,
+        // The second reading (p: 0) resolves the alert: only the trigger's delivery is counted here.
+        notifyResolved: false,
       });
       const res = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { p: 7 } });
       await waitFor(() => receiver.hooks.length === 1, 'the first attempt');

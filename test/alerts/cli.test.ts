@@ -129,6 +129,83 @@ describe('telemetryd alerts (CLI) against a running server', () => {
     }
   });
 
+  it('--no-data SECONDS creates a no_data alert (any reading, or --field PATH); chat URLs, --clear-value and --no-notify-resolved are kept', async () => {
+    const base = ['alerts', 'create', '--device', s.device.id, '--json'];
+    const any = await cli([...base, '--name', 'silent', '--no-data', '30']);
+    expect(any.status, any.stderr).toBe(0);
+    expect(any.json).toMatchObject({
+      kind: 'no_data',
+      condition: { field: '*', operator: 'no_data', value: 30 },
+      state: 'ok',
+      notify_resolved: true,
+      actions: ['email'],
+      enabled: true,
+    });
+    const path = await cli([...base, '--name', 'no temp', '--no-data', '2592000', '--field', 'env.temp', '--disabled']);
+    expect(path.status, path.stderr).toBe(0);
+    expect(path.json).toMatchObject({ kind: 'no_data', condition: { field: 'env.temp', value: 2592000 }, enabled: false });
+
+    const chat = await cli([
+      ...base,
+      ...['--name', 'warm', '--field', 't', '--operator', '>=', '--value', '30', '--clear-value', '27.5', '--no-notify-resolved'],
+      ...['--action', 'slack', '--slack-url', 'https://hooks.example.test/services/T/B/x'],
+      ...['--action', 'discord', '--discord-url', 'https://chat.example.test/api/webhooks/1/abc'],
+      ...['--action', 'ntfy', '--ntfy-url', 'https://ntfy.example.test/fridge'],
+    ]);
+    expect(chat.status, chat.stderr).toBe(0);
+    expect(chat.json).toMatchObject({
+      kind: 'threshold',
+      condition: { field: 't', operator: '>=', value: 30, clear_value: 27.5 },
+      notify_resolved: false,
+      actions: ['slack', 'discord', 'ntfy'],
+      slack_url: 'https://hooks.example.test/services/T/B/x',
+      discord_url: 'https://chat.example.test/api/webhooks/1/abc',
+      ntfy_url: 'https://ntfy.example.test/fridge',
+      webhook_url: null,
+    });
+    // The running server evaluates the CLI's alert at once, and resolves it below 27.5 only.
+    await send(server, s.device, s.token, { t: 31 });
+    await send(server, s.device, s.token, { t: 29 });
+    expect(server.services.alerts.getAny(chat.json.id).state).toBe('firing');
+    await send(server, s.device, s.token, { t: 27 });
+    expect(server.services.alerts.getAny(chat.json.id).state).toBe('ok');
+  });
+
+  it('refuses every inconsistent no_data, clear-value and channel definition', async () => {
+    const base = ['alerts', 'create', '--device', s.device.id, '--name', 'x', '--json'];
+    const threshold = ['--field', 't', '--operator', '>', '--value', '1'];
+    const cases: [string[], RegExp][] = [
+      [['--field', 't'], /--operator, --value.*--no-data/],
+      [[], /--field, --operator, --value/],
+      [['--field', 't', '--operator', '>'], /missing --value/],
+      [['--no-data', '30', '--operator', '>', '--value', '1'], /--no-data takes no --operator or --value/],
+      [['--no-data', '9'], /--no-data must be a whole number of seconds from 10 to 2592000/],
+      [['--no-data', '2592001'], /from 10 to 2592000/],
+      [['--no-data', '12.5'], /whole number/],
+      [['--no-data', 'soon'], /whole number/],
+      [['--no-data', '30', '--clear-value', '1'], /--clear-value applies to threshold alerts only/],
+      [['--no-data', '30', '--field', 'a..b'], /field/],
+      [['--field', 't', '--operator', '==', '--value', '1', '--clear-value', '0'], /clear_value does not apply to the == operator/],
+      [['--field', 't', '--operator', '!=', '--value', '1', '--clear-value', '0'], /clear_value does not apply to the != operator/],
+      [[...threshold, '--clear-value', 'cool'], /--clear-value must be a number/],
+      [[...threshold, '--action', 'slack'], /slack action needs a slack URL/],
+      [[...threshold, '--action', 'discord'], /discord action needs a discord URL/],
+      [[...threshold, '--action', 'ntfy'], /ntfy action needs a ntfy URL/],
+      [[...threshold, '--action', 'slack', '--slack-url', 'not a url'], /invalid slack URL/],
+      [[...threshold, '--action', 'ntfy', '--ntfy-url', 'ftp://ntfy.example.test/t'], /ntfy URL must be http/],
+      [[...threshold, '--action', 'teams'], /unknown action "teams"/],
+    ];
+    for (const [extra, message] of cases) {
+      const r = await cli([...base, ...extra]);
+      expect(r.status, extra.join(' ')).not.toBe(0);
+      expect(r.stdout, extra.join(' ')).toBe('');
+      expect(r.stderr.trim().split('\n'), extra.join(' ')).toHaveLength(1);
+      expect(r.stderr, extra.join(' ')).toMatch(message);
+    }
+    // Nothing was stored by any of them.
+    expect(server.services.alerts.listForDevice(s.device).filter((a) => a.name === 'x')).toEqual([]);
+  });
+
   it('refuses invalid definitions with one line on stderr and nothing on stdout', async () => {
     const base = ['alerts', 'create', '--device', s.device.id, '--name', 'x', '--field', 't', '--json'];
     const cases: [string[], RegExp][] = [

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { compare, conditionValue, fieldPath, inCooldown, numericValueAt } from '../../src/domain/alerts/evaluate.js';
+import { clears, compare, conditionValue, fieldPath, inCooldown, numericValueAt, silenceStart } from '../../src/domain/alerts/evaluate.js';
+import { headerText } from '../../src/domain/alerts/messages.js';
 
 describe('alert rules (pure)', () => {
   it('reads numbers at top-level names and dotted paths only', () => {
@@ -57,5 +58,36 @@ describe('alert rules (pure)', () => {
     expect(inCooldown(1_000, 300, 1_000 + 299_999)).toBe(true);
     expect(inCooldown(1_000, 300, 1_000 + 300_000)).toBe(false);
     expect(inCooldown(1_000, 0, 1_000)).toBe(false);
+  });
+});
+
+describe('resolution and silence rules (pure)', () => {
+  it('resolves once the value no longer meets the condition, past clear_value when set', () => {
+    expect(clears(30, { operator: '>', value: 30, clearValue: null })).toBe(true);
+    expect(clears(30.5, { operator: '>', value: 30, clearValue: null })).toBe(false);
+    // > 30 with clear 25: 28 keeps firing, 25 itself too (below, not at), 24.9 resolves.
+    expect(clears(28, { operator: '>', value: 30, clearValue: 25 })).toBe(false);
+    expect(clears(25, { operator: '>', value: 30, clearValue: 25 })).toBe(false);
+    expect(clears(24.9, { operator: '>', value: 30, clearValue: 25 })).toBe(true);
+    expect(clears(29, { operator: '>=', value: 30, clearValue: 29.5 })).toBe(true);
+    // < 5 with clear 8: above 8 resolves.
+    expect(clears(6, { operator: '<', value: 5, clearValue: 8 })).toBe(false);
+    expect(clears(8.1, { operator: '<=', value: 5, clearValue: 8 })).toBe(true);
+    expect(clears(2, { operator: '!=', value: 1, clearValue: null })).toBe(false);
+    expect(clears(1, { operator: '!=', value: 1, clearValue: null })).toBe(true);
+  });
+
+  it('counts a silence from the latest of the last match, the enabling and the resume', () => {
+    expect(silenceStart(null, 1_000, null)).toBe(1_000);
+    expect(silenceStart(5_000, 1_000, null)).toBe(5_000);
+    expect(silenceStart(5_000, 1_000, 9_000)).toBe(9_000);
+    expect(silenceStart(5_000, 7_000, 6_000)).toBe(7_000);
+  });
+
+  it('puts non-ASCII header text in an RFC 2047 encoded word and keeps ASCII as is', () => {
+    expect(headerText('[warning] Door: sensor (dev_1)')).toBe('[warning] Door: sensor (dev_1)');
+    const encoded = headerText('Kühlraum\nzwei');
+    expect(encoded).toMatch(/^=\?UTF-8\?B\?[A-Za-z0-9+/=]+\?=$/);
+    expect(Buffer.from(encoded.slice(10, -2), 'base64').toString('utf8')).toBe('Kühlraum zwei');
   });
 });

@@ -52,6 +52,7 @@ describe('alert evaluation on readings ingested over HTTP', () => {
       'condition_value',
       'device_id',
       'id',
+      'resolved_at',
       'severity',
       'triggered_at',
     ]);

@@ -225,3 +225,69 @@ describe('dashboard API', () => {
     expect((await server.request('/mqtt-ca.pem')).status).toBe(404);
   });
 });
+
+describe('dashboard API: alerts of both kinds', () => {
+  it('creates no_data and threshold alerts, refuses inconsistent ones with 400, and marks silent devices', async () => {
+    const server = await start();
+    const { account, device } = await accountWithPassword(server);
+    const { cookie, csrf } = await signIn(server, account.email, 'password-123');
+    const call = async (method: string, path: string, body?: unknown) => {
+      const res = await server.request(`/ui/api${path}`, {
+        method,
+        headers: { cookie, 'x-csrf-token': csrf, ...(body ? { 'content-type': 'application/json' } : {}) },
+        body: body ? JSON.stringify(body) : undefined,
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, any> };
+    };
+    const base = { device_id: device.id, name: 'a', actions: ['email'] };
+
+    const noData = await call('POST', '/alerts', { ...base, kind: 'no_data', field: '*', operator: 'no_data', value: '600' });
+    expect(noData.status).toBe(200);
+    expect(noData.body.data).toMatchObject({ kind: 'no_data', state: 'ok', condition: { field: '*', operator: 'no_data', value: 600 } });
+    const threshold = await call('POST', '/alerts', {
+      ...base,
+      field: 't',
+      operator: '<',
+      value: 2,
+      clear_value: 4,
+      actions: ['discord'],
+      discord_url: 'https://chat.example.test/api/webhooks/1/x',
+      notify_resolved: false,
+    });
+    expect(threshold.status).toBe(200);
+    expect(threshold.body.data).toMatchObject({
+      condition: { clear_value: 4 },
+      notify_resolved: false,
+      discord_url: 'https://chat.example.test/api/webhooks/1/x',
+    });
+    // Empty clears the clear value.
+    const cleared = await call('PUT', `/alerts/${threshold.body.data.id}`, {
+      ...base,
+      field: 't',
+      operator: '<',
+      value: 2,
+      clear_value: '',
+    });
+    expect(cleared.body.data.condition).not.toHaveProperty('clear_value');
+
+    for (const [body, message] of [
+      [{ ...base, field: 't', operator: '==', value: 1, clear_value: 0 }, /clear_value does not apply/],
+      [{ ...base, kind: 'no_data', value: 9 }, /from 10 to 2592000/],
+      [{ ...base, kind: 'no_data', value: 60, clear_value: 1 }, /threshold alerts only/],
+      [{ ...base, kind: 'silence', value: 60 }, /unknown alert kind/],
+      [{ ...base, field: 't', operator: '>', value: 1, actions: ['ntfy'] }, /ntfy URL/],
+    ] as const) {
+      const r = await call('POST', '/alerts', body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body.error).toMatch(message);
+    }
+
+    // Seen once, 3 minutes ago, with a 60 s interval: silent. Paused: not silent.
+    server.storage.repos.db.prepare('UPDATE devices SET last_seen = ? WHERE seq = ?').run(Date.now() - 180_000, device.seq);
+    let list = await call('GET', '/devices');
+    expect(list.body.data.find((d: { id: string }) => d.id === device.id).silent).toBe(true);
+    server.services.devices.pause(device);
+    list = await call('GET', '/devices');
+    expect(list.body.data.find((d: { id: string }) => d.id === device.id).silent).toBe(false);
+  });
+});

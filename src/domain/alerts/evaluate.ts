@@ -61,3 +61,32 @@ export function conditionValue(
 export function inCooldown(lastTriggered: number | null, cooldownSeconds: number, at: number): boolean {
   return lastTriggered !== null && at < lastTriggered + cooldownSeconds * 1000;
 }
+
+/**
+ * Whether `actual` resolves a firing threshold alert (docs/alerts.md "State and resolution"): it no longer meets
+ * the condition and, with a clear value, has crossed back over it: below it for `>`/`>=`,
+ * above it for `<`/`<=`. A value between the two keeps the alert firing (hysteresis).
+ */
+export function clears(actual: number, condition: { operator: AlertOperator; value: number; clearValue: number | null }): boolean {
+  if (compare(actual, condition.operator, condition.value)) return false;
+  const clear = condition.clearValue;
+  if (clear === null) return true;
+  switch (condition.operator) {
+    case '>':
+    case '>=':
+      return actual < clear;
+    case '<':
+    case '<=':
+      return actual > clear;
+    default:
+      return true;
+  }
+}
+
+/**
+ * Where a no_data silence starts: the latest matching reading, or the alert's creation or
+ * enabling, or the device's resume, whichever is latest (docs/alerts.md "no_data alerts").
+ */
+export function silenceStart(lastMatch: number | null, enabledAt: number, resumedAt: number | null): number {
+  return Math.max(lastMatch ?? enabledAt, enabledAt, resumedAt ?? enabledAt);
+}

@@ -15,83 +15,76 @@
  * - Recording: the triggers of one group-commit batch are written (events + last_triggered)
  *   in one short transaction, from a microtask queued by the first of them: after the
  *   readings' commit, before any of their HTTP answers is written. One transaction per
- *   trigger would cost a WAL commit each, which slows ingest badly when every reading
- *   triggers.
- * - Actions (email, webhook) run afterwards, asynchronously; their outcome is written back
- *   into the event's `deliveries` and never reaches the ingest caller.
+ *   trigger would cost a WAL commit each (about twice as slow when every reading
+ *   triggers).
+ * - State (docs/alerts.md): a trigger moves an alert to `firing`; a threshold reading that
+ *   no longer meets the condition (past `clear_value` when set) moves it back to `ok` and
+ *   sets `resolved_at` on the firing's event, in the same batched transaction as triggers.
+ * - no_data alerts: a reading only stamps the alert's entry in `lastMatch` (an in-memory map,
+ *   touched only for devices that have such an alert, found in the cached list above) and
+ *   resolves it if firing. A timer (`startSilenceChecks`) walks the enabled no_data alerts of
+ *   active devices and fires those silent for their SECONDS. After a restart the latest
+ *   matching reading is read back from the readings once per alert, so ingest never writes
+ *   anything for this bookkeeping.
+ * - Actions (email, webhook, slack, discord, ntfy) run afterwards, asynchronously; their
+ *   outcome is written back into the event's `deliveries` (`resolution_deliveries` for a
+ *   resolution notice) and never reaches the ingest caller.
  */
 import { newId } from '../../ids.js';
 import type { AlertNotifier } from '../../notify/index.js';
 import type { Repositories } from '../../storage/index.js';
-import { iso } from '../../time.js';
+import type { NoDataWatch } from '../../storage/repos/alerts.js';
+import { type Clock, systemClock } from '../../time.js';
 import type { AccountService } from '../accounts.js';
 import type { DomainEvents } from '../events.js';
-import { presentAlertEvent, presentReading } from '../presenters.js';
-import type { Account, ActionDelivery, Alert, AlertAction, AlertEvent, Device, StoredReading } from '../types.js';
-import { conditionValue, fieldPath, inCooldown } from './evaluate.js';
+import type { Account, ActionDelivery, Alert, AlertAction, AlertEvent, AlertOperator, Device, StoredReading } from '../types.js';
+import { clears, compare, fieldPath, inCooldown, numericValueAt, silenceStart } from './evaluate.js';
+import { alertEmail, discordBody, type Notice, type NoticeType, ntfyRequest, slackBody, webhookBody } from './messages.js';
 
 export interface AlertEvaluatorDeps {
   repos: Repositories;
   events: DomainEvents;
   accounts: AccountService;
   notifier: AlertNotifier;
+  clock?: Clock;
+  /** The server's `--public-url`, read when a message is built (it is known once bound). */
+  publicUrl?: () => string;
   /** Where failed deliveries and unexpected errors are reported (the server's logger). */
   log?: (message: string, details: Record<string, unknown>) => void;
 }
 
-/** The body of a webhook POST (docs/alerts.md, "webhook"). */
-function webhookBody(alert: Alert, event: AlertEvent, reading: StoredReading): string {
-  return JSON.stringify({
-    event: presentAlertEvent(event),
-    alert: { id: alert.id, name: alert.name, device_id: alert.deviceId },
-    reading: presentReading(reading),
-  });
-}
-
-function alertEmail(alert: Alert, device: Device, event: AlertEvent) {
-  return {
-    subject: `[telemetryd] ${event.severity}: alert "${alert.name}" on ${device.name} (${alert.field} = ${event.conditionValue})`,
-    text: [
-      `Alert "${alert.name}" (${alert.id}) was triggered on device "${device.name}" (${device.id}).`,
-      '',
-      `Condition: ${alert.field} ${alert.operator} ${alert.value}`,
-      `Value: ${event.conditionValue}`,
-      `Severity: ${event.severity}`,
-      `Triggered at: ${iso(event.triggeredAt)}`,
-      `Event: ${event.id}`,
-      '',
-      alert.cooldown > 0
-        ? `Further matches within ${alert.cooldown} s of this trigger record nothing.`
-        : 'Every matching reading triggers this alert (cooldown 0).',
-    ].join('\n'),
-  };
-}
+/** How often silences are checked unless the server says otherwise: well inside the 5 s bound. */
+const DEFAULT_SILENCE_CHECK_MS = 1_000;
 
 export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const { repos, events, accounts, notifier } = deps;
+  const clock = deps.clock ?? systemClock;
+  const publicUrl = deps.publicUrl ?? (() => 'http://localhost:8080');
   const log = deps.log ?? (() => {});
-  /** An enabled alert with its field path split once, when the cache is filled. */
+  /** An enabled alert with its field path split once (null: any reading), when the cache is filled. */
   interface CachedAlert {
     alert: Alert;
-    path: readonly string[];
+    path: readonly string[] | null;
   }
   const enabledByDevice = new Map<number, CachedAlert[]>();
+  /** no_data alerts: the time of the latest matching reading known, by alert id. */
+  const lastMatch = new Map<string, number>();
+  /** The silence checker's list; null when it must be read again. */
+  let watches: NoDataWatch[] | null = null;
+  let silenceTimer: NodeJS.Timeout | null = null;
   const inFlight = new Set<Promise<void>>();
   let closed = false;
 
-  interface QueuedTrigger {
-    alert: Alert;
-    account: Account;
-    device: Device;
-    reading: StoredReading;
-    event: Omit<AlertEvent, 'seq'>;
-  }
-  let queued: QueuedTrigger[] = [];
+  type Queued =
+    | { type: 'triggered'; alert: Alert; account: Account; device: Device; reading: StoredReading | null; event: Omit<AlertEvent, 'seq'> }
+    | { type: 'resolved'; alert: Alert; account: Account; device: Device; reading: StoredReading; value: number | null; at: number };
+  let queued: Queued[] = [];
 
-  // Queued triggers are written first: the reloaded cache must see their last_triggered.
+  // Queued changes are written first: the reloaded cache must see their state.
   const dropCache = () => {
-    flushTriggers();
+    flushQueued();
     enabledByDevice.clear();
+    watches = null;
   };
   let seenExternal = repos.externalCommits.current();
   function dropCacheIfChangedElsewhere() {
@@ -101,14 +94,22 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       dropCache();
     }
   }
-  events.on('alert.changed', dropCache);
+  events.on('alert.changed', ({ alertId, change }) => {
+    // A changed condition's matches so far belong to the old condition.
+    if (change === 'updated' || change === 'deleted') lastMatch.delete(alertId);
+    dropCache();
+  });
   events.on('external.change', dropCache);
   events.on('device.changed', dropCache);
+  // A suspended account's devices cannot send: their silences are not watched.
+  events.on('account.changed', dropCache);
 
   function enabledAlerts(deviceSeq: number): CachedAlert[] {
     let list = enabledByDevice.get(deviceSeq);
     if (!list) {
-      list = repos.alerts.enabledOfDevice(deviceSeq).map((alert) => ({ alert, path: fieldPath(alert.field) }));
+      list = repos.alerts
+        .enabledOfDevice(deviceSeq)
+        .map((alert) => ({ alert, path: alert.kind === 'no_data' && alert.field === '*' ? null : fieldPath(alert.field) }));
       enabledByDevice.set(deviceSeq, list);
     }
     return list;
@@ -121,67 +122,107 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     return { action, status: 'pending', at };
   }
 
-  function newEvent(alert: Alert, value: number, reading: StoredReading): Omit<AlertEvent, 'seq'> {
-    return {
-      id: newId('evt'),
-      alertSeq: alert.seq,
-      deviceId: alert.deviceId,
-      conditionValue: value,
-      severity: alert.severity,
-      acknowledged: false,
-      acknowledgedAt: null,
-      // The reading's server-assigned time is when the condition was met.
-      triggeredAt: reading.time,
-      readingSeq: reading.seq,
-      deliveries: alert.actions.map((a) => initialDelivery(a, reading.time)),
-    };
+  function queue(item: Queued) {
+    queued.push(item);
+    if (queued.length === 1) queueMicrotask(flushQueued);
   }
 
-  /** Records every queued trigger (events + last_triggered) in one transaction, then acts. */
-  function flushTriggers(): void {
+  function trigger(alert: Alert, account: Account, device: Device, value: number, at: number, reading: StoredReading | null) {
+    alert.lastTriggered = at;
+    alert.state = 'firing';
+    queue({
+      type: 'triggered',
+      alert,
+      account,
+      device,
+      reading,
+      event: {
+        id: newId('evt'),
+        alertSeq: alert.seq,
+        deviceId: alert.deviceId,
+        conditionValue: value,
+        severity: alert.severity,
+        acknowledged: false,
+        acknowledgedAt: null,
+        triggeredAt: at,
+        resolvedAt: null,
+        readingSeq: reading?.seq ?? null,
+        deliveries: alert.actions.map((a) => initialDelivery(a, at)),
+        resolutionDeliveries: [],
+      },
+    });
+  }
+
+  function resolve(alert: Alert, account: Account, device: Device, reading: StoredReading, value: number | null) {
+    alert.state = 'ok';
+    queue({ type: 'resolved', alert, account, device, reading, value, at: reading.time });
+  }
+
+  /** Records every queued trigger and resolution in one transaction, then notifies. */
+  function flushQueued(): void {
     if (queued.length === 0) return;
     const batch = queued;
     queued = [];
-    let seqs: (number | null)[];
+    let recorded: (AlertEvent | null)[];
     try {
-      seqs = repos.transaction(() =>
-        batch.map((t) => {
-          // One failed insert (the alert was deleted after this reading was evaluated: the
+      recorded = repos.transaction(() =>
+        batch.map((q) => {
+          // One failed write (the alert was deleted after this reading was evaluated: the
           // foreign key refuses it) is rolled back alone and must not take the batch with it.
           try {
-            const seq = repos.alerts.insertEvent(t.event);
-            repos.alerts.setLastTriggered(t.alert.seq, t.event.triggeredAt);
-            return seq;
+            if (q.type === 'triggered') {
+              const seq = repos.alerts.insertEvent(q.event);
+              repos.alerts.setLastTriggered(q.alert.seq, q.event.triggeredAt);
+              repos.alerts.setState(q.alert.seq, 'firing');
+              return { seq, ...q.event };
+            }
+            repos.alerts.setState(q.alert.seq, 'ok');
+            const open = repos.alerts.openEvent(q.alert.seq);
+            if (!open) return null;
+            const notices = q.alert.notifyResolved ? q.alert.actions.map((a) => initialDelivery(a, q.at)) : [];
+            repos.alerts.resolveEvent(open.seq, q.at, notices);
+            return { ...open, resolvedAt: q.at, resolutionDeliveries: notices };
           } catch (err) {
-            log('could not record an alert trigger', { err, alert: t.alert.id });
+            log('could not record an alert change', { err, alert: q.alert.id, type: q.type });
             return null;
           }
         }),
       );
     } catch (err) {
-      log('could not record alert triggers', { err, alerts: batch.map((t) => t.alert.id) });
-      // The cached last_triggered values were not stored: reload them from the database.
+      log('could not record alert changes', { err, alerts: batch.map((q) => q.alert.id) });
+      // The cached last_triggered and state values were not stored: reload them from the database.
       enabledByDevice.clear();
+      watches = null;
       return;
     }
-    batch.forEach((t, i) => {
-      const seq = seqs[i];
-      if (seq == null) return;
-      const event: AlertEvent = { seq, ...t.event };
-      events.emit('alert.triggered', { alert: t.alert, event, reading: t.reading });
-      runActions(t.alert, t.account, t.device, event, t.reading);
+    batch.forEach((q, i) => {
+      const event = recorded[i];
+      if (!event) return;
+      if (q.type === 'triggered') {
+        events.emit('alert.triggered', { alert: q.alert, event, reading: q.reading });
+        notify({ type: 'triggered', alert: q.alert, device: q.device, event, reading: q.reading, publicUrl: publicUrl() }, q.account);
+      } else {
+        events.emit('alert.resolved', { alert: q.alert, event, reading: q.reading });
+        notify(
+          { type: 'resolved', alert: q.alert, device: q.device, event, reading: q.reading, resolvedValue: q.value, publicUrl: publicUrl() },
+          q.account,
+        );
+      }
     });
   }
 
   /** Read-modify-write of one action's outcome; synchronous, so two actions cannot interleave. */
-  function settle(event: AlertEvent, action: AlertAction, outcome: Omit<ActionDelivery, 'action' | 'at'>, at: number) {
+  function settle(type: NoticeType, event: AlertEvent, action: AlertAction, outcome: Omit<ActionDelivery, 'action' | 'at'>, at: number) {
     if (closed) return;
     try {
       const current = repos.alerts.findEventById(event.id);
       if (!current) return; // the alert (and its history) was deleted meanwhile
-      const deliveries = current.deliveries.map((d) => (d.action === action ? { action, at, ...outcome } : d));
-      repos.alerts.setDeliveries(current.seq, deliveries);
-      events.emit('alert.delivery', { event: { ...current, deliveries }, action, status: outcome.status });
+      const list = type === 'triggered' ? current.deliveries : current.resolutionDeliveries;
+      const updated = list.map((d) => (d.action === action ? { action, at, ...outcome } : d));
+      if (type === 'triggered') repos.alerts.setDeliveries(current.seq, updated);
+      else repos.alerts.setResolutionDeliveries(current.seq, updated);
+      const shown = type === 'triggered' ? { ...current, deliveries: updated } : { ...current, resolutionDeliveries: updated };
+      events.emit('alert.delivery', { event: shown, action, status: outcome.status });
     } catch (err) {
       log('could not record an alert delivery', { err, event: event.id, action });
     }
@@ -192,44 +233,118 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     void task.finally(() => inFlight.delete(task));
   }
 
-  function runActions(alert: Alert, account: Account, device: Device, event: AlertEvent, reading: StoredReading) {
-    for (const delivery of event.deliveries) {
-      if (delivery.status !== 'pending') continue;
-      if (delivery.action === 'email' && notifier.sendEmail) {
-        const send = notifier.sendEmail;
-        track(
-          (async () => {
-            try {
-              await send({ to: account.email, ...alertEmail(alert, device, event) });
-              settle(event, 'email', { status: 'sent' }, Date.now());
-            } catch (err) {
-              const reason = (err as Error).message || String(err);
-              log('alert email not delivered', { alert: alert.id, event: event.id, reason });
-              settle(event, 'email', { status: 'failed', detail: reason }, Date.now());
-            }
-          })(),
-        );
-      } else if (delivery.action === 'webhook') {
-        track(
-          (async () => {
-            try {
-              if (!alert.webhookUrl) throw new Error('the alert has no webhook URL');
-              // Read at send time, so a rotated secret signs the next delivery.
-              const { secret } = accounts.webhookSecret(account.id);
-              const result = await notifier.postWebhook(alert.webhookUrl, webhookBody(alert, event, reading), secret);
-              if (result.ok) {
-                settle(event, 'webhook', { status: 'sent', attempts: result.attempts }, Date.now());
-              } else {
-                log('alert webhook not delivered', { alert: alert.id, event: event.id, reason: result.reason, attempts: result.attempts });
-                settle(event, 'webhook', { status: 'failed', detail: result.reason, attempts: result.attempts }, Date.now());
-              }
-            } catch (err) {
-              settle(event, 'webhook', { status: 'failed', detail: (err as Error).message }, Date.now());
-            }
-          })(),
-        );
+  /** The POST each HTTP action makes; the webhook's is signed at send time. */
+  function request(action: Exclude<AlertAction, 'email'>, n: Notice, account: Account) {
+    const { alert } = n;
+    switch (action) {
+      case 'webhook': {
+        if (!alert.webhookUrl) throw new Error('the alert has no webhook URL');
+        // Read at send time, so a rotated secret signs the next delivery.
+        const { secret } = accounts.webhookSecret(account.id);
+        return notifier.postWebhook(alert.webhookUrl, webhookBody(n), secret);
+      }
+      case 'slack':
+        if (!alert.slackUrl) throw new Error('the alert has no slack URL');
+        return notifier.post(alert.slackUrl, slackBody(n), { 'content-type': 'application/json' });
+      case 'discord':
+        if (!alert.discordUrl) throw new Error('the alert has no discord URL');
+        return notifier.post(alert.discordUrl, discordBody(n), { 'content-type': 'application/json' });
+      case 'ntfy': {
+        if (!alert.ntfyUrl) throw new Error('the alert has no ntfy URL');
+        const { body, headers } = ntfyRequest(n);
+        return notifier.post(alert.ntfyUrl, body, headers);
       }
     }
+  }
+
+  function notify(n: Notice, account: Account) {
+    const { alert, event, type } = n;
+    const deliveries = type === 'triggered' ? event.deliveries : event.resolutionDeliveries;
+    for (const delivery of deliveries) {
+      if (delivery.status !== 'pending') continue;
+      const action = delivery.action;
+      if (action === 'email') {
+        const send = notifier.sendEmail;
+        if (!send) continue;
+        track(
+          (async () => {
+            try {
+              await send({ to: account.email, ...alertEmail(n) });
+              settle(type, event, 'email', { status: 'sent' }, Date.now());
+            } catch (err) {
+              const reason = (err as Error).message || String(err);
+              log('alert email not delivered', { alert: alert.id, event: event.id, type, reason });
+              settle(type, event, 'email', { status: 'failed', detail: reason }, Date.now());
+            }
+          })(),
+        );
+        continue;
+      }
+      track(
+        (async () => {
+          try {
+            const result = await request(action, n, account);
+            if (result.ok) {
+              settle(type, event, action, { status: 'sent', attempts: result.attempts }, Date.now());
+            } else {
+              log(`alert ${action} not delivered`, {
+                alert: alert.id,
+                event: event.id,
+                type,
+                reason: result.reason,
+                attempts: result.attempts,
+              });
+              settle(type, event, action, { status: 'failed', detail: result.reason, attempts: result.attempts }, Date.now());
+            }
+          } catch (err) {
+            settle(type, event, action, { status: 'failed', detail: (err as Error).message }, Date.now());
+          }
+        })(),
+      );
+    }
+  }
+
+  /**
+   * The latest reading that a no_data alert counts, from the database: the device's last
+   * seen for `*`, else the newest reading with a number at the path at or after `since`.
+   */
+  function lastMatchFromReadings(alert: Alert, since: number): number | null {
+    if (alert.field === '*') return repos.devices.findBySeq(alert.deviceSeq)?.lastSeen ?? null;
+    const path = fieldPath(alert.field);
+    return repos.readings.newestMatchingTime(alert.deviceSeq, since, (text) => numericValueAt(JSON.parse(text), path) !== null);
+  }
+
+  /** Fires every enabled no_data alert of an active device that has been silent long enough. */
+  function checkSilences(): void {
+    if (closed) return;
+    dropCacheIfChangedElsewhere();
+    flushQueued();
+    watches ??= repos.alerts.noDataWatches();
+    const now = clock.now();
+    for (const watch of watches) {
+      const { alert } = watch;
+      if (alert.state !== 'ok') continue;
+      let last = lastMatch.get(alert.id);
+      if (last === undefined) {
+        // First sight in this process (start-up, or a new or changed alert). A path is searched
+        // back over one SECONDS window at most: with no match in it the alert is due anyway,
+        // and the walk stays bounded whatever the device's history. The window's start then
+        // stands in for the unknown older reading.
+        const window = Math.max(silenceStart(null, alert.enabledAt, watch.deviceResumedAt), now - alert.value * 1000);
+        last = lastMatchFromReadings(alert, window) ?? (alert.field === '*' ? alert.enabledAt : window);
+        lastMatch.set(alert.id, last);
+      }
+      const start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
+      const silentMs = now - start;
+      if (silentMs < alert.value * 1000) continue;
+      const device = repos.devices.findBySeq(alert.deviceSeq);
+      const account = device && repos.accounts.findBySeq(device.accountSeq);
+      if (!device || !account) continue;
+      trigger(alert, account, device, Math.floor(silentMs / 1000), now, null);
+      // The next reading of this device must see the alert firing.
+      enabledByDevice.delete(alert.deviceSeq);
+    }
+    flushQueued();
   }
 
   return {
@@ -240,14 +355,44 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       const alerts = enabledAlerts(device.seq);
       for (let i = 0; i < alerts.length; i++) {
         const { alert, path } = alerts[i]!;
-        const value = conditionValue(data, path, alert);
-        if (value === null || inCooldown(alert.lastTriggered, alert.cooldown, reading.time)) continue;
-        // The cached copy is what the next reading of this device is checked against.
-        alert.lastTriggered = reading.time;
-        queued.push({ alert, account, device, reading, event: newEvent(alert, value, reading) });
-        if (queued.length === 1) queueMicrotask(flushTriggers);
+        if (alert.kind === 'no_data') {
+          if (path !== null && numericValueAt(data, path) === null) continue;
+          const seen = lastMatch.get(alert.id);
+          if (seen === undefined || reading.time > seen) lastMatch.set(alert.id, reading.time);
+          if (alert.state === 'firing') {
+            resolve(alert, account, device, reading, null);
+            watches = null;
+          }
+          continue;
+        }
+        const actual = numericValueAt(data, path!);
+        if (actual === null) continue;
+        const operator = alert.operator as AlertOperator;
+        if (compare(actual, operator, alert.value)) {
+          // The cached copy is what the next reading of this device is checked against.
+          if (!inCooldown(alert.lastTriggered, alert.cooldown, reading.time))
+            trigger(alert, account, device, actual, reading.time, reading);
+        } else if (alert.state === 'firing' && clears(actual, { operator, value: alert.value, clearValue: alert.clearValue })) {
+          resolve(alert, account, device, reading, actual);
+        }
       }
     },
+
+    /** Checks silences every `periodMs` until close() (the server starts it; the CLI does not). */
+    startSilenceChecks(periodMs = DEFAULT_SILENCE_CHECK_MS): void {
+      if (silenceTimer || closed) return;
+      silenceTimer = setInterval(() => {
+        try {
+          checkSilences();
+        } catch (err) {
+          log('checking silent devices failed', { err });
+        }
+      }, periodMs);
+      silenceTimer.unref();
+    },
+
+    /** One pass of the silence check (tests). */
+    checkSilences,
 
     /** Deliveries still running (tests and shutdown wait on them). */
     get pending(): number {
@@ -256,7 +401,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
 
     /** Stops retries, waits briefly for running deliveries, then stops recording outcomes. */
     async close(graceMs = 2_000): Promise<void> {
-      flushTriggers();
+      if (silenceTimer) clearInterval(silenceTimer);
+      silenceTimer = null;
+      flushQueued();
       notifier.close();
       const grace = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
       await Promise.race([Promise.allSettled([...inFlight]), grace]);

@@ -33,15 +33,26 @@ type DeviceBody = {
 type AlertBody = {
   device_id?: string;
   name?: string;
+  kind?: string;
   field?: string;
   operator?: string;
   value?: number | string;
+  clear_value?: number | string | null;
   severity?: string;
   cooldown?: number | string;
   actions?: string[];
   webhook_url?: string | null;
+  slack_url?: string | null;
+  discord_url?: string | null;
+  ntfy_url?: string | null;
+  notify_resolved?: boolean;
   enabled?: boolean;
 };
+
+/** A form's text: empty means "not given". */
+const text = (v: unknown) => (v === undefined || v === null || v === '' ? undefined : String(v));
+/** A form's URL: empty or null clears it, absent keeps it. */
+const urlText = (v: string | null | undefined) => (v === undefined ? undefined : v || null);
 
 function oneOf<T extends string>(value: unknown, allowed: readonly T[], what: string, fallback: T): T {
   if (value === undefined || value === null || value === '') return fallback;
@@ -77,7 +88,8 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
   // ---- devices
   app.get('/devices', async (request) => {
     const { devices: list } = devices.list(account(request), { limit: 100_000, offset: 0 });
-    return { data: list.map(presentDeviceDetail) };
+    const silent = alerts.silentDevices(account(request), list);
+    return { data: list.map((d) => ({ ...presentDeviceDetail(d), silent: silent.has(d.id) })) };
   });
 
   app.post<{ Body: DeviceBody }>('/devices', async (request) => {
@@ -140,13 +152,21 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
 
   const alertInput = (body: AlertBody) => ({
     name: String(body.name ?? ''),
-    field: String(body.field ?? ''),
-    operator: String(body.operator ?? ''),
+    kind: text(body.kind),
+    field: text(body.field) ?? (body.kind === 'no_data' ? undefined : ''),
+    operator: text(body.operator),
     value: body.value === '' || body.value === undefined ? NaN : Number(body.value),
+    // Empty clears it; absent keeps it.
+    clearValue:
+      body.clear_value === undefined ? undefined : body.clear_value === '' || body.clear_value === null ? null : Number(body.clear_value),
     severity: body.severity || undefined,
     cooldown: body.cooldown === undefined || body.cooldown === '' ? undefined : Number(body.cooldown),
     actions: Array.isArray(body.actions) ? body.actions.map(String) : undefined,
     webhookUrl: body.webhook_url ?? null,
+    slackUrl: urlText(body.slack_url),
+    discordUrl: urlText(body.discord_url),
+    ntfyUrl: urlText(body.ntfy_url),
+    notifyResolved: typeof body.notify_resolved === 'boolean' ? body.notify_resolved : undefined,
     enabled: typeof body.enabled === 'boolean' ? body.enabled : undefined,
   });
 

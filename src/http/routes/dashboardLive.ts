@@ -178,6 +178,9 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
       services.events.on('alert.triggered', ({ alert, event }) => {
         if (alert.accountSeq === account.seq) send('alert', { alert_id: alert.id, event: presentAlertEvent(event) });
       }),
+      services.events.on('alert.resolved', ({ alert, event }) => {
+        if (alert.accountSeq === account.seq) send('alert', { alert_id: alert.id, event: presentAlertEvent(event) });
+      }),
     ];
     // The heartbeat also re-checks the session: a signed-out session stops receiving data.
     // A database error here must not escape the timer (an uncaught exception ends the

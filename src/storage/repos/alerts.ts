@@ -1,4 +1,4 @@
-import type { ActionDelivery, Alert, AlertAction, AlertEvent, AlertOperator } from '../../domain/types.js';
+import type { ActionDelivery, Alert, AlertAction, AlertEvent, AlertKind, AlertState } from '../../domain/types.js';
 import type { Db } from '../db.js';
 
 interface AlertRow {
@@ -8,15 +8,23 @@ interface AlertRow {
   device_seq: number;
   device_id: string;
   name: string;
+  kind: AlertKind;
   field: string;
-  operator: AlertOperator;
+  operator: Alert['operator'];
   value: number;
+  clear_value: number | null;
   actions: string;
   webhook_url: string | null;
+  slack_url: string | null;
+  discord_url: string | null;
+  ntfy_url: string | null;
   severity: string;
   enabled: number;
+  state: AlertState;
+  notify_resolved: number;
   cooldown: number;
   last_triggered: number | null;
+  enabled_at: number;
   created_at: number;
   updated_at: number;
 }
@@ -31,8 +39,10 @@ interface EventRow {
   acknowledged: number;
   acknowledged_at: number | null;
   triggered_at: number;
+  resolved_at: number | null;
   reading_seq: number | null;
   deliveries: string;
+  resolution_deliveries: string;
 }
 
 const toAlert = (r: AlertRow | undefined): Alert | null =>
@@ -44,15 +54,23 @@ const toAlert = (r: AlertRow | undefined): Alert | null =>
         deviceSeq: r.device_seq,
         deviceId: r.device_id,
         name: r.name,
+        kind: r.kind,
         field: r.field,
         operator: r.operator,
         value: r.value,
+        clearValue: r.clear_value,
         actions: JSON.parse(r.actions) as AlertAction[],
         webhookUrl: r.webhook_url,
+        slackUrl: r.slack_url,
+        discordUrl: r.discord_url,
+        ntfyUrl: r.ntfy_url,
         severity: r.severity,
         enabled: r.enabled === 1,
+        state: r.state,
+        notifyResolved: r.notify_resolved === 1,
         cooldown: r.cooldown,
         lastTriggered: r.last_triggered,
+        enabledAt: r.enabled_at,
         createdAt: r.created_at,
         updatedAt: r.updated_at,
       }
@@ -70,8 +88,10 @@ const toEvent = (r: EventRow | undefined): AlertEvent | null =>
         acknowledged: r.acknowledged === 1,
         acknowledgedAt: r.acknowledged_at,
         triggeredAt: r.triggered_at,
+        resolvedAt: r.resolved_at,
         readingSeq: r.reading_seq,
         deliveries: JSON.parse(r.deliveries) as ActionDelivery[],
+        resolutionDeliveries: JSON.parse(r.resolution_deliveries) as ActionDelivery[],
       }
     : null;
 
@@ -83,15 +103,27 @@ export type NewAlert = Pick<
   | 'accountSeq'
   | 'deviceSeq'
   | 'name'
+  | 'kind'
   | 'field'
   | 'operator'
   | 'value'
+  | 'clearValue'
   | 'actions'
   | 'webhookUrl'
+  | 'slackUrl'
+  | 'discordUrl'
+  | 'ntfyUrl'
   | 'severity'
   | 'enabled'
+  | 'notifyResolved'
   | 'cooldown'
 > & { now: number };
+
+/** An enabled no_data alert of an active device, with what bounds its silence. */
+export interface NoDataWatch {
+  alert: Alert;
+  deviceResumedAt: number | null;
+}
 
 export function alertsRepo(db: Db) {
   const byId = db.prepare<[string], AlertRow>(`${SELECT} WHERE a.id = ?`);
@@ -104,13 +136,33 @@ export function alertsRepo(db: Db) {
   // Uses alerts_by_device: the evaluator's cache is filled from here, never by a scan.
   const enabledOfDevice = db.prepare<[number], AlertRow>(`${SELECT} WHERE a.device_seq = ? AND a.enabled = 1`);
   const ofDevice = db.prepare<[number], AlertRow>(`${SELECT} WHERE a.device_seq = ? ORDER BY a.created_at, a.seq`);
-  const insert = db.prepare(`INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, actions, webhook_url,
-      severity, enabled, cooldown, created_at, updated_at)
-    VALUES (@id, @accountSeq, @deviceSeq, @name, @field, @operator, @value, @actions, @webhookUrl, @severity, @enabled, @cooldown, @now, @now)`);
-  const update = db.prepare(`UPDATE alerts SET name = @name, field = @field, operator = @operator, value = @value, actions = @actions,
-      webhook_url = @webhookUrl, severity = @severity, enabled = @enabled, cooldown = @cooldown, updated_at = @now WHERE seq = @seq`);
-  const setEnabled = db.prepare('UPDATE alerts SET enabled = ?, updated_at = ? WHERE seq = ?');
+  // Uses the partial index alerts_no_data; paused devices and suspended accounts are left out.
+  const noDataWatches = db.prepare<[], AlertRow & { device_resumed_at: number | null }>(
+    `SELECT a.*, d.id AS device_id, d.resumed_at AS device_resumed_at FROM alerts a
+       JOIN devices d ON d.seq = a.device_seq JOIN accounts ac ON ac.seq = a.account_seq
+     WHERE a.kind = 'no_data' AND a.enabled = 1 AND d.status = 'active' AND ac.status = 'active'`,
+  );
+  const firingNoData = db
+    .prepare<[number], string>(
+      `SELECT DISTINCT d.id FROM alerts a JOIN devices d ON d.seq = a.device_seq
+       WHERE a.account_seq = ? AND a.kind = 'no_data' AND a.enabled = 1 AND a.state = 'firing'`,
+    )
+    .pluck();
+  const insert = db.prepare(`INSERT INTO alerts (id, account_seq, device_seq, name, kind, field, operator, value, clear_value, actions,
+      webhook_url, slack_url, discord_url, ntfy_url, severity, enabled, notify_resolved, cooldown, enabled_at, created_at, updated_at)
+    VALUES (@id, @accountSeq, @deviceSeq, @name, @kind, @field, @operator, @value, @clearValue, @actions, @webhookUrl, @slackUrl,
+      @discordUrl, @ntfyUrl, @severity, @enabled, @notifyResolved, @cooldown, @now, @now, @now)`);
+  // Enabling a disabled alert moves enabled_at: a no_data silence counts from then at the earliest.
+  const update = db.prepare(`UPDATE alerts SET name = @name, kind = @kind, field = @field, operator = @operator, value = @value,
+      clear_value = @clearValue, actions = @actions, webhook_url = @webhookUrl, slack_url = @slackUrl, discord_url = @discordUrl,
+      ntfy_url = @ntfyUrl, severity = @severity, notify_resolved = @notifyResolved, cooldown = @cooldown,
+      enabled_at = CASE WHEN @enabled = 1 AND enabled = 0 THEN @now ELSE enabled_at END, enabled = @enabled, updated_at = @now
+    WHERE seq = @seq`);
+  const setEnabled = db.prepare(
+    'UPDATE alerts SET enabled_at = CASE WHEN @enabled = 1 AND enabled = 0 THEN @now ELSE enabled_at END, enabled = @enabled, updated_at = @now WHERE seq = @seq',
+  );
   const setLastTriggered = db.prepare('UPDATE alerts SET last_triggered = ? WHERE seq = ?');
+  const setState = db.prepare<[AlertState, number]>('UPDATE alerts SET state = ? WHERE seq = ?');
   const remove = db.prepare('DELETE FROM alerts WHERE seq = ?');
 
   const eventById = db.prepare<[string], EventRow>('SELECT * FROM alert_events WHERE id = ?');
@@ -123,16 +175,30 @@ export function alertsRepo(db: Db) {
     VALUES (@id, @alertSeq, @deviceId, @conditionValue, @severity, @triggeredAt, @readingSeq, @deliveries)`);
   const acknowledge = db.prepare('UPDATE alert_events SET acknowledged = 1, acknowledged_at = ? WHERE seq = ? AND acknowledged = 0');
   const setDeliveries = db.prepare('UPDATE alert_events SET deliveries = ? WHERE seq = ?');
+  const setResolutionDeliveries = db.prepare('UPDATE alert_events SET resolution_deliveries = ? WHERE seq = ?');
+  // The latest event of the alert is the one of the current firing (alert_events_by_alert).
+  const openEvent = db.prepare<[number], EventRow>(
+    'SELECT * FROM alert_events WHERE alert_seq = ? AND resolved_at IS NULL ORDER BY triggered_at DESC, seq DESC LIMIT 1',
+  );
+  const resolveEvent = db.prepare<[number, string, number]>(
+    'UPDATE alert_events SET resolved_at = ?, resolution_deliveries = ? WHERE seq = ?',
+  );
 
   const alertParams = (a: Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'>) => ({
     name: a.name,
+    kind: a.kind,
     field: a.field,
     operator: a.operator,
     value: a.value,
+    clearValue: a.clearValue,
     actions: JSON.stringify(a.actions),
     webhookUrl: a.webhookUrl,
+    slackUrl: a.slackUrl,
+    discordUrl: a.discordUrl,
+    ntfyUrl: a.ntfyUrl,
     severity: a.severity,
     enabled: a.enabled ? 1 : 0,
+    notifyResolved: a.notifyResolved ? 1 : 0,
     cooldown: a.cooldown,
     now: a.now,
   });
@@ -147,15 +213,33 @@ export function alertsRepo(db: Db) {
     listByDevice: (deviceSeq: number) => ofDevice.all(deviceSeq).map((r) => toAlert(r)!),
     insert: (a: NewAlert) => insert.run({ id: a.id, accountSeq: a.accountSeq, deviceSeq: a.deviceSeq, ...alertParams(a) }),
     update: (seq: number, a: Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'>) => update.run({ seq, ...alertParams(a) }),
-    setEnabled: (seq: number, enabled: boolean, now: number) => setEnabled.run(enabled ? 1 : 0, now, seq),
+    setEnabled: (seq: number, enabled: boolean, now: number) => setEnabled.run({ enabled: enabled ? 1 : 0, now, seq }),
     setLastTriggered: (seq: number, at: number) => setLastTriggered.run(at, seq),
+    setState: (seq: number, state: AlertState) => setState.run(state, seq),
+    noDataWatches: (): NoDataWatch[] => noDataWatches.all().map((r) => ({ alert: toAlert(r)!, deviceResumedAt: r.device_resumed_at })),
+    firingNoDataDeviceIds: (accountSeq: number): string[] => firingNoData.all(accountSeq),
     remove: (seq: number) => remove.run(seq),
 
     findEventById: (id: string) => toEvent(eventById.get(id)),
     history: (alertSeq: number, limit: number) => history.all(alertSeq, limit).map((r) => toEvent(r)!),
-    insertEvent: (e: Omit<AlertEvent, 'seq' | 'acknowledged' | 'acknowledgedAt'>) =>
-      Number(insertEvent.run({ ...e, deliveries: JSON.stringify(e.deliveries) }).lastInsertRowid),
+    insertEvent: (e: Omit<AlertEvent, 'seq' | 'acknowledged' | 'acknowledgedAt' | 'resolvedAt' | 'resolutionDeliveries'>) =>
+      Number(
+        insertEvent.run({
+          id: e.id,
+          alertSeq: e.alertSeq,
+          deviceId: e.deviceId,
+          conditionValue: e.conditionValue,
+          severity: e.severity,
+          triggeredAt: e.triggeredAt,
+          readingSeq: e.readingSeq,
+          deliveries: JSON.stringify(e.deliveries),
+        }).lastInsertRowid,
+      ),
     acknowledgeEvent: (seq: number, now: number) => acknowledge.run(now, seq),
     setDeliveries: (seq: number, deliveries: ActionDelivery[]) => setDeliveries.run(JSON.stringify(deliveries), seq),
+    setResolutionDeliveries: (seq: number, deliveries: ActionDelivery[]) => setResolutionDeliveries.run(JSON.stringify(deliveries), seq),
+    /** The unresolved event of the alert's current firing, if any. */
+    openEvent: (alertSeq: number) => toEvent(openEvent.get(alertSeq)),
+    resolveEvent: (seq: number, at: number, deliveries: ActionDelivery[]) => resolveEvent.run(at, JSON.stringify(deliveries), seq),
   };
 }

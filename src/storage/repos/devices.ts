@@ -16,6 +16,7 @@ interface DeviceRow {
   snapshots_enabled: number;
   token_hash: string;
   last_seen: number | null;
+  resumed_at: number | null;
   rejected_count: number;
   last_rejection_reason: string | null;
   last_rejection_at: number | null;
@@ -43,6 +44,7 @@ function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
     snapshotsEnabled: r.snapshots_enabled === 1,
     tokenHash: r.token_hash,
     lastSeen: r.last_seen,
+    resumedAt: r.resumed_at,
     rejectedCount: r.rejected_count,
     lastRejectionReason: r.last_rejection_reason,
     lastRejectionAt: r.last_rejection_at,
@@ -56,7 +58,7 @@ function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
 // column is the fallback after retention removed every reading.
 const COLUMNS = `d.seq, d.id, d.account_seq, d.name, d.type, d.description, d.status, d.settings,
   d.schema_mode, d.fields, d.snapshots_enabled, d.token_hash, d.rejected_count, d.last_rejection_reason,
-  d.last_rejection_at, d.created_at, d.updated_at`;
+  d.last_rejection_at, d.resumed_at, d.created_at, d.updated_at`;
 const NEWEST_STORED = '(SELECT max(r.time) FROM readings_by_device r WHERE r.device_seq = d.seq)';
 // One device: its inbox rows by a scan of the inbox.
 const SELECT = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}, -1),
@@ -100,7 +102,10 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
   const insert = db.prepare(`INSERT INTO devices (id, account_seq, name, type, description, settings, schema_mode, fields,
       snapshots_enabled, token_hash, created_at, updated_at)
     VALUES (@id, @accountSeq, @name, @type, @description, @settings, @schemaMode, @fields, @snapshotsEnabled, @tokenHash, @now, @now)`);
-  const setStatus = db.prepare('UPDATE devices SET status = ?, updated_at = ? WHERE seq = ?');
+  // resumed_at marks where a silence may start at the earliest (no_data alerts).
+  const setStatus = db.prepare(`UPDATE devices SET
+      resumed_at = CASE WHEN @status = 'active' AND status = 'paused' THEN @now ELSE resumed_at END,
+      status = @status, updated_at = @now WHERE seq = @seq`);
   const setToken = db.prepare('UPDATE devices SET token_hash = ?, updated_at = ? WHERE seq = ?');
   const update = db.prepare(`UPDATE devices SET name = @name, type = @type, description = @description, settings = @settings,
     schema_mode = @schemaMode, fields = @fields, snapshots_enabled = @snapshotsEnabled, updated_at = @now WHERE seq = @seq`);
@@ -150,7 +155,7 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
         snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
         now: d.now,
       }),
-    setStatus: (seq: number, status: 'active' | 'paused', now: number) => setStatus.run(status, now, seq),
+    setStatus: (seq: number, status: 'active' | 'paused', now: number) => setStatus.run({ status, now, seq }),
     setTokenHash: (seq: number, hash: string, now: number) => setToken.run(hash, now, seq),
     recordRejection: (seq: number, reason: string, now: number) => recordRejection.run(reason, now, seq),
     remove: (seq: number) => remove.run(seq),

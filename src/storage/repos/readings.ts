@@ -105,6 +105,17 @@ export function readingsRepo(db: Db) {
       'SELECT seq, time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
     )
     .raw(true);
+  // Newest first within [since, ∞), one row at a time: the caller stops at the first match.
+  const newestFirstStored = db
+    .prepare<[number, number], [number, string]>(
+      'SELECT time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC',
+    )
+    .raw(true);
+  const newestFirstInbox = db
+    .prepare<[number, number], [number, string]>(
+      'SELECT time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC',
+    )
+    .raw(true);
   // Oldest first, for exports that stream a whole range: SQLite merges the two ordered arms.
   const rangeAsc = db.prepare<[number, number, number, number, number, number], ReadingRow>(
     `SELECT seq, device_seq, time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?
@@ -201,6 +212,24 @@ export function readingsRepo(db: Db) {
     mergeInbox: (): number => mergeInbox.immediate(),
     /** Readings in the inbox, as counted at open and by this connection since. */
     inboxRows: (): number => inboxRows,
+    /**
+     * Time of the newest reading at or after `since` whose JSON text `matches`, or null. Walks
+     * backwards and stops at the first match in each table: cheap when matches are frequent,
+     * bounded by `since` otherwise.
+     */
+    newestMatchingTime(deviceSeq: number, since: number, matches: (data: string) => boolean): number | null {
+      let newest: number | null = null;
+      for (const stmt of [newestFirstInbox, newestFirstStored]) {
+        for (const [time, data] of stmt.iterate(deviceSeq, since) as IterableIterator<[number, string]>) {
+          if (newest !== null && time <= newest) break;
+          if (matches(data)) {
+            newest = time;
+            break;
+          }
+        }
+      }
+      return newest;
+    },
     latest(deviceSeq: number) {
       const stored = latestStored.get(deviceSeq);
       const recent = latestInbox.get(deviceSeq);

@@ -8,14 +8,22 @@ interface Alert {
   id: string;
   device_id: string;
   name: string;
-  condition: { field: string; operator: string; value: number };
+  kind: 'threshold' | 'no_data';
+  condition: { field: string; operator: string; value: number; clear_value?: number };
   actions: string[];
   webhook_url: string | null;
+  slack_url: string | null;
+  discord_url: string | null;
+  ntfy_url: string | null;
   severity: string;
   enabled: boolean;
+  state: 'ok' | 'firing';
+  notify_resolved: boolean;
   cooldown: number;
   last_triggered: string | null;
 }
+
+type Delivery = { action: string; status: string; detail: string | null; at: string | null };
 
 interface AlertEvent {
   id: string;
@@ -24,7 +32,39 @@ interface AlertEvent {
   acknowledged: boolean;
   acknowledged_at: string | null;
   triggered_at: string;
-  deliveries: { action: string; status: string; detail: string | null; at: string | null }[];
+  resolved_at: string | null;
+  deliveries: Delivery[];
+  resolution_deliveries: Delivery[];
+}
+
+/** The actions that POST to a URL of their own, with the form's label and an example URL. */
+const URL_ACTIONS: { action: 'webhook' | 'slack' | 'discord' | 'ntfy'; label: string; urlLabel: string; placeholder: string }[] = [
+  { action: 'webhook', label: 'Webhook (signed HTTP POST)', urlLabel: 'Webhook URL', placeholder: 'https://example.com/hook' },
+  {
+    action: 'slack',
+    label: 'Slack (or Mattermost) incoming webhook',
+    urlLabel: 'Slack URL',
+    placeholder: 'https://hooks.slack.com/services/…',
+  },
+  { action: 'discord', label: 'Discord webhook', urlLabel: 'Discord URL', placeholder: 'https://discord.com/api/webhooks/…' },
+  { action: 'ntfy', label: 'ntfy push notification', urlLabel: 'ntfy topic URL', placeholder: 'https://ntfy.sh/your-secret-topic' },
+];
+
+/** "temp > 30 (clear 25)", "no data for 600 s", "no temp for 600 s". */
+function conditionText(a: Alert): string {
+  if (a.kind === 'no_data') return `no ${a.condition.field === '*' ? 'data' : a.condition.field} for ${a.condition.value} s`;
+  const clear = a.condition.clear_value !== undefined ? ` (clear ${a.condition.clear_value})` : '';
+  return `${a.condition.field} ${a.condition.operator} ${a.condition.value}${clear}`;
+}
+
+function deliveryList(list: Delivery[]) {
+  return h(
+    'ul',
+    { class: 'plain' },
+    ...list.map((d) =>
+      h('li', {}, h('span', { class: `badge ${d.status}` }, `${d.action}: ${d.status.replace('_', ' ')}`), d.detail ? ` ${d.detail}` : ''),
+    ),
+  );
 }
 
 const OPERATORS: [string, string][] = [
@@ -51,7 +91,7 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
     list: 'alert-fields',
     autocomplete: 'off',
     class: 'mono',
-    value: existing?.condition.field ?? '',
+    value: existing?.kind === 'threshold' ? existing.condition.field : '',
   });
   const datalist = h('datalist', { id: 'alert-fields' });
   const fillFields = () => {
@@ -60,8 +100,72 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
   };
   device.addEventListener('change', fillFields);
   fillFields();
-  const operator = select('operator', OPERATORS, existing?.condition.operator ?? '>');
-  const value = h('input', { name: 'value', type: 'number', step: 'any', required: true, value: existing?.condition.value ?? '' });
+  const kind = select(
+    'kind',
+    [
+      ['threshold', 'Threshold: a value crosses a limit'],
+      ['no_data', 'No data: the device goes silent'],
+    ],
+    existing?.kind ?? 'threshold',
+  );
+  const operator = select('operator', OPERATORS, existing?.kind === 'threshold' ? existing.condition.operator : '>');
+  const value = h('input', {
+    name: 'value',
+    type: 'number',
+    step: 'any',
+    required: true,
+    value: existing?.kind === 'threshold' ? existing.condition.value : '',
+  });
+  const clearValue = h('input', { name: 'clear_value', type: 'number', step: 'any', value: existing?.condition.clear_value ?? '' });
+  const silence = h('input', {
+    name: 'silence',
+    type: 'number',
+    min: 10,
+    max: 2592000,
+    step: 1,
+    value: existing?.kind === 'no_data' ? existing.condition.value : 600,
+  });
+  const thresholdPart = h(
+    'div',
+    {},
+    h(
+      'div',
+      { class: 'grid3' },
+      field('Field', fieldInput, 'Pick a declared field or type a name (env.temp for nested data).'),
+      field('Operator', operator),
+      field('Value', value),
+    ),
+    field('Clear at (optional)', clearValue, 'Hysteresis: resolve only once the value is back below (> ≥) or above (< ≤) this number.'),
+  );
+  const noDataField = h('input', {
+    name: 'no_data_field',
+    list: 'alert-fields',
+    autocomplete: 'off',
+    class: 'mono',
+    placeholder: '*',
+    value: existing?.kind === 'no_data' && existing.condition.field !== '*' ? existing.condition.field : '',
+  });
+  // The grid sits inside a plain wrapper: a `display: grid` rule would override `hidden`.
+  const noDataPart = h(
+    'div',
+    {},
+    h(
+      'div',
+      { class: 'grid2' },
+      field('Silence (seconds)', silence, 'Fires once when nothing arrives for this long (10 s to 30 days); the next reading resolves it.'),
+      field('Only readings with', noDataField, 'Empty: any reading counts. A field name: only readings with a number there.'),
+    ),
+  );
+  const syncKind = () => {
+    const noData = kind.value === 'no_data';
+    thresholdPart.hidden = noData;
+    noDataPart.hidden = !noData;
+    fieldInput.required = !noData;
+    value.required = !noData;
+    silence.required = noData;
+  };
+  kind.addEventListener('change', syncKind);
+  syncKind();
   const severity = select(
     'severity',
     [
@@ -73,20 +177,24 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
   );
   const cooldown = h('input', { name: 'cooldown', type: 'number', min: 0, step: 1, value: existing?.cooldown ?? 300 });
   const email = h('input', { type: 'checkbox', name: 'action_email', checked: existing ? existing.actions.includes('email') : true });
-  const webhook = h('input', { type: 'checkbox', name: 'action_webhook', checked: existing?.actions.includes('webhook') ?? false });
-  const webhookUrl = h('input', {
-    name: 'webhook_url',
-    type: 'url',
-    placeholder: 'https://example.com/hook',
-    value: existing?.webhook_url ?? '',
+  const urlActions = URL_ACTIONS.map((a) => {
+    const box = h('input', { type: 'checkbox', name: `action_${a.action}`, checked: existing?.actions.includes(a.action) ?? false });
+    const url = h('input', {
+      name: `${a.action}_url`,
+      type: 'url',
+      placeholder: a.placeholder,
+      value: existing?.[`${a.action}_url`] ?? '',
+    });
+    const urlField = field(a.urlLabel, url);
+    const sync = () => {
+      urlField.hidden = !box.checked;
+      url.required = box.checked;
+    };
+    box.addEventListener('change', sync);
+    sync();
+    return { ...a, box, url, urlField };
   });
-  const webhookField = field('Webhook URL', webhookUrl);
-  const syncWebhook = () => {
-    webhookField.hidden = !webhook.checked;
-    webhookUrl.required = webhook.checked;
-  };
-  webhook.addEventListener('change', syncWebhook);
-  syncWebhook();
+  const notifyResolved = h('input', { type: 'checkbox', name: 'notify_resolved', checked: existing?.notify_resolved ?? true });
   const enabled = h('input', { type: 'checkbox', name: 'enabled', checked: existing?.enabled ?? true });
   const submit = h('button', { type: 'submit' }, existing ? 'Save alert' : 'Create alert');
   const form = h(
@@ -95,27 +203,23 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
     error,
     field('Device', device),
     field('Name', name),
-    h(
-      'div',
-      { class: 'grid3' },
-      field('Field', fieldInput, 'Pick a declared field or type a name (env.temp for nested data).'),
-      field('Operator', operator),
-      field('Value', value),
-    ),
+    field('Kind', kind),
+    thresholdPart,
+    noDataPart,
     datalist,
     h(
       'div',
       { class: 'grid2' },
       field('Severity', severity),
-      field('Cooldown (seconds)', cooldown, 'Matching readings within this time after a trigger record nothing.'),
+      field('Cooldown (seconds)', cooldown, 'Threshold alerts: matching readings within this time after a trigger record nothing.'),
     ),
     h(
       'fieldset',
       {},
       h('legend', {}, 'Actions'),
       h('label', { class: 'check' }, email, ' Email the account owner'),
-      h('label', { class: 'check' }, webhook, ' Webhook (signed HTTP POST)'),
-      webhookField,
+      ...urlActions.flatMap((a) => [h('label', { class: 'check' }, a.box, ` ${a.label}`), a.urlField]),
+      h('label', { class: 'check' }, notifyResolved, ' Also notify when it resolves'),
     ),
     h('label', { class: 'check' }, enabled, ' Enabled'),
     h('div', { class: 'row' }, submit),
@@ -123,19 +227,23 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
   form.addEventListener('submit', async (e) => {
     e.preventDefault();
     error.hidden = true;
-    const actions = [email.checked && 'email', webhook.checked && 'webhook'].filter(Boolean);
-    const body = {
+    const noData = kind.value === 'no_data';
+    const actions = [email.checked && 'email', ...urlActions.map((a) => a.box.checked && a.action)].filter(Boolean);
+    const body: Record<string, unknown> = {
       device_id: device.value,
       name: name.value,
-      field: fieldInput.value,
-      operator: operator.value,
-      value: value.value,
+      kind: kind.value,
+      field: noData ? noDataField.value.trim() || '*' : fieldInput.value,
+      operator: noData ? 'no_data' : operator.value,
+      value: noData ? silence.value : value.value,
+      clear_value: noData ? null : clearValue.value || null,
       severity: severity.value,
       cooldown: cooldown.value,
       actions,
-      webhook_url: webhook.checked ? webhookUrl.value : null,
+      notify_resolved: notifyResolved.checked,
       enabled: enabled.checked,
     };
+    for (const a of urlActions) body[`${a.action}_url`] = a.box.checked ? a.url.value : null;
     submit.disabled = true;
     try {
       if (existing) await api('PUT', `/alerts/${encodeURIComponent(existing.id)}`, body);
@@ -196,7 +304,8 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                   'tr',
                   {},
                   h('th', { scope: 'col' }, 'Triggered'),
-                  h('th', { scope: 'col' }, 'Value'),
+                  h('th', { scope: 'col' }, 'Resolved'),
+                  h('th', { scope: 'col' }, alert.kind === 'no_data' ? 'Silence (s)' : 'Value'),
                   h('th', { scope: 'col' }, 'Severity'),
                   h('th', { scope: 'col' }, 'Deliveries'),
                   h('th', { scope: 'col' }, 'Acknowledged'),
@@ -219,25 +328,20 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                     'tr',
                     { 'data-event': ev.id },
                     h('td', { 'data-label': 'Triggered' }, fmtTime(ev.triggered_at)),
-                    h('td', { 'data-label': 'Value' }, String(ev.condition_value)),
+                    h(
+                      'td',
+                      { 'data-label': 'Resolved', 'data-testid': 'resolved' },
+                      ev.resolved_at ? fmtTime(ev.resolved_at) : h('span', { class: 'muted' }, 'not yet'),
+                    ),
+                    h('td', { 'data-label': alert.kind === 'no_data' ? 'Silence (s)' : 'Value' }, String(ev.condition_value)),
                     h('td', { 'data-label': 'Severity' }, h('span', { class: `badge ${ev.severity}` }, ev.severity)),
                     h(
                       'td',
                       { 'data-label': 'Deliveries' },
-                      ev.deliveries.length
-                        ? h(
-                            'ul',
-                            { class: 'plain' },
-                            ...ev.deliveries.map((d) =>
-                              h(
-                                'li',
-                                {},
-                                h('span', { class: `badge ${d.status}` }, `${d.action}: ${d.status.replace('_', ' ')}`),
-                                d.detail ? ` ${d.detail}` : '',
-                              ),
-                            ),
-                          )
-                        : h('span', { class: 'muted' }, 'none recorded'),
+                      ev.deliveries.length ? deliveryList(ev.deliveries) : h('span', { class: 'muted' }, 'none recorded'),
+                      ev.resolution_deliveries.length
+                        ? [h('div', { class: 'muted small' }, 'Resolution notice:'), deliveryList(ev.resolution_deliveries)]
+                        : '',
                     ),
                     h('td', { 'data-label': 'Acknowledged' }, ev.acknowledged ? `yes, ${fmtTime(ev.acknowledged_at)}` : ack),
                   );
@@ -276,7 +380,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
             h(
               'tr',
               {},
-              ...['Name', 'Device', 'Condition', 'Severity', 'Actions', 'Last triggered', 'Enabled', ''].map((t) =>
+              ...['Name', 'State', 'Device', 'Condition', 'Severity', 'Actions', 'Last triggered', 'Enabled', ''].map((t) =>
                 h('th', { scope: 'col' }, t),
               ),
             ),
@@ -310,8 +414,9 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                 'tr',
                 { 'data-alert': a.id },
                 h('td', { 'data-label': 'Name' }, a.name),
+                h('td', { 'data-label': 'State' }, h('span', { class: `badge ${a.state}`, 'data-testid': 'state' }, a.state)),
                 h('td', { 'data-label': 'Device' }, deviceName(a.device_id)),
-                h('td', { 'data-label': 'Condition', class: 'mono' }, `${a.condition.field} ${a.condition.operator} ${a.condition.value}`),
+                h('td', { 'data-label': 'Condition', class: 'mono' }, conditionText(a)),
                 h('td', { 'data-label': 'Severity' }, h('span', { class: `badge ${a.severity}` }, a.severity)),
                 h('td', { 'data-label': 'Actions' }, a.actions.join(', ') || '—'),
                 h('td', { 'data-label': 'Last triggered' }, fmtTime(a.last_triggered)),

@@ -19,6 +19,8 @@ export interface DeviceDetail {
   rejected_count: number;
   last_rejection_reason: string | null;
   last_rejection_at: string | null;
+  /** A no_data alert fires, or it has not been seen for over twice its data interval (list only). */
+  silent?: boolean;
 }
 
 export const statusBadge = (status: string) => h('span', { class: `badge ${status}` }, status);
@@ -76,7 +78,17 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
                   h('a', { href: `#/devices/${encodeURIComponent(d.id)}` }, d.name),
                   h('div', { class: 'muted mono small' }, d.id),
                 ),
-                h('td', { 'data-label': 'Status' }, statusBadge(d.status)),
+                h(
+                  'td',
+                  { 'data-label': 'Status' },
+                  statusBadge(d.status),
+                  d.silent
+                    ? [
+                        ' ',
+                        h('span', { class: 'badge silent', title: 'No data for longer than expected', 'data-testid': 'silent' }, 'silent'),
+                      ]
+                    : '',
+                ),
                 h('td', { 'data-label': 'Type' }, d.type),
                 h('td', { 'data-label': 'Last seen', title: d.last_seen ?? '' }, ago(d.last_seen)),
                 h('td', { 'data-label': 'Rejected', class: d.rejected_count ? 'warn' : '' }, String(d.rejected_count)),

@@ -1,0 +1,272 @@
+/**
+ * Resolution and every notification channel against real receivers: HTTP listeners that
+ * check the bodies and headers Slack, Discord, ntfy and a webhook receiver get, and
+ * smtp-server for email. Covers hysteresis (clear_value), notify_resolved, retries and the
+ * Public API's alert shape (action names, never URLs).
+ */
+import type { AddressInfo } from 'node:net';
+import { SMTPServer } from 'smtp-server';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { eventsOf, type ReceivedRequest, send, sleep, startHttpReceiver, waitFor, waitForEvents } from './helpers.js';
+
+const PUBLIC_URL = 'https://telemetry.example.test';
+let server: TestServer;
+let receiver: Awaited<ReturnType<typeof startHttpReceiver>>;
+let smtp: SMTPServer;
+const mails: string[] = [];
+
+beforeAll(async () => {
+  receiver = await startHttpReceiver();
+  smtp = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ['STARTTLS'],
+    logger: false,
+    onData(stream, _session, callback) {
+      let raw = '';
+      stream.on('data', (c: Buffer) => (raw += c.toString('utf8')));
+      stream.on('end', () => {
+        mails.push(readableMail(raw));
+        callback();
+      });
+    },
+  });
+  await new Promise<void>((resolve) => smtp.listen(0, '127.0.0.1', resolve));
+  server = await startTestServer(
+    { 'public-url': PUBLIC_URL, 'smtp-url': `smtp://127.0.0.1:${(smtp.server.address() as AddressInfo).port}` },
+    { webhookRetryDelaysMs: [50, 50, 50], silenceCheckMs: 200 },
+  );
+});
+afterAll(async () => {
+  await server.stop();
+  await receiver.close();
+  await new Promise<void>((resolve) => smtp.close(() => resolve()));
+});
+
+/**
+ * The message with folded headers unfolded and a quoted-printable body decoded (nodemailer
+ * picks it for text with non-ASCII characters, such as a device named "Kühlraum").
+ */
+function readableMail(raw: string): string {
+  const unfolded = raw.replace(/\r\n(?=[ \t])/g, '');
+  if (!/^Content-Transfer-Encoding: quoted-printable/im.test(unfolded)) return unfolded;
+  const qp = unfolded.replace(/=\r\n/g, '').replace(/(?:=[0-9A-F]{2})+/g, (m) => Buffer.from(m.replace(/=/g, ''), 'hex').toString('utf8'));
+  return qp;
+}
+
+/** Requests to one path, parsed by kind, once `n` have arrived. */
+async function requestsTo(path: string, n: number): Promise<ReceivedRequest[]> {
+  return waitFor(() => {
+    const got = receiver.received.filter((r) => r.url === path);
+    return got.length >= n ? got : null;
+  }, `${n} request(s) to ${path}`);
+}
+
+function decodeWord(value: string): string {
+  const m = /^=\?UTF-8\?B\?([A-Za-z0-9+/=]+)\?=$/.exec(value);
+  return m ? Buffer.from(m[1]!, 'base64').toString('utf8') : value;
+}
+
+function urls(tag: string) {
+  return {
+    webhookUrl: `${receiver.base}/${tag}/hook`,
+    slackUrl: `${receiver.base}/${tag}/slack`,
+    discordUrl: `${receiver.base}/${tag}/discord`,
+    ntfyUrl: `${receiver.base}/${tag}/ntfy/fridge-alerts`,
+  };
+}
+
+describe('threshold alerts: resolution, hysteresis and every channel', () => {
+  it('sends short messages with a device link to slack, discord, ntfy, webhook and email, then resolution notices', async () => {
+    const s = await seedAccount(server, { email: 'cold@example.com', device: { name: 'Kühlraum 3' } });
+    const alert = server.services.alerts.create(s.device, {
+      name: 'Too warm',
+      field: 'env.temp',
+      operator: '>',
+      value: 30,
+      clearValue: 25,
+      cooldown: 0,
+      severity: 'critical',
+      actions: ['email', 'webhook', 'slack', 'discord', 'ntfy'],
+      ...urls('a'),
+    });
+    const link = `${PUBLIC_URL}/#/devices/${s.device.id}`;
+    const who = `Too warm: Kühlraum 3 (${s.device.id})`;
+
+    await send(server, s.device, s.token, { env: { temp: 31 } });
+    const [event] = eventsOf(server, alert.id);
+    expect(server.services.alerts.getAny(alert.id).state).toBe('firing');
+
+    const [slack] = await requestsTo('/a/slack', 1);
+    expect(slack!.method).toBe('POST');
+    expect(slack!.headers['content-type']).toBe('application/json');
+    const slackText = JSON.parse(slack!.body).text as string;
+    expect(Object.keys(JSON.parse(slack!.body))).toEqual(['text']);
+    const text = `[critical] ${who}\nenv.temp = 31 (condition > 30) at ${event!.triggered_at}\n${link}`;
+    // Slack reads < > & as markup: they are escaped.
+    expect(slackText).toBe(text.replace('>', '&gt;'));
+
+    const [discord] = await requestsTo('/a/discord', 1);
+    expect(discord!.headers['content-type']).toBe('application/json');
+    expect(JSON.parse(discord!.body)).toEqual({ content: text });
+
+    const [ntfy] = await requestsTo('/a/ntfy/fridge-alerts', 1);
+    expect(ntfy!.body).toBe(`env.temp = 31 (condition > 30) at ${event!.triggered_at}`);
+    // A non-ASCII title goes as an RFC 2047 encoded word (ntfy decodes it).
+    expect(ntfy!.headers.title).toMatch(/^=\?UTF-8\?B\?/);
+    expect(decodeWord(ntfy!.headers.title as string)).toBe(`[critical] ${who}`);
+    expect(ntfy!.headers.priority).toBe('5');
+    expect(ntfy!.headers.tags).toBe('rotating_light,critical');
+    expect(ntfy!.headers.click).toBe(link);
+
+    const [hook] = await requestsTo('/a/hook', 1);
+    expect(hook!.headers['x-telemetryd-signature']).toMatch(/^t=\d+,v1=[0-9a-f]{64}$/);
+    expect(JSON.parse(hook!.body)).toMatchObject({
+      type: 'triggered',
+      event: { id: event!.id, resolved_at: null },
+      reading: { data: { env: { temp: 31 } } },
+    });
+
+    const mail = await waitFor(() => mails.find((m) => m.includes(event!.id)), 'the alert email');
+    expect(mail).toContain(link);
+
+    // Hysteresis: 28 no longer meets > 30 but is not below 25: still firing, nothing sent.
+    await send(server, s.device, s.token, { env: { temp: 28 } });
+    // A reading without the field does not resolve either.
+    await send(server, s.device, s.token, { other: 1 });
+    expect(server.services.alerts.getAny(alert.id).state).toBe('firing');
+    // While firing, matches keep triggering under the cooldown (0 here).
+    await send(server, s.device, s.token, { env: { temp: 32 } });
+    const [, second] = await requestsTo('/a/slack', 2);
+    expect(JSON.parse(second!.body).text).toContain('env.temp = 32');
+    await sleep(300);
+    expect(receiver.received.filter((r) => r.url === '/a/slack')).toHaveLength(2);
+
+    await send(server, s.device, s.token, { env: { temp: 24.5 } });
+    const resolvedAt = new Date(server.storage.repos.readings.latest(s.device.seq)!.time).toISOString();
+    expect(server.services.alerts.getAny(alert.id).state).toBe('ok');
+    const events = eventsOf(server, alert.id);
+    expect(events).toHaveLength(2);
+    // The latest event of the firing carries the resolution.
+    expect(events[0]!.resolved_at).toBe(resolvedAt);
+    expect(events[1]!.resolved_at).toBeNull();
+
+    const resolvedText = `[critical] Resolved: ${who}\nenv.temp = 24.5 (condition > 30, clear at 25) at ${resolvedAt}\n${link}`;
+    expect(JSON.parse((await requestsTo('/a/slack', 3))[2]!.body)).toEqual({ text: resolvedText.replace('>', '&gt;') });
+    expect(JSON.parse((await requestsTo('/a/discord', 3))[2]!.body)).toEqual({ content: resolvedText });
+    const ntfyResolved = (await requestsTo('/a/ntfy/fridge-alerts', 3))[2]!;
+    expect(decodeWord(ntfyResolved.headers.title as string)).toBe(`[critical] Resolved: ${who}`);
+    expect(ntfyResolved.headers.tags).toBe('white_check_mark,critical');
+    const hookResolved = JSON.parse((await requestsTo('/a/hook', 3))[2]!.body);
+    expect(hookResolved).toMatchObject({
+      type: 'resolved',
+      event: { id: events[0]!.id, resolved_at: resolvedAt },
+      reading: { data: { env: { temp: 24.5 } } },
+    });
+    const resolvedMail = await waitFor(() => mails.find((m) => /^Subject: .*resolved/m.test(m)), 'the resolution email');
+    expect(resolvedMail).toContain(events[0]!.id);
+
+    // Outcomes of the resolution notice are kept apart from the trigger's.
+    const detail = await waitFor(() => {
+      const [latest] = server.services.alerts.historyWithDeliveries(server.services.alerts.getAny(alert.id), 10);
+      return latest!.resolution_deliveries.every((d) => d.status === 'sent') ? latest : null;
+    }, 'resolution deliveries sent');
+    expect(detail.resolution_deliveries.map((d) => d.action).sort()).toEqual(['discord', 'email', 'ntfy', 'slack', 'webhook']);
+    expect(detail.deliveries.every((d) => d.status === 'sent')).toBe(true);
+  });
+
+  it('without clear_value the first reading that no longer meets the condition resolves; notify_resolved false sends no notice', async () => {
+    const s = await seedAccount(server);
+    const alert = server.services.alerts.create(s.device, {
+      name: 'Door',
+      field: 'door',
+      operator: '>=',
+      value: 1,
+      severity: 'warning',
+      actions: ['slack', 'ntfy'],
+      notifyResolved: false,
+      ...urls('b'),
+    });
+    await send(server, s.device, s.token, { door: 1 });
+    await requestsTo('/b/slack', 1);
+    const [ntfy] = await requestsTo('/b/ntfy/fridge-alerts', 1);
+    expect(ntfy!.headers.priority).toBe('4');
+    expect(ntfy!.headers.tags).toBe('warning,warning');
+    expect(ntfy!.headers.title).toBe(`[warning] Door: sensor 1 (${s.device.id})`);
+
+    await send(server, s.device, s.token, { door: 0 });
+    expect(server.services.alerts.getAny(alert.id).state).toBe('ok');
+    expect(eventsOf(server, alert.id)[0]!.resolved_at).not.toBeNull();
+    const [latest] = server.services.alerts.historyWithDeliveries(server.services.alerts.getAny(alert.id), 10);
+    expect(latest!.resolution_deliveries).toEqual([]);
+    await sleep(500);
+    expect(receiver.received.filter((r) => r.url.startsWith('/b/'))).toHaveLength(2);
+  });
+
+  it('a chat channel answering 500 is retried like a webhook and recorded as sent; info maps to ntfy priority 3', async () => {
+    const flaky = await startHttpReceiver((n) => (n <= 2 ? 500 : 200));
+    try {
+      const s = await seedAccount(server);
+      const alert = server.services.alerts.create(s.device, {
+        name: 'Battery',
+        field: 'battery',
+        operator: '<',
+        value: 10,
+        severity: 'info',
+        actions: ['ntfy'],
+        ntfyUrl: `${flaky.base}/topic`,
+      });
+      await send(server, s.device, s.token, { battery: 5 });
+      const d = await waitFor(() => {
+        const [latest] = server.services.alerts.historyWithDeliveries(server.services.alerts.getAny(alert.id), 10);
+        return latest?.deliveries[0]?.status === 'sent' ? latest.deliveries[0] : null;
+      }, 'the ntfy delivery');
+      expect(d).toMatchObject({ action: 'ntfy', status: 'sent', attempts: 3 });
+      expect(flaky.received).toHaveLength(3);
+      expect(flaky.received.every((r) => r.headers.priority === '3')).toBe(true);
+    } finally {
+      await flaky.close();
+    }
+  });
+
+  it('no_data messages name the silence; the Public API lists action names, never URLs', async () => {
+    const s = await seedAccount(server, { device: { name: 'Freezer' } });
+    const alert = server.services.alerts.create(s.device, {
+      name: 'Silent',
+      kind: 'no_data',
+      field: 'temp',
+      value: 10,
+      actions: ['discord', 'webhook'],
+      ...urls('c'),
+    });
+    await send(server, s.device, s.token, { temp: -18 });
+    const [event] = await waitForEvents(server, alert.id, 1);
+    const [discord] = await requestsTo('/c/discord', 1);
+    expect(JSON.parse(discord!.body).content).toBe(
+      `[warning] Silent: Freezer (${s.device.id})\nno reading with temp for ${event!.condition_value} s (limit 10 s), since ${new Date(
+        Date.parse(event!.triggered_at!) - (event!.condition_value as number) * 1000,
+      ).toISOString()} at ${event!.triggered_at}\n${PUBLIC_URL}/#/devices/${s.device.id}`,
+    );
+    await send(server, s.device, s.token, { temp: -17 });
+    const [, back] = await requestsTo('/c/discord', 2);
+    expect(JSON.parse(back!.body).content).toMatch(
+      /^\[warning\] Resolved: Silent: Freezer \(dev_\w+\)\nsending again after 1\d s of silence at /,
+    );
+
+    const res = await server.request(`/v1/alerts/${alert.id}`, { key: s.key });
+    const text = await res.text();
+    expect(res.status).toBe(200);
+    expect(text).not.toContain(receiver.base);
+    expect(text).not.toMatch(/_url/);
+    expect(JSON.parse(text).data).toMatchObject({
+      kind: 'no_data',
+      state: 'ok',
+      notify_resolved: true,
+      actions: ['discord', 'webhook'],
+      condition: { field: 'temp', operator: 'no_data', value: 10 },
+    });
+    expect(JSON.parse(text).data.condition).not.toHaveProperty('clear_value');
+    const history = await (await server.request(`/v1/alerts/${alert.id}/history`, { key: s.key })).json();
+    expect(history.data[0].resolved_at).toMatch(/Z$/);
+  }, 30_000);
+});

@@ -1,0 +1,60 @@
+/**
+ * no_data across restarts of the real server on one data dir: a silence that began before
+ * the restart counts from the last reading (of any kind, and with a number at the path),
+ * and an alert firing at shutdown does not fire again after the restart.
+ */
+import { rmSync } from 'node:fs';
+import { afterAll, describe, expect, it } from 'vitest';
+import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
+
+const dataDir = tempDir();
+const start = () => startTestServer({ 'data-dir': dataDir }, { silenceCheckMs: 200 });
+let server: TestServer | null = null;
+
+afterAll(async () => {
+  await server?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe('no_data across a restart', () => {
+  it('counts a silence from the last reading before the restart, and never fires it twice', async () => {
+    server = await start();
+    const s = await seedAccount(server);
+    const any = server.services.alerts.create(s.device, { name: 'silent', kind: 'no_data', value: 10 });
+    const path = server.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'env.temp', value: 10 });
+    await send(server, s.device, s.token, { env: { temp: 3 } });
+    const lastTemp = server.storage.repos.readings.latest(s.device.seq)!.time;
+    await sleep(2_000);
+    await send(server, s.device, s.token, { env: { door: 1 } });
+    const lastAny = server.storage.repos.readings.latest(s.device.seq)!.time;
+    await server.stop();
+
+    // Down for longer than the gap a restart-based count would hide: counted from the
+    // restart, the alerts would fire 17 s and more after their last reading.
+    await sleep(7_000);
+    server = await start();
+    const [pathEvent] = await waitForEvents(server, path.id, 1);
+    const [anyEvent] = await waitForEvents(server, any.id, 1);
+    const pathAfter = Date.parse(pathEvent!.triggered_at!) - lastTemp;
+    const anyAfter = Date.parse(anyEvent!.triggered_at!) - lastAny;
+    expect(pathAfter).toBeGreaterThanOrEqual(10_000);
+    expect(pathAfter).toBeLessThan(11_000);
+    expect(anyAfter).toBeGreaterThanOrEqual(10_000);
+    expect(anyAfter).toBeLessThan(11_000);
+
+    // Restart while both fire: the state persisted, so nothing fires again.
+    await server.stop();
+    server = await start();
+    await sleep(2_000);
+    expect(eventsOf(server, any.id)).toHaveLength(1);
+    expect(eventsOf(server, path.id)).toHaveLength(1);
+    expect(server.services.alerts.getAny(any.id).state).toBe('firing');
+
+    // The next reading after the restart resolves the firing that began before it.
+    await send(server, s.device, s.token, { env: { temp: 4 } });
+    expect(eventsOf(server, any.id)[0]!.resolved_at).not.toBeNull();
+    expect(eventsOf(server, path.id)[0]!.resolved_at).not.toBeNull();
+    expect(server.services.alerts.getAny(path.id).state).toBe('ok');
+  }, 60_000);
+});

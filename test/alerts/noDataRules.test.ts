@@ -1,0 +1,82 @@
+/**
+ * no_data rules beside the timing: a paused device and a disabled alert never fire; resuming
+ * or enabling starts the silence afresh; a PATH alert counts only readings with a number at
+ * that path. The silence check runs every 200 ms here (a start option) so the bounds can be
+ * asserted closely; noData.test.ts holds the default period to SECONDS + 5 s.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
+
+let server: TestServer;
+
+beforeAll(async () => {
+  server = await startTestServer({}, { silenceCheckMs: 200 });
+});
+afterAll(() => server.stop());
+
+const latestTime = (deviceSeq: number) => server.storage.repos.readings.latest(deviceSeq)!.time;
+
+describe('no_data alerts: paused devices, disabled alerts, paths', () => {
+  it('never fires for a paused device or a disabled alert; resume and enable count the silence from then', async () => {
+    const account = await seedAccount(server, { device: { name: 'watched' } });
+    const acc = server.services.accounts.list().find((a) => a.id === account.account.id)!;
+    const paused = server.services.devices.create(acc, { name: 'paused' });
+    const quiet = server.services.devices.create(acc, { name: 'alert disabled' });
+
+    const watched = server.services.alerts.create(account.device, { name: 'watched silent', kind: 'no_data', value: 10 });
+    const onPaused = server.services.alerts.create(paused.device, { name: 'paused silent', kind: 'no_data', value: 10 });
+    const disabled = server.services.alerts.create(quiet.device, { name: 'disabled silent', kind: 'no_data', value: 10, enabled: false });
+    await send(server, account.device, account.token, { t: 1 });
+    await send(server, paused.device, paused.accessToken, { t: 1 });
+    await send(server, quiet.device, quiet.accessToken, { t: 1 });
+    server.services.devices.pause(paused.device);
+
+    await waitForEvents(server, watched.id, 1);
+    await sleep(2_000);
+    expect(eventsOf(server, onPaused.id)).toEqual([]);
+    expect(eventsOf(server, disabled.id)).toEqual([]);
+
+    // Their last readings are over 10 s old, yet the silence starts at the resume / enabling.
+    server.services.devices.resume(paused.device);
+    const resumedAt = server.services.devices.getAny(paused.device.id).resumedAt!;
+    server.services.alerts.setEnabled(disabled, true);
+    const enabledAt = server.services.alerts.getAny(disabled.id).enabledAt;
+    await sleep(1_000);
+    expect(eventsOf(server, onPaused.id)).toEqual([]);
+    expect(eventsOf(server, disabled.id)).toEqual([]);
+
+    const [afterResume] = await waitForEvents(server, onPaused.id, 1);
+    const [afterEnable] = await waitForEvents(server, disabled.id, 1);
+    for (const [event, from] of [
+      [afterResume!, resumedAt],
+      [afterEnable!, enabledAt],
+    ] as const) {
+      const after = Date.parse(event.triggered_at!) - from;
+      expect(after).toBeGreaterThanOrEqual(10_000);
+      expect(after).toBeLessThan(10_000 + 1_000);
+    }
+  }, 60_000);
+
+  it('a PATH alert counts only readings with a number at the path; such a reading resolves it', async () => {
+    const s = await seedAccount(server);
+    const alert = server.services.alerts.create(s.device, { name: 'no temperature', kind: 'no_data', field: 'env.temp', value: 10 });
+    await send(server, s.device, s.token, { env: { temp: 4 } });
+    const lastMatch = latestTime(s.device.seq);
+    // Readings keep coming, but none has a number at env.temp.
+    for (const data of [{ env: { humidity: 50 } }, { env: { temp: 'n/a' } }, { temp: 4 }]) {
+      await sleep(2_500);
+      await send(server, s.device, s.token, data);
+    }
+    const [event] = await waitForEvents(server, alert.id, 1);
+    const after = Date.parse(event!.triggered_at!) - lastMatch;
+    expect(after).toBeGreaterThanOrEqual(10_000);
+    expect(after).toBeLessThan(11_000);
+
+    await send(server, s.device, s.token, { env: { temp: null } });
+    expect(server.services.alerts.getAny(alert.id).state).toBe('firing');
+    await send(server, s.device, s.token, { env: { temp: -18.5 } });
+    expect(server.services.alerts.getAny(alert.id).state).toBe('ok');
+    expect(eventsOf(server, alert.id)[0]!.resolved_at).toBe(new Date(latestTime(s.device.seq)).toISOString());
+  }, 30_000);
+});
