@@ -65,6 +65,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),
     onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
+    onRollupError: (err) => app?.log.error({ err }, 'rolling up readings failed; retried at the next pass'),
   });
 
   // The first-run setup URL: valid while no account exists (decisions.md §1).
@@ -84,6 +85,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     ...options.retention,
   });
   retention.start();
+  // Rollups of numeric paths for aggregates: shortly after start, then every minute.
+  services.rollups.start();
   // Snapshot retention (decisions.md §4): shortly after start, then hourly.
   const stopSnapshotRetention = services.snapshots.scheduleRetention({
     onError: (err) => app?.log.error({ err }, 'snapshot retention failed'),
@@ -107,6 +110,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     // The background jobs must not wake up later on a closed database.
     stopSnapshotRetention();
     await retention.stop();
+    await services.rollups.stop();
     db.close();
     throw err;
   }
@@ -136,6 +140,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       watcher.stop();
       stopSnapshotRetention();
       await retention.stop();
+      await services.rollups.stop();
       // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.
       await mqtt?.close();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.

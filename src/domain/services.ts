@@ -5,6 +5,7 @@ import { ReadingWriter } from '../storage/readingWriter.js';
 import { snapshotFiles } from '../storage/snapshotFiles.js';
 import { type Clock, systemClock } from '../time.js';
 import { accountService } from './accounts.js';
+import { aggregateService } from './aggregates.js';
 import { alertEvaluator } from './alerts/evaluator.js';
 import { alertService } from './alerts.js';
 import { deviceService } from './devices.js';
@@ -12,6 +13,7 @@ import { DomainEvents } from './events.js';
 import { ingestPipeline } from './ingest/pipeline.js';
 import { keyService } from './keys.js';
 import { RateLimiter } from './rateLimit.js';
+import { rollupService } from './rollups.js';
 import { sessionService } from './sessions.js';
 import { snapshotService } from './snapshots.js';
 import { telemetryService } from './telemetry.js';
@@ -31,6 +33,8 @@ export interface ServiceOptions {
   logAlert?: (message: string, details: Record<string, unknown>) => void;
   /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
   onInboxMergeError?: (err: unknown) => void;
+  /** Where a failed pass of the rollup job is reported (the next pass redoes it). */
+  onRollupError?: (err: unknown) => void;
 }
 
 export function createServices(repos: Repositories, options: ServiceOptions = {}) {
@@ -39,6 +43,8 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
   const devices = deviceService(repos, events, clock);
   const writer = new ReadingWriter(repos.readings, undefined, options.onInboxMergeError);
   const accounts = accountService(repos, events, clock);
+  // Started by the server only (like retention); the CLI and bulk loads use rebuild().
+  const rollups = rollupService(repos, clock, { onError: options.onRollupError });
   const alertEvaluation = alertEvaluator({
     repos,
     events,
@@ -63,6 +69,8 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
     keys: keyService(repos, clock),
     devices,
     telemetry: telemetryService(repos, clock),
+    rollups,
+    aggregates: aggregateService(repos, clock, rollups),
     usage: usageService(repos, clock),
     alerts: alertService(repos, clock, events),
     alertEvaluation,
