@@ -85,14 +85,13 @@ export class RetentionJob {
         if (this.stopped) return run;
         const deleted = this.repos.transaction(() => {
           this.repos.devices.archiveLastSeen(device.seq);
-          return this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);
+          const n = this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);
+          // Rollups of the deleted readings go in the same transaction; the hour the cutoff
+          // cuts into is recomputed from the readings left in it (rollups repository).
+          if (n > 0) this.repos.rollups.deleteBefore(device.seq, cutoff);
+          return n;
         });
-        if (deleted === 0) {
-          // Rollups of buckets that start before the cutoff go too; the one the cutoff cuts
-          // into is never read (queries start at or after the cutoff, docs/aggregates.md).
-          this.repos.transaction(() => this.repos.rollups.deleteBefore(device.seq, cutoff));
-          break;
-        }
+        if (deleted === 0) break;
         touched = true;
         run.deleted += deleted;
         run.batches++;

@@ -107,11 +107,16 @@ export function rollupsRepo(db: Db) {
     rawFirst: (deviceSeq: number, from: number, to: number, limit: number): OrderedRawRow[] =>
       rawFirst.all(deviceSeq, from, to, deviceSeq, from, to, limit),
 
-    /** Retention: rollups of buckets that start before `cutoff` (their readings are going). */
+    /**
+     * Retention deleted the readings before `cutoff`: their rollups go, and the hour the
+     * cutoff cuts into is marked dirty, to be recomputed from the readings left in it (a
+     * later, longer retention reads it as a whole hour).
+     */
     deleteBefore(deviceSeq: number, cutoff: number): void {
       minutes.deleteRange.run(deviceSeq, 0, cutoff);
       hours.deleteRange.run(deviceSeq, 0, cutoff);
       clearDirtyBefore.run(deviceSeq, cutoff - HOUR_MS + 1);
+      if (cutoff % HOUR_MS !== 0) markDirty.run(deviceSeq, Math.floor(cutoff / HOUR_MS) * HOUR_MS);
     },
     /** Device deletion. */
     deleteDevice(deviceSeq: number): void {
