@@ -1,9 +1,9 @@
 import { badRequest } from '../errors.js';
 import type { Repositories } from '../storage/index.js';
-import { END_OF_TIME, type RollupRow } from '../storage/repos/rollups.js';
+import { END_OF_TIME } from '../storage/repos/rollups.js';
 import { type Clock, DAY_MS, HOUR_MS, iso, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, mergeEncoded, type Stats } from './numericStats.js';
-import { minuteRollupsStart, type RollupService } from './rollups.js';
+import { keptFrom, LEVELS, type RollupService } from './rollups.js';
 import { capRangeToRetention, RANGE_NAMES, type RangeName, rangeMs } from './telemetry.js';
 import type { Account, Device } from './types.js';
 
@@ -86,49 +86,47 @@ export function aggregateService(repos: Repositories, clock: Clock, rollupJob: R
       const size = intervalMs(interval);
       rollupJob.settleDevice(device.seq);
       const rolled = repos.rollups.rolledUntil();
-      const minutesKept = Math.ceil(minuteRollupsStart(now) / MINUTE_MS) * MINUTE_MS;
 
       const buckets = new Map<number, Stats>();
       const raw = (from: number, to: number) => {
         if (to > from) addRows(buckets, repos.rollups.raw(device.seq, from, to), size, only);
       };
-      const rollup = (rows: RollupRow[]) => {
-        for (const [start, text] of rows) {
-          const b = bucketOf(start, size);
-          let stats = buckets.get(b);
+      /**
+       * Figures of [from, to) (to ≤ rolled) from the coarsest level at most `level` whose
+       * whole, kept buckets fit, the ends from finer levels, and the readings last.
+       */
+      const cover = (from: number, to: number, level: number): void => {
+        if (to <= from) return;
+        if (level < 0) {
+          raw(from, to);
+          return;
+        }
+        const step = LEVELS[level]!.size;
+        const a = Math.max(Math.ceil(from / step) * step, keptFrom(level, now));
+        const b = bucketOf(to, step);
+        if (a >= b) {
+          cover(from, to, level - 1);
+          return;
+        }
+        cover(from, a, level - 1);
+        for (const [start, text] of repos.rollups.rows(device.seq, level, a, b)) {
+          const into = bucketOf(start, size);
+          let stats = buckets.get(into);
           if (stats === undefined) {
             stats = new Map();
-            buckets.set(b, stats);
+            buckets.set(into, stats);
           }
           mergeEncoded(stats, text, only);
         }
+        cover(b, to, level - 1);
       };
-      const minutes = (from: number, to: number) => {
-        if (to > from) rollup(repos.rollups.minuteRows(device.seq, from, to));
-      };
-
-      const firstMinute = Math.ceil(since / MINUTE_MS) * MINUTE_MS;
-      const firstHour = Math.ceil(since / HOUR_MS) * HOUR_MS;
-      const lastHour = bucketOf(rolled, HOUR_MS);
-      if (size >= HOUR_MS && firstHour < lastHour) {
-        // Buckets of whole hours: hour rollups for the hours rolled up entirely.
-        if (firstMinute >= minutesKept) {
-          raw(since, firstMinute);
-          minutes(firstMinute, firstHour);
-        } else raw(since, firstHour);
-        rollup(repos.rollups.hourRows(device.seq, firstHour, lastHour));
-        if (lastHour >= minutesKept) {
-          minutes(lastHour, rolled);
-          raw(rolled, END_OF_TIME);
-        } else raw(lastHour, END_OF_TIME);
-      } else {
-        const from = Math.max(firstMinute, minutesKept);
-        if (from < rolled) {
-          raw(since, from);
-          minutes(from, rolled);
-          raw(rolled, END_OF_TIME);
-        } else raw(since, END_OF_TIME);
-      }
+      // The coarsest level whose buckets nest in the interval's.
+      let level = LEVELS.length - 1;
+      while (size % LEVELS[level]!.size !== 0) level--;
+      if (since < rolled) {
+        cover(since, rolled, level);
+        raw(rolled, END_OF_TIME);
+      } else raw(since, END_OF_TIME);
 
       const fields = requestedFields ?? [...new Set([...buckets.values()].flatMap((s) => [...s.keys()]))].sort();
       const parts: string[] = [];

@@ -1,5 +1,6 @@
 import type { Repositories } from '../storage/index.js';
 import { type Clock, DAY_MS, HOUR_MS } from '../time.js';
+import { LEVELS } from './rollups.js';
 
 export interface RetentionOptions {
   /** Readings deleted per transaction: short transactions keep the write lock free for ingest. */
@@ -88,7 +89,7 @@ export class RetentionJob {
           const n = this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);
           // Rollups of the deleted readings go in the same transaction; the hour the cutoff
           // cuts into is recomputed from the readings left in it (rollups repository).
-          if (n > 0) this.repos.rollups.deleteBefore(device.seq, cutoff);
+          if (n > 0) this.repos.rollups.deleteBefore(device.seq, cutoff, LEVELS.length);
           return n;
         });
         if (deleted === 0) break;

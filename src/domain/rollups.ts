@@ -1,5 +1,5 @@
 import type { Repositories } from '../storage/index.js';
-import type { OrderedRawRow, RawRow, RollupRow } from '../storage/repos/rollups.js';
+import type { OrderedRawRow, RawRow } from '../storage/repos/rollups.js';
 import { type Clock, HOUR_MS, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } from './numericStats.js';
 
@@ -12,19 +12,32 @@ export const ROLL_LAG_MS = 5_000;
 /** How often the background pass runs; the query reads raw readings for what it has not rolled yet. */
 export const ROLL_EVERY_MS = 60_000;
 /**
- * Minute rollups are kept for this long: they serve the ranges up to 24 h (1m and 5m
- * buckets) and the partial hours at both ends of longer ranges. Older minutes live on in
- * the hour rollups only, which keeps the database small (docs/aggregates.md).
+ * Rollup levels, finest first; each size divides the next, and every interval of the
+ * aggregate endpoint is a multiple of one of them. Finer levels are kept for a recent window
+ * only, which keeps the database small (docs/aggregates.md):
+ *   - minutes, 7 h: the 1m buckets of the 1h and 6h ranges;
+ *   - 5 minutes, 25 h: the 5m and 15m buckets of the 24h range (288 rows instead of 1,440);
+ *   - hours, as long as the readings: the 1h, 6h and 1d buckets of every range.
+ * The partial buckets at either end of a range are read from the finer levels, and beyond
+ * what they keep, from the readings.
  */
-export const MINUTE_ROLLUPS_KEEP_MS = 25 * HOUR_MS;
+export const LEVELS = [
+  { size: MINUTE_MS, keepMs: 7 * HOUR_MS },
+  { size: 5 * MINUTE_MS, keepMs: 25 * HOUR_MS },
+  { size: HOUR_MS, keepMs: Number.POSITIVE_INFINITY },
+] as const;
+
+/** The first bucket of a level whose row is still kept at `now` (rows before it may be pruned). */
+export const keptFrom = (level: number, now: number): number => {
+  const { size, keepMs } = LEVELS[level]!;
+  return keepMs === Number.POSITIVE_INFINITY ? Number.NEGATIVE_INFINITY : bucketOf(now - keepMs, size);
+};
+
 /**
  * Readings read per synchronous step of a pass: a step parses and writes them in a few
  * milliseconds, then the event loop runs (ingest commits) before the next one.
  */
 export const ROWS_PER_STEP = 4_000;
-
-/** The first minute whose minute rollup is still kept at `now`. */
-export const minuteRollupsStart = (now: number): number => bucketOf(now - MINUTE_ROLLUPS_KEEP_MS, MINUTE_MS);
 
 export interface RollupOptions {
   onError?: (err: unknown) => void;
@@ -54,51 +67,57 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<RollupRun> | null = null;
   let stopped = false;
-  let prunedBefore = 0;
+  let prunedAt = 0;
 
   /**
-   * Writes the rollups of one device for [from, to) from `rows`, every reading of that span.
-   * Minute rows are written for minutes still kept; hour rows for every hour with data, the
-   * hour that `from` cuts into combined with what an earlier span rolled of it.
+   * Writes the rollups of one device for [from, to) (from a whole minute) from `rows`, every
+   * reading of that span, level by level: minutes from the readings, each coarser level from
+   * the finer one. A bucket that began before `from` (rolled in part by an earlier span) is
+   * completed with the finer level's rows of that earlier part, or with the readings where
+   * the finer level no longer keeps them. Only buckets a level still keeps are written.
    */
-  function rollSpan(deviceSeq: number, from: number, to: number, rows: readonly (RawRow | OrderedRawRow)[], keepStart: number): void {
-    const minutes = new Map<number, Stats>();
-    addRows(minutes, rows, MINUTE_MS, null);
-    const minuteFrom = Math.max(from, keepStart);
-    if (to > minuteFrom) {
-      const out: RollupRow[] = [];
-      for (const b of [...minutes.keys()].sort((x, y) => x - y)) {
-        if (b < minuteFrom) continue;
-        const text = encodeStats(minutes.get(b)!);
-        if (text !== null) out.push([b, text]);
-      }
-      rollups.replaceMinutes(deviceSeq, minuteFrom, to, out);
-    }
-    const hours = new Map<number, Stats>();
-    for (const [b, stats] of minutes) {
-      const h = bucketOf(b, HOUR_MS);
-      let into = hours.get(h);
-      if (into === undefined) {
-        into = new Map();
-        hours.set(h, into);
-      }
-      mergeStats(into, stats);
-    }
-    const firstWholeHour = Math.ceil(from / HOUR_MS) * HOUR_MS;
-    if (to > firstWholeHour) rollups.deleteHours(deviceSeq, firstWholeHour, to);
-    for (const [h, stats] of hours) {
-      if (h < from) {
-        // The hour began before this span: add what was rolled of it before.
-        if (h >= keepStart) for (const [, text] of rollups.minuteRows(deviceSeq, h, from)) mergeEncoded(stats, text, null);
-        else {
-          const before = new Map<number, Stats>();
-          addRows(before, rollups.raw(deviceSeq, h, from), HOUR_MS, null);
-          const earlier = before.get(h);
-          if (earlier) mergeStats(stats, earlier);
+  function rollSpan(deviceSeq: number, from: number, to: number, rows: readonly (RawRow | OrderedRawRow)[], now: number): void {
+    let finer = new Map<number, Stats>();
+    addRows(finer, rows, LEVELS[0].size, null);
+    for (let level = 0; level < LEVELS.length; level++) {
+      const { size } = LEVELS[level]!;
+      let current: Map<number, Stats>;
+      if (level === 0) current = finer;
+      else {
+        current = new Map();
+        for (const [b, stats] of finer) {
+          const into = bucketOf(b, size);
+          let acc = current.get(into);
+          if (acc === undefined) {
+            acc = new Map();
+            current.set(into, acc);
+          }
+          mergeStats(acc, stats);
+        }
+        const first = bucketOf(from, size);
+        const partial = current.get(first);
+        if (first < from && partial !== undefined) {
+          // [first, from) was rolled before: the finer level's rows of it, but those this span
+          // recomputed (a finer bucket that `from` cuts into and that got new readings).
+          if (first >= keptFrom(level - 1, now)) {
+            for (const [b, text] of rollups.rows(deviceSeq, level - 1, first, from)) if (!finer.has(b)) mergeEncoded(partial, text, null);
+          } else {
+            const before = new Map<number, Stats>();
+            addRows(before, rollups.raw(deviceSeq, first, from), size, null);
+            const earlier = before.get(first);
+            if (earlier) mergeStats(partial, earlier);
+          }
         }
       }
-      const text = encodeStats(stats);
-      if (text !== null) rollups.putHour(deviceSeq, h, text);
+      const kept = keptFrom(level, now);
+      const firstWhole = Math.max(Math.ceil(from / size) * size, kept);
+      if (to > firstWhole) rollups.deleteRange(deviceSeq, level, firstWhole, to);
+      for (const [b, stats] of current) {
+        if (b < kept) continue;
+        const text = encodeStats(stats);
+        if (text !== null) rollups.put(deviceSeq, level, b, text);
+      }
+      finer = current;
     }
   }
 
@@ -106,12 +125,12 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   function settle(deviceSeq?: number): number {
     const dirty = deviceSeq === undefined ? rollups.allDirty() : rollups.dirtyHours(deviceSeq).map((hour) => ({ deviceSeq, hour }));
     if (dirty.length === 0) return 0;
-    const keepStart = minuteRollupsStart(clock.now());
+    const now = clock.now();
     for (const { deviceSeq: seq, hour } of dirty) {
       repos.transaction(() => {
         // Up to the time before which readings are rolled (or being rolled by a pass).
         const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
-        if (end > hour) rollSpan(seq, hour, end, rollups.raw(seq, hour, end), keepStart);
+        if (end > hour) rollSpan(seq, hour, end, rollups.raw(seq, hour, end), now);
         rollups.clearDirty(seq, hour);
       });
     }
@@ -126,10 +145,10 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     const now = clock.now();
     const target = bucketOf(now - ROLL_LAG_MS, MINUTE_MS);
     const start = rollups.rolledUntil();
-    const keepStart = minuteRollupsStart(now);
     if (target > start) {
       rollups.setLateBefore(target);
-      const prune = bucketOf(keepStart, HOUR_MS) > prunedBefore;
+      // Rows older than a level keeps are pruned once an hour.
+      const prune = bucketOf(now, HOUR_MS) > prunedAt;
       for (const { seq } of repos.devices.allSeqs()) {
         let cursor = start;
         let touched = false;
@@ -150,17 +169,17 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
           if (rows.length > 0) {
             const span = rows;
             const from = cursor;
-            repos.transaction(() => rollSpan(seq, from, end, span, keepStart));
+            repos.transaction(() => rollSpan(seq, from, end, span, now));
             run.readings += rows.length;
             touched = true;
           }
           cursor = end;
           yield rows.length;
         }
-        if (prune) rollups.pruneMinutes(seq, keepStart);
+        if (prune) for (let level = 0; level < LEVELS.length; level++) yield rollups.deleteRange(seq, level, 0, keptFrom(level, now));
         if (touched) run.devices++;
       }
-      if (prune) prunedBefore = bucketOf(keepStart, HOUR_MS);
+      if (prune) prunedAt = bucketOf(now, HOUR_MS);
       rollups.setRolledUntil(target);
     }
     run.dirtyHours += settle();
@@ -214,7 +233,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     /** Drops every rollup and rolls all readings up again, synchronously (bulk loads, tests). */
     rebuild(): RollupRun {
       rollups.clear();
-      prunedBefore = 0;
+      prunedAt = 0;
       const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
       for (const _ of steps(run));
       return run;

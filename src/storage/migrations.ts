@@ -232,29 +232,25 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     `,
   },
   {
-    // Aggregates over long ranges (docs/aggregates.md): per-device rollups of numeric paths,
-    // one row per device and UTC minute (kept for the last day or so) and per device and UTC
-    // hour (kept as long as the readings). `stats` is JSON keyed by dotted path: a number when
-    // the bucket holds one value (it is then count, min, max and sum at once, as compact as
-    // the reading), else [count, min, max, sum]. A background job fills them after readings
-    // commit (src/domain/rollups.ts); rolled_until is how far it got, and starts at 0 so an
-    // upgraded data dir is rolled up from its existing readings in the background.
-    // rollup_dirty lists hours that got a reading after they were rolled up (a clock set
-    // back, a bulk load of past readings): they are recomputed before they are used.
+    // Aggregates over long ranges (docs/aggregates.md): per-device rollups of numeric paths
+    // at three resolutions (level 0: UTC minutes, kept 7 h; 1: 5 minutes, kept 25 h; 2: hours,
+    // kept as long as the readings; src/domain/rollups.ts). One row per device, level and
+    // bucket; `stats` is JSON keyed by dotted path: a number when the bucket holds one value
+    // (it is then count, min, max and sum at once, as compact as the reading), else
+    // [count, min, max, sum]. A background job fills them after readings commit; rolled_until
+    // is how far it got, and starts at 0 so an upgraded data dir is rolled up from its
+    // existing readings in the background. rollup_dirty lists hours that got a reading after
+    // they were rolled up (a clock set back, a load of past readings, retention cutting into
+    // an hour): they are recomputed before they are used.
     version: 7,
     name: 'reading rollups',
     sql: `
-      CREATE TABLE rollup_minutes (
+      CREATE TABLE rollups (
         device_seq INTEGER NOT NULL,
-        bucket INTEGER NOT NULL, -- start of the UTC minute, ms since the epoch
+        level INTEGER NOT NULL,
+        bucket INTEGER NOT NULL, -- start of the UTC bucket, ms since the epoch
         stats TEXT NOT NULL,
-        PRIMARY KEY (device_seq, bucket)
-      ) WITHOUT ROWID;
-      CREATE TABLE rollup_hours (
-        device_seq INTEGER NOT NULL,
-        bucket INTEGER NOT NULL, -- start of the UTC hour, ms since the epoch
-        stats TEXT NOT NULL,
-        PRIMARY KEY (device_seq, bucket)
+        PRIMARY KEY (device_seq, level, bucket)
       ) WITHOUT ROWID;
       CREATE TABLE rollup_state (rolled_until INTEGER NOT NULL);
       INSERT INTO rollup_state (rolled_until) VALUES (0);

@@ -7,7 +7,7 @@
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { MINUTE_ROLLUPS_KEEP_MS, ROWS_PER_STEP } from '../../src/domain/rollups.js';
+import { LEVELS, ROWS_PER_STEP } from '../../src/domain/rollups.js';
 import { createBackup, restoreBackup } from '../../src/storage/backup.js';
 import { openDatabase } from '../../src/storage/db.js';
 import { VERSION } from '../../src/version.js';
@@ -46,8 +46,10 @@ async function aggregate(server: TestServer, key: string, deviceId: string, qs: 
   return ((await res.json()) as { data: Bucket[] }).data;
 }
 
-const rollupCount = (server: TestServer, table: 'rollup_minutes' | 'rollup_hours', deviceSeq: number) =>
-  server.db.prepare(`SELECT count(*) FROM ${table} WHERE device_seq = ?`).pluck().get(deviceSeq) as number;
+const MINUTES = 0;
+const HOURS = 2;
+const rollupCount = (server: TestServer, level: number, deviceSeq: number) =>
+  server.db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?').pluck().get(deviceSeq, level) as number;
 
 async function expectMatchesReadings(server: TestServer, key: string, device: { id: string; seq: number }, now: number) {
   const readings = storedReadings(server, device.seq);
@@ -92,11 +94,12 @@ describe('reading rollups', () => {
     }
     expect(server.services.repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
-    // Minute rollups older than the kept window are pruned; hour rollups stay.
-    const oldestMinute = server.db.prepare('SELECT min(bucket) FROM rollup_minutes').pluck().get() as number;
-    expect(oldestMinute).toBeGreaterThanOrEqual(clock.t - MINUTE_ROLLUPS_KEEP_MS - HOUR);
-    const oldestHour = server.db.prepare('SELECT min(bucket) FROM rollup_hours').pluck().get() as number;
-    expect(oldestHour).toBe(Math.floor(START / HOUR) * HOUR);
+    // Rows older than a level keeps are pruned (hourly); hour rollups stay.
+    const oldest = (level: number) => server.db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
+    expect(oldest(0)).toBeGreaterThanOrEqual(clock.t - LEVELS[0].keepMs - HOUR);
+    expect(oldest(0)).toBeLessThan(clock.t - LEVELS[0].keepMs + HOUR);
+    expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
+    expect(oldest(HOURS)).toBe(Math.floor(START / HOUR) * HOUR);
     // A rebuild from the readings gives the same answers.
     server.services.rollups.rebuild();
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
@@ -110,18 +113,19 @@ describe('reading rollups', () => {
     for (let t = START - 6 * DAY; t < START - MIN; t += 17 * MIN) readings.push({ time: t, data: { v: (t / MIN) % 97, env: { x: 1 } } });
     insertReadings(server, seed.device.seq, readings);
     await server.services.rollups.runOnce();
-    const hoursBefore = rollupCount(server, 'rollup_hours', seed.device.seq);
+    const hoursBefore = rollupCount(server, HOURS, seed.device.seq);
     expect(hoursBefore).toBeGreaterThan(6 * 24 - 2);
 
     server.services.accounts.setPlan(seed.account.id, 'enterprise', { retentionDays: 2 });
     const run = await server.retention.runOnce();
     expect(run.deleted).toBeGreaterThan(0);
     const cutoff = START - 2 * DAY;
-    const older = (table: string) =>
-      server.db.prepare(`SELECT count(*) FROM ${table} WHERE device_seq = ? AND bucket < ?`).pluck().get(seed.device.seq, cutoff);
-    expect(older('rollup_hours')).toBe(0);
-    expect(older('rollup_minutes')).toBe(0);
-    expect(rollupCount(server, 'rollup_hours', seed.device.seq)).toBeLessThan(hoursBefore / 2);
+    const older = server.db
+      .prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND bucket < ?')
+      .pluck()
+      .get(seed.device.seq, cutoff);
+    expect(older).toBe(0);
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBeLessThan(hoursBefore / 2);
 
     // Back to a long retention: the 7-day figures are those of the readings still stored.
     server.services.accounts.setPlan(seed.account.id, 'enterprise');
@@ -137,11 +141,11 @@ describe('reading rollups', () => {
     const seed = await seedAccount(server, { plan: 'enterprise' });
     insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
-    expect(rollupCount(server, 'rollup_hours', seed.device.seq)).toBe(1);
-    expect(rollupCount(server, 'rollup_minutes', seed.device.seq)).toBe(1);
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBe(1);
+    expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(1);
     server.services.devices.remove(seed.device);
-    expect(rollupCount(server, 'rollup_hours', seed.device.seq)).toBe(0);
-    expect(rollupCount(server, 'rollup_minutes', seed.device.seq)).toBe(0);
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBe(0);
+    expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(0);
   });
 
   it('are carried by backup and restore', async () => {
@@ -162,7 +166,7 @@ describe('reading rollups', () => {
     await restoreBackup(archive, restoredDir, { force: false });
     const restored = await start(clock, restoredDir);
     // Rows came with the archive: no pass has run on the restored server yet.
-    expect(rollupCount(restored, 'rollup_hours', seed.device.seq)).toBe(rollupCount(server, 'rollup_hours', seed.device.seq));
+    expect(rollupCount(restored, HOURS, seed.device.seq)).toBe(rollupCount(server, HOURS, seed.device.seq));
     expect(restored.services.repos.rollups.rolledUntil()).toBe(server.services.repos.rollups.rolledUntil());
     expect(await aggregate(restored, seed.key, seed.device.id, 'range=7d')).toEqual(before);
     await expectMatchesReadings(restored, seed.key, seed.device, clock.t);
@@ -183,7 +187,7 @@ describe('reading rollups', () => {
     }
     // Make it a data dir of the version before rollups: schema 5, no rollup tables.
     const db = openDatabase(dataDir);
-    db.exec('DROP TABLE rollup_minutes; DROP TABLE rollup_hours; DROP TABLE rollup_state; DROP TABLE rollup_dirty');
+    db.exec('DROP TABLE rollups; DROP TABLE rollup_state; DROP TABLE rollup_dirty');
     db.pragma('user_version = 5');
     db.close();
 
@@ -194,7 +198,7 @@ describe('reading rollups', () => {
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     const run = await server.services.rollups.runOnce();
     expect(run.readings).toBe(storedReadings(server, seed.device.seq).length);
-    expect(rollupCount(server, 'rollup_hours', seed.device.seq)).toBeGreaterThan(10 * 24 - 2);
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBeGreaterThan(10 * 24 - 2);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
   });
 });

@@ -13,9 +13,10 @@ export const END_OF_TIME = Number.MAX_SAFE_INTEGER;
 const HOUR_MS = 3_600_000;
 
 /**
- * Per-device rollups of numeric paths (migration 7): rollup_minutes and rollup_hours, the
- * rolled_until mark, and the hours to recompute (rollup_dirty). What goes in `stats` is the
- * domain's (src/domain/rollups.ts); this repository stores and reads rows.
+ * Per-device rollups of numeric paths (migration 7): rows per device, level and bucket, the
+ * rolled_until mark, and the hours to recompute (rollup_dirty). What goes in `stats`, and
+ * what each level's buckets are, is the domain's (src/domain/rollups.ts); this repository
+ * stores and reads rows.
  *
  * `lateBefore` is the time before which a newly committed reading is late: its minute may
  * already be rolled up. The readings repository checks it per reading of a batch (a number
@@ -29,18 +30,18 @@ export function rollupsRepo(db: Db) {
   let rolledUntil = readState.get() ?? 0;
   let lateBefore = rolledUntil;
 
-  const rows = (table: string) => ({
-    range: db
-      .prepare<[number, number, number], RollupRow>(
-        `SELECT bucket, stats FROM ${table} WHERE device_seq = ? AND bucket >= ? AND bucket < ? ORDER BY bucket`,
-      )
-      .raw(true),
-    put: db.prepare<[number, number, string]>(`INSERT OR REPLACE INTO ${table} (device_seq, bucket, stats) VALUES (?, ?, ?)`),
-    deleteRange: db.prepare<[number, number, number]>(`DELETE FROM ${table} WHERE device_seq = ? AND bucket >= ? AND bucket < ?`),
-    deleteDevice: db.prepare<[number]>(`DELETE FROM ${table} WHERE device_seq = ?`),
-  });
-  const minutes = rows('rollup_minutes');
-  const hours = rows('rollup_hours');
+  const rowRange = db
+    .prepare<[number, number, number, number], RollupRow>(
+      'SELECT bucket, stats FROM rollups WHERE device_seq = ? AND level = ? AND bucket >= ? AND bucket < ? ORDER BY bucket',
+    )
+    .raw(true);
+  const putRow = db.prepare<[number, number, number, string]>(
+    'INSERT OR REPLACE INTO rollups (device_seq, level, bucket, stats) VALUES (?, ?, ?, ?)',
+  );
+  const deleteRange = db.prepare<[number, number, number, number]>(
+    'DELETE FROM rollups WHERE device_seq = ? AND level = ? AND bucket >= ? AND bucket < ?',
+  );
+  const deleteOfDevice = db.prepare<[number]>('DELETE FROM rollups WHERE device_seq = ?');
 
   // Readings of one device in [from, to), from both reading tables in one statement, so a
   // merge of the inbox can never move a row between two reads.
@@ -89,17 +90,12 @@ export function rollupsRepo(db: Db) {
     anyDirty: (): boolean => hasDirty.get() === 1,
     clearDirty: (deviceSeq: number, hour: number) => void clearDirty.run(deviceSeq, hour),
 
-    minuteRows: (deviceSeq: number, from: number, to: number): RollupRow[] => minutes.range.all(deviceSeq, from, to),
-    hourRows: (deviceSeq: number, from: number, to: number): RollupRow[] => hours.range.all(deviceSeq, from, to),
-    /** Replaces the minute rows of [from, to) with `rows` (buckets inside that range). */
-    replaceMinutes(deviceSeq: number, from: number, to: number, rows: RollupRow[]): void {
-      minutes.deleteRange.run(deviceSeq, from, to);
-      for (const [bucket, stats] of rows) minutes.put.run(deviceSeq, bucket, stats);
-    },
-    putHour: (deviceSeq: number, bucket: number, stats: string) => void hours.put.run(deviceSeq, bucket, stats),
-    deleteHours: (deviceSeq: number, from: number, to: number) => void hours.deleteRange.run(deviceSeq, from, to),
-    /** Minute rows are kept for a recent window only. */
-    pruneMinutes: (deviceSeq: number, before: number) => void minutes.deleteRange.run(deviceSeq, 0, before),
+    /** Rows of one level with buckets in [from, to), oldest first. */
+    rows: (deviceSeq: number, level: number, from: number, to: number): RollupRow[] => rowRange.all(deviceSeq, level, from, to),
+    put: (deviceSeq: number, level: number, bucket: number, stats: string) => void putRow.run(deviceSeq, level, bucket, stats),
+    /** Deletes the rows of one level with buckets in [from, to); returns how many went. */
+    deleteRange: (deviceSeq: number, level: number, from: number, to: number): number =>
+      deleteRange.run(deviceSeq, level, from, to).changes,
 
     /** Readings of [from, to) of one device, unordered. */
     raw: (deviceSeq: number, from: number, to: number): RawRow[] => rawRange.all(deviceSeq, from, to, deviceSeq, from, to),
@@ -112,21 +108,19 @@ export function rollupsRepo(db: Db) {
      * cutoff cuts into is marked dirty, to be recomputed from the readings left in it (a
      * later, longer retention reads it as a whole hour).
      */
-    deleteBefore(deviceSeq: number, cutoff: number): void {
-      minutes.deleteRange.run(deviceSeq, 0, cutoff);
-      hours.deleteRange.run(deviceSeq, 0, cutoff);
+    deleteBefore(deviceSeq: number, cutoff: number, levels: number): void {
+      for (let level = 0; level < levels; level++) deleteRange.run(deviceSeq, level, 0, cutoff);
       clearDirtyBefore.run(deviceSeq, cutoff - HOUR_MS + 1);
       if (cutoff % HOUR_MS !== 0) markDirty.run(deviceSeq, Math.floor(cutoff / HOUR_MS) * HOUR_MS);
     },
     /** Device deletion. */
     deleteDevice(deviceSeq: number): void {
-      minutes.deleteDevice.run(deviceSeq);
-      hours.deleteDevice.run(deviceSeq);
+      deleteOfDevice.run(deviceSeq);
       clearDirtyOfDevice.run(deviceSeq);
     },
     /** Drops every rollup, for a rebuild from the readings. */
     clear(): void {
-      db.exec('DELETE FROM rollup_minutes; DELETE FROM rollup_hours; DELETE FROM rollup_dirty; UPDATE rollup_state SET rolled_until = 0');
+      db.exec('DELETE FROM rollups; DELETE FROM rollup_dirty; UPDATE rollup_state SET rolled_until = 0');
       rolledUntil = 0;
       lateBefore = 0;
     },
