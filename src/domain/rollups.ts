@@ -15,15 +15,16 @@ export const ROLL_EVERY_MS = 60_000;
  * Rollup levels, finest first; each size divides the next, and every interval of the
  * aggregate endpoint is a multiple of one of them. Finer levels are kept for a recent window
  * only, which keeps the database small (docs/aggregates.md):
- *   - minutes, 7 h: the 1m buckets of the 1h and 6h ranges;
- *   - 5 minutes, 25 h: the 5m and 15m buckets of the 24h range (288 rows instead of 1,440);
+ *   - minutes, 6 h: the 1m buckets of the 1h and 6h ranges;
+ *   - 5 minutes, 24 h: the 5m and 15m buckets of the 24h range (288 rows instead of 1,440);
  *   - hours, as long as the readings: the 1h, 6h and 1d buckets of every range.
- * The partial buckets at either end of a range are read from the finer levels, and beyond
- * what they keep, from the readings.
+ * A level keeps every bucket from `keptFrom` on (pruning never removes a newer one), so a
+ * range as long as its window is served by it whole. The partial buckets at either end of a
+ * range are read from the finer levels, and beyond what they keep, from the readings.
  */
 export const LEVELS = [
-  { size: MINUTE_MS, keepMs: 7 * HOUR_MS },
-  { size: 5 * MINUTE_MS, keepMs: 25 * HOUR_MS },
+  { size: MINUTE_MS, keepMs: 6 * HOUR_MS },
+  { size: 5 * MINUTE_MS, keepMs: 24 * HOUR_MS },
   { size: HOUR_MS, keepMs: Number.POSITIVE_INFINITY },
 ] as const;
 
