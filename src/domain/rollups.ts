@@ -40,7 +40,17 @@ export const keptFrom = (level: number, now: number): number => {
  */
 export const ROWS_PER_STEP = 4_000;
 
+/**
+ * While ingest commits more than this many readings a second, a pass waits (a second at a
+ * time) instead of competing with it for the CPU, unless the rollups are already
+ * MAX_DEFER_MS behind: queries read the not-yet-rolled tail from the readings meanwhile.
+ */
+export const BUSY_READINGS_PER_S = 2_000;
+export const MAX_DEFER_MS = 10 * 60_000;
+
 export interface RollupOptions {
+  /** Readings committed so far by the process's writer (ReadingWriter.committed). */
+  committedReadings?: () => number;
   onError?: (err: unknown) => void;
   intervalMs?: number;
   firstRunDelayMs?: number;
@@ -53,6 +63,10 @@ export interface RollupRun {
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+const sleep = (ms: number) =>
+  new Promise<void>((resolve) => {
+    setTimeout(resolve, ms).unref();
+  });
 
 /**
  * Keeps the per-device minute and hour rollups of numeric paths (migration 7) up to date,
@@ -186,6 +200,22 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     run.dirtyHours += settle();
   }
 
+  let lastCount = 0;
+  let lastAt = performance.now();
+  let perS = 0;
+  /** Whether ingest commits fast: its rate over the last second or more (since the last sample). */
+  function ingestBusy(): boolean {
+    if (!options.committedReadings) return false;
+    const at = performance.now();
+    if (at - lastAt >= 1_000) {
+      const count = options.committedReadings();
+      perS = ((count - lastCount) * 1_000) / (at - lastAt);
+      lastCount = count;
+      lastAt = at;
+    }
+    return perS > BUSY_READINGS_PER_S;
+  }
+
   async function pass(): Promise<RollupRun> {
     const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
     let sinceYield = 0;
@@ -194,6 +224,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       if (sinceYield >= ROWS_PER_STEP) {
         sinceYield = 0;
         await yieldToEventLoop();
+        while (!stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
         if (stopped) break;
       }
     }

@@ -44,7 +44,7 @@ export function createServices(repos: Repositories, options: ServiceOptions = {}
   const writer = new ReadingWriter(repos.readings, undefined, options.onInboxMergeError);
   const accounts = accountService(repos, events, clock);
   // Started by the server only (like retention); the CLI and bulk loads use rebuild().
-  const rollups = rollupService(repos, clock, { onError: options.onRollupError });
+  const rollups = rollupService(repos, clock, { onError: options.onRollupError, committedReadings: () => writer.committed });
   const alertEvaluation = alertEvaluator({
     repos,
     events,

@@ -31,6 +31,8 @@ export class ReadingWriter {
   private closed = false;
   /** Largest batch seen, for /metrics and the benchmark report. */
   maxBatch = 0;
+  /** Readings committed by this writer: background jobs back off while it climbs fast. */
+  committed = 0;
   private mergeScheduled = false;
   private writtenSinceTick = false;
   private readonly idleTimer: NodeJS.Timeout;
@@ -85,6 +87,7 @@ export class ReadingWriter {
         continue;
       }
       this.writtenSinceTick = true;
+      this.committed += batch.length;
       for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
     }
     if (this.readings.inboxRows() >= INBOX_MERGE_ROWS && !this.mergeScheduled) {

@@ -201,4 +201,40 @@ describe('reading rollups', () => {
     expect(rollupCount(server, HOURS, seed.device.seq)).toBeGreaterThan(10 * 24 - 2);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
   });
+
+  it('wait while ingest commits fast, then catch up', { timeout: 20_000 }, async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const other = server.services.devices.create(seed.account, { name: 'busy' }).device;
+    await server.services.rollups.runOnce();
+    clock.t += 3 * MIN;
+    const rolledBefore = server.services.repos.rollups.rolledUntil();
+    const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 2 }, (_, i) => ({
+      time: rolledBefore + Math.floor((i * 2 * MIN) / (ROWS_PER_STEP * 2)),
+      data: { v: i },
+    }));
+    insertReadings(server, seed.device.seq, readings);
+    // Another device's readings through the writer, ~4,000 a second.
+    const noise = setInterval(() => {
+      for (let i = 0; i < 200; i++) void server.services.writer.append({ deviceSeq: other.seq, time: clock.now(), data: '{"n":1}' });
+    }, 50);
+    let done = false;
+    try {
+      await new Promise((r) => setTimeout(r, 1_200)); // one sampling window of ingest
+      const pass = server.services.rollups.runOnce().then((run) => {
+        done = true;
+        return run;
+      });
+      await new Promise((r) => setTimeout(r, 2_500));
+      expect(done).toBe(false);
+      expect(server.services.repos.rollups.rolledUntil()).toBe(rolledBefore);
+      clearInterval(noise);
+      const run = await pass;
+      expect(run.readings).toBe(readings.length);
+      expect(server.services.repos.rollups.rolledUntil()).toBeGreaterThan(rolledBefore);
+    } finally {
+      clearInterval(noise);
+    }
+  });
 });
