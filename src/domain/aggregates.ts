@@ -8,7 +8,7 @@ import { capRangeToRetention, RANGE_NAMES, type RangeName, rangeMs } from './tel
 import type { Account, Device } from './types.js';
 
 /** Bucket sizes of the aggregate endpoint, smallest first. */
-export const INTERVALS = [
+const INTERVALS = [
   ['1m', MINUTE_MS],
   ['5m', 5 * MINUTE_MS],
   ['15m', 15 * MINUTE_MS],
@@ -21,19 +21,19 @@ export const INTERVAL_NAMES = INTERVALS.map(([name]) => name) as IntervalName[];
 const intervalMs = (name: IntervalName): number => INTERVALS.find(([n]) => n === name)![1];
 
 /** The default interval gives at most this many buckets; no interval may give more than MAX_BUCKETS. */
-export const DEFAULT_MAX_BUCKETS = 500;
-export const MAX_BUCKETS = 10_000;
+const DEFAULT_MAX_BUCKETS = 500;
+const MAX_BUCKETS = 10_000;
 export const MAX_FIELDS = 50;
 
 const bucketsOver = (range: RangeName, interval: IntervalName) => Math.ceil(rangeMs(range) / intervalMs(interval));
 
 /** The smallest interval giving at most DEFAULT_MAX_BUCKETS over the range: 1h→1m, 6h→1m, 24h→5m, 7d→1h, 30d→6h. */
-export function defaultInterval(range: RangeName): IntervalName {
+function defaultInterval(range: RangeName): IntervalName {
   return INTERVAL_NAMES.find((i) => bucketsOver(range, i) <= DEFAULT_MAX_BUCKETS) ?? '1d';
 }
 
 /** `fields` of the query: comma-separated paths; none empty, at most MAX_FIELDS. */
-export function parseFields(text: string | undefined): string[] | null {
+function parseFields(text: string | undefined): string[] | null {
   if (text === undefined) return null;
   const paths = text.split(',').map((p) => p.trim());
   if (paths.length > MAX_FIELDS) throw badRequest(`fields lists ${paths.length} paths; at most ${MAX_FIELDS} are allowed`);

@@ -3,7 +3,7 @@
  * A value counts when it is a JSON number reached through object keys only: array elements,
  * booleans, strings (numeric ones too) and nulls never count.
  */
-export interface Acc {
+interface Acc {
   count: number;
   min: number;
   max: number;
@@ -38,7 +38,7 @@ function walk(obj: Record<string, unknown>, prefix: string, stats: Stats, only: 
 }
 
 /** Adds the numbers of one reading's JSON text; `only` restricts to those paths. */
-export function addReading(stats: Stats, data: string, only: Set<string> | null): void {
+function addReading(stats: Stats, data: string, only: Set<string> | null): void {
   const parsed = JSON.parse(data) as unknown;
   if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) walk(parsed as Record<string, unknown>, '', stats, only);
 }

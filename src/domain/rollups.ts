@@ -8,9 +8,9 @@ import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } 
  * when it arrives and committed within milliseconds, so by then its minute is complete. One
  * that still commits later is late and marks its hour for recomputation (rollups repository).
  */
-export const ROLL_LAG_MS = 5_000;
+const ROLL_LAG_MS = 5_000;
 /** How often the background pass runs; the query reads raw readings for what it has not rolled yet. */
-export const ROLL_EVERY_MS = 60_000;
+const ROLL_EVERY_MS = 60_000;
 /**
  * Rollup levels, finest first; each size divides the next, and every interval of the
  * aggregate endpoint is a multiple of one of them. Finer levels are kept for a recent window
@@ -45,8 +45,8 @@ export const ROWS_PER_STEP = 4_000;
  * time) instead of competing with it for the CPU, unless the rollups are already
  * MAX_DEFER_MS behind: queries read the not-yet-rolled tail from the readings meanwhile.
  */
-export const BUSY_READINGS_PER_S = 2_000;
-export const MAX_DEFER_MS = 10 * 60_000;
+const BUSY_READINGS_PER_S = 2_000;
+const MAX_DEFER_MS = 10 * 60_000;
 
 export interface RollupOptions {
   /** Readings committed so far by the process's writer (ReadingWriter.committed). */

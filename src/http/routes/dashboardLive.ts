@@ -54,7 +54,7 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
  * gives the column `env.humidity`), arrays and empty objects stay whole (written as JSON
  * text). A key that itself holds a dot shares its column with the nested path it spells.
  */
-export function flattenReading(data: Record<string, unknown>, prefix = '', out = new Map<string, unknown>()): Map<string, unknown> {
+function flattenReading(data: Record<string, unknown>, prefix = '', out = new Map<string, unknown>()): Map<string, unknown> {
   for (const key of Object.keys(data)) {
     const v = data[key];
     if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length > 0)
@@ -65,7 +65,7 @@ export function flattenReading(data: Record<string, unknown>, prefix = '', out =
 }
 
 /** Export columns: declared fields first (an object-valued one by its nested paths), then the rest in order seen. */
-export function exportColumns(declared: string[], seen: Iterable<string>): string[] {
+function exportColumns(declared: string[], seen: Iterable<string>): string[] {
   const paths = [...seen];
   const all = [...new Set([...declared.filter((name) => !paths.some((p) => p.startsWith(`${name}.`))), ...paths])];
   const rank = (p: string) => {

@@ -67,7 +67,6 @@ export function rollupsRepo(db: Db) {
   const clearDirty = db.prepare<[number, number]>('DELETE FROM rollup_dirty WHERE device_seq = ? AND hour = ?');
   const clearDirtyOfDevice = db.prepare<[number]>('DELETE FROM rollup_dirty WHERE device_seq = ?');
   const clearDirtyBefore = db.prepare<[number, number]>('DELETE FROM rollup_dirty WHERE device_seq = ? AND hour < ?');
-  const hasDirty = db.prepare<[], number>('SELECT EXISTS (SELECT 1 FROM rollup_dirty)').pluck();
 
   return {
     /** Every reading before this time is in the minute and hour rollups (dirty hours aside). */
@@ -87,7 +86,6 @@ export function rollupsRepo(db: Db) {
     },
     dirtyHours: (deviceSeq: number): number[] => dirtyOfDevice.all(deviceSeq),
     allDirty: () => allDirty.all().map((r) => ({ deviceSeq: r.device_seq, hour: r.hour })),
-    anyDirty: (): boolean => hasDirty.get() === 1,
     clearDirty: (deviceSeq: number, hour: number) => void clearDirty.run(deviceSeq, hour),
 
     /** Rows of one level with buckets in [from, to), oldest first. */
