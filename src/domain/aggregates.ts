@@ -84,8 +84,15 @@ export function aggregateService(repos: Repositories, clock: Clock, rollupJob: R
       const now = clock.now();
       const since = Math.max(now - rangeMs(range), now - account.limits.retentionDays * DAY_MS);
       const size = intervalMs(interval);
-      rollupJob.settleDevice(device.seq);
-      const rolled = repos.rollups.rolledUntil();
+      let rolled: number;
+      try {
+        rollupJob.settleDevice(device.seq);
+        rolled = repos.rollups.rolledUntil();
+      } catch {
+        // The device's dirty hours could not be recomputed (storage refusing writes, a full
+        // disk): its rollups may be stale, so this answer comes from the readings alone.
+        rolled = Number.NEGATIVE_INFINITY;
+      }
 
       const buckets = new Map<number, Stats>();
       const raw = (from: number, to: number) => {

@@ -237,4 +237,25 @@ describe('reading rollups', () => {
       clearInterval(noise);
     }
   });
+
+  it('a query answers from the readings when a dirty hour cannot be recomputed (storage refusing writes)', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await server.services.rollups.runOnce();
+    // A late reading marks its (rolled-up) hour dirty; then writes start failing.
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    expect(server.services.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    server.db.pragma('query_only = ON');
+    try {
+      const account = server.services.accounts.get(seed.account.seq)!;
+      const result = server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
+      const buckets = JSON.parse(result.dataJson) as Bucket[];
+      expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
+    } finally {
+      server.db.pragma('query_only = OFF');
+    }
+    expect(server.services.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+  });
 });
