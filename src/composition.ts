@@ -7,6 +7,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { accountService } from './domain/accounts.js';
+import { aggregateService } from './domain/aggregates.js';
 import { alertEvaluator } from './domain/alerts/evaluator.js';
 import { alertService } from './domain/alerts.js';
 import { deviceService } from './domain/devices.js';
@@ -15,6 +16,7 @@ import { ingestPipeline } from './domain/ingest/pipeline.js';
 import { keyService } from './domain/keys.js';
 import { RateLimiter } from './domain/rateLimit.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
+import { rollupService } from './domain/rollups.js';
 import { sessionService } from './domain/sessions.js';
 import { snapshotService } from './domain/snapshots.js';
 import { StorageStatus } from './domain/storageStatus.js';
@@ -47,6 +49,8 @@ export interface ServiceOptions {
   publicUrl?: () => string;
   /** Where a failed merge of the readings inbox is reported (the rows stay, retried later). */
   onInboxMergeError?: (err: unknown) => void;
+  /** Where a failed pass of the rollup job is reported (the next pass redoes it). */
+  onRollupError?: (err: unknown) => void;
   retention?: RetentionOptions;
   /** Free bytes below which new writes are refused (--min-free-disk); 0 or absent: never. */
   minFreeDiskBytes?: number;
@@ -75,6 +79,8 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
   const dataDir = path.dirname(files.root);
   const devices = deviceService(repos, events, clock);
   const accounts = accountService(repos, events, clock);
+  // Started by the server only (like retention); admin commands and bulk loads use rebuild().
+  const rollups = rollupService(repos, clock, { onError: options.onRollupError, committedReadings: () => writer.committed });
   const alertEvaluation = alertEvaluator({
     repos,
     events,
@@ -98,6 +104,8 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     keys: keyService(repos, clock),
     devices,
     telemetry: telemetryService(repos, clock),
+    rollups,
+    aggregates: aggregateService(repos, clock, rollups),
     usage: usageService(repos, clock),
     alerts: alertService(repos, clock, events),
     alertEvaluation,

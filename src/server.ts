@@ -81,6 +81,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       warn: (details, message) => app?.log.warn(details, message),
       info: (details, message) => app?.log.info(details, message),
     },
+    onRollupError: (err) => app?.log.error({ err }, 'rolling up readings failed; retried at the next pass'),
   });
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
@@ -104,6 +105,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   retention.start();
   // no_data alerts (docs/alerts.md): silences are checked on a timer, stopped by close().
   services.alertEvaluation.startSilenceChecks(options.silenceCheckMs);
+  // Rollups of numeric paths for aggregates: shortly after start, then every minute.
+  services.rollups.start();
 
   await app.listen({ host: config.host, port: config.httpPort });
   const address = app.server.address() as AddressInfo;
@@ -123,6 +126,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     // The background jobs must not wake up later on a closed database.
     stopWatching();
     await retention.stop();
+    await services.rollups.stop();
     await services.alertEvaluation.close();
     closeStorage();
     throw err;
@@ -156,6 +160,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       stopWatching();
       services.storageStatus.stop();
       await retention.stop();
+      await services.rollups.stop();
       // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.
       await mqtt?.close();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.

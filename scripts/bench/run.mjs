@@ -48,6 +48,9 @@ const P = QUICK
       sustainedS: 4,
       historyN: 200,
       usageN: 50,
+      aggregateN: 100,
+      // A reading a minute for 30 days: the quick set's 300,000 rows hold it.
+      dense: { rows: 43_200, stepMs: 60_000 },
       starts: 3,
     }
   : // 8 ABBA rounds and 1,000 history requests: on the shared 2-core machine single rounds moved
@@ -64,6 +67,9 @@ const P = QUICK
       sustainedS: 15,
       historyN: 1000,
       usageN: 200,
+      aggregateN: 1000,
+      // One device reading every 10 s for 30 days, inside the 10 M rows: the aggregate subject.
+      dense: { rows: 259_200, stepMs: 10_000 },
       starts: 5,
     };
 const ROWS_ARG = [...args].find((a) => a.startsWith('--rows='));
@@ -197,7 +203,8 @@ const SCHEMA_VERSION = `${Math.max(...internals.MIGRATIONS.map((m) => m.version)
 // ---------------------------------------------------------------------------- data sets
 /** A cached data dir with `rows` readings over 1,000 devices; copied per use. */
 async function dataset(rows) {
-  const dir = path.join(CACHE, `db-${rows}-span${SPAN_MS / 3_600_000}h-v${SCHEMA_VERSION}`);
+  const denseRows = rows > 0 ? P.dense.rows : 0;
+  const dir = path.join(CACHE, `db-${rows}-span${SPAN_MS / 3_600_000}h-dense${denseRows}-v${SCHEMA_VERSION}`);
   const metaFile = path.join(dir, 'bench.json');
   if (existsSync(metaFile)) {
     const meta = JSON.parse(readFileSync(metaFile, 'utf8'));
@@ -218,6 +225,7 @@ async function dataset(rows) {
     rows,
     devices: P.devices,
     spanMs: SPAN_MS,
+    dense: { rows: denseRows, stepMs: P.dense.stepMs },
   }).catch(async (e) => {
     // gendb prints nothing on success; a missing JSON line is expected.
     if (!existsSync(metaFile)) throw e;
@@ -529,6 +537,25 @@ async function bigDatabase() {
     (i) => `/v1/devices/${meta.devices[(i * 7) % meta.devices.length].id}/telemetry?range=24h&limit=1000`,
   );
   const u = await timeRequests(url, meta.key, P.usageN, () => '/v1/account/usage');
+  // Aggregates of the dense device over each long range, default interval, single client.
+  const aggregate = {};
+  for (const range of ['24h', '7d', '30d']) {
+    const aggPath = `/v1/devices/${meta.dense.id}/telemetry/aggregate?range=${range}`;
+    const body = await (await fetch(`${url}${aggPath}`, { headers: { authorization: `Bearer ${meta.key}` } })).json();
+    const a = await timeRequests(url, meta.key, P.aggregateN, () => aggPath);
+    const readings = body.data.reduce((n, b) => n + (b.values.temperature?.count ?? 0), 0);
+    aggregate[range] = {
+      p50_ms: round(pct(a, 50)),
+      p99_ms: round(pct(a, 99)),
+      interval: body.query.interval,
+      buckets: body.data.length,
+      readings,
+      requests: a.length,
+    };
+    log(
+      `aggregate ${range} of a ${meta.dense.rows}-reading device: p50 ${aggregate[range].p50_ms} ms, p99 ${aggregate[range].p99_ms} ms (${body.data.length} ${body.query.interval} buckets over ${readings} readings)`,
+    );
+  }
   const usageBody = await (await fetch(`${url}/v1/account/usage`, { headers: { authorization: `Bearer ${meta.key}` } })).json();
   await stop(srv);
   results.history = {
@@ -539,6 +566,10 @@ async function bigDatabase() {
     requests: h.length,
   };
   results.usage = { p50_ms: round(pct(u, 50)), p99_ms: round(pct(u, 99)), data_points_24h: usageBody.data.telemetry.data_points_24h };
+  results.aggregate = aggregate;
+  // The database as generated (readings, rollups, indexes), for the size budget of rollups.
+  const dbFile = path.join(big, internals.DB_FILE);
+  results.database = { rows: meta.rows, bytes: statSync(dbFile).size, dense_device_rows: meta.dense.rows };
   log(
     `history at ${meta.rows} rows: p50 ${results.history.p50_ms} ms, p99 ${results.history.p99_ms} ms (${check.data.length} rows per response); usage p50 ${results.usage.p50_ms} ms (${usageBody.data.telemetry.data_points_24h} points in 24 h)`,
   );
@@ -747,6 +778,11 @@ function writeReport(file, kind) {
       `| sustained ingest into ${rowsLabel} rows, 1,000 devices | ${r.sustained_rows_per_s} readings/s | | | ≥ 60,000 | ${mark(r.sustained_rows_per_s >= 60_000)} |`,
       `| history, newest 1,000 of 24 h, ${rowsLabel} rows, single client | p50 ${r.history.p50_ms} ms, p99 ${r.history.p99_ms} ms (${r.history.rows_returned} rows/response) | | | p99 ≤ 8 ms | ${mark(r.history.p99_ms <= 8)} |`,
       `| /v1/account/usage, ${rowsLabel} rows (${r.usage.data_points_24h} in 24 h) | p50 ${r.usage.p50_ms} ms, p99 ${r.usage.p99_ms} ms | | | p50 ≤ 10 ms | ${mark(r.usage.p50_ms <= 10)} |`,
+      ...['24h', '7d', '30d'].map(
+        (range) =>
+          `| aggregate ${range} (default ${r.aggregate[range].interval}), device with ${r.database.dense_device_rows.toLocaleString('en')} readings in ${rowsLabel} rows, single client | p50 ${r.aggregate[range].p50_ms} ms, p99 ${r.aggregate[range].p99_ms} ms (${r.aggregate[range].buckets} buckets) | | | p99 ≤ 10 ms | ${mark(r.aggregate[range].p99_ms <= 10)} |`,
+      ),
+      `| database file at ${rowsLabel} rows (readings, rollups, indexes) | ${(r.database.bytes / 2 ** 20).toFixed(0)} MB | | | | |`,
       `| idle RSS | ${r.idle_rss_mb} MB | bare node listener ${r.bare_node.idle_rss_mb} MB | | ≤ 80 MB | ${mark(r.idle_rss_mb <= 80)} |`,
       `| memory per idle MQTT TLS session, ${r.connections.sessions} sessions | ${r.connections.kb_per_session} KB (RSS ${r.connections.rss_before_mb} → ${r.connections.rss_after_mb} MB) | | | ≤ 30 KB | ${mark(r.connections.kb_per_session <= 30)} |`,
       `| start to accepting connections | ${r.start_ms} ms | bare node listener ${r.bare_node.start_ms} ms | | ≤ 300 ms | ${mark(r.start_ms <= 300)} |`,

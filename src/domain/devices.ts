@@ -146,7 +146,10 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
       repos.devices.setTokenHash(device.seq, hashSecret(newDeviceToken()), clock.now());
       events.emit('device.changed', { deviceId: device.id, change: 'deleted' });
       while (repos.transaction(() => repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0);
-      repos.transaction(() => repos.devices.remove(device.seq));
+      repos.transaction(() => {
+        repos.rollups.deleteDevice(device.seq);
+        repos.devices.remove(device.seq);
+      });
     },
 
     /**

@@ -1,5 +1,6 @@
 import type { Repositories } from '../storage/index.js';
 import { type Clock, DAY_MS, HOUR_MS, MINUTE_MS } from '../time.js';
+import { LEVELS } from './rollups.js';
 import type { SnapshotService } from './snapshots.js';
 
 export interface RetentionOptions {
@@ -96,7 +97,11 @@ export class RetentionJob {
         if (this.stopped) return run;
         const deleted = this.repos.transaction(() => {
           this.repos.devices.archiveLastSeen(device.seq);
-          return this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);
+          const n = this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);
+          // Rollups of the deleted readings go in the same transaction; the hour the cutoff
+          // cuts into is recomputed from the readings left in it (rollups repository).
+          if (n > 0) this.repos.rollups.deleteBefore(device.seq, cutoff, LEVELS.length);
+          return n;
         });
         if (deleted === 0) break;
         touched = true;

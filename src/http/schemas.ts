@@ -143,13 +143,45 @@ const usageSchema = {
   required: ['plan', 'devices', 'telemetry', 'alerts'],
 } as const;
 
+const aggregateBucketSchema = {
+  $id: 'AggregateBucket',
+  type: 'object',
+  properties: {
+    time: { ...timestamp, description: 'start of the bucket (UTC)' },
+    values: {
+      type: 'object',
+      description: 'per field path with a value in this bucket',
+      additionalProperties: {
+        type: 'object',
+        properties: {
+          count: { type: 'integer' },
+          min: { type: 'number' },
+          max: { type: 'number' },
+          avg: { type: 'number', description: 'sum / count as a double' },
+        },
+        required: ['count', 'min', 'max', 'avg'],
+      },
+    },
+  },
+  required: ['time', 'values'],
+} as const;
+
 export const paginationSchema = {
   type: 'object',
   properties: { total: { type: 'integer' }, limit: { type: 'integer' }, offset: { type: 'integer' } },
   required: ['total', 'limit', 'offset'],
 } as const;
 
-export const SHARED_SCHEMAS = [errorSchema, deviceSchema, readingSchema, alertSchema, alertEventSchema, apiKeySchema, usageSchema];
+export const SHARED_SCHEMAS = [
+  errorSchema,
+  deviceSchema,
+  readingSchema,
+  alertSchema,
+  alertEventSchema,
+  apiKeySchema,
+  usageSchema,
+  aggregateBucketSchema,
+];
 
 export const ref = (id: string) => ({ $ref: `${id}#` });
 

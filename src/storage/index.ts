@@ -5,6 +5,7 @@ import { alertsRepo } from './repos/alerts.js';
 import { apiKeysRepo } from './repos/apiKeys.js';
 import { devicesRepo } from './repos/devices.js';
 import { readingsRepo } from './repos/readings.js';
+import { rollupsRepo } from './repos/rollups.js';
 import { sessionsRepo } from './repos/sessions.js';
 import { snapshotsRepo } from './repos/snapshots.js';
 
@@ -15,12 +16,14 @@ export function createRepositories(db: Db) {
   // Device authentication and its account are looked up on every reading: cached, and
   // dropped on any change to either table by anyone (readCache.ts).
   const authTables = new TableChanges(db, externalCommits, ['devices', 'accounts']);
+  const rollups = rollupsRepo(db);
   return {
     db,
     accounts: accountsRepo(db, authTables),
     apiKeys: apiKeysRepo(db),
     devices: devicesRepo(db, authTables),
-    readings: readingsRepo(db),
+    readings: readingsRepo(db, rollups),
+    rollups,
     alerts: alertsRepo(db),
     sessions: sessionsRepo(db),
     snapshots: snapshotsRepo(db),

@@ -232,6 +232,36 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     `,
   },
   {
+    // Aggregates over long ranges (docs/aggregates.md): per-device rollups of numeric paths
+    // at three resolutions (level 0: UTC minutes, kept 6 h; 1: 5 minutes, kept 24 h; 2: hours,
+    // kept as long as the readings; src/domain/rollups.ts). One row per device, level and
+    // bucket; `stats` is JSON keyed by dotted path: a number when the bucket holds one value
+    // (it is then count, min, max and sum at once, as compact as the reading), else
+    // [count, min, max, sum]. A background job fills them after readings commit; rolled_until
+    // is how far it got, and starts at 0 so an upgraded data dir is rolled up from its
+    // existing readings in the background. rollup_dirty lists hours that got a reading after
+    // they were rolled up (a clock set back, a load of past readings, retention cutting into
+    // an hour): they are recomputed before they are used.
+    version: 7,
+    name: 'reading rollups',
+    sql: `
+      CREATE TABLE rollups (
+        device_seq INTEGER NOT NULL,
+        level INTEGER NOT NULL,
+        bucket INTEGER NOT NULL, -- start of the UTC bucket, ms since the epoch
+        stats TEXT NOT NULL,
+        PRIMARY KEY (device_seq, level, bucket)
+      ) WITHOUT ROWID;
+      CREATE TABLE rollup_state (rolled_until INTEGER NOT NULL);
+      INSERT INTO rollup_state (rolled_until) VALUES (0);
+      CREATE TABLE rollup_dirty (
+        device_seq INTEGER NOT NULL,
+        hour INTEGER NOT NULL,
+        PRIMARY KEY (device_seq, hour)
+      ) WITHOUT ROWID;
+    `,
+  },
+  {
     // Silent-device alerts, resolution and chat channels (docs/alerts.md). `state` and the
     // events' `resolved_at` persist, so a restart neither fires a silence twice nor forgets a
     // firing. `enabled_at` and `devices.resumed_at` bound where a silence may start; the time

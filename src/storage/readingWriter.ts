@@ -47,6 +47,8 @@ export class ReadingWriter {
   private closed = false;
   /** Largest batch seen, for /metrics and the benchmark report. */
   maxBatch = 0;
+  /** Readings committed by this writer: background jobs back off while it climbs fast. */
+  committed = 0;
   private mergeScheduled = false;
   private writtenSinceTick = false;
   private mergeRetryAt = 0;
@@ -106,6 +108,7 @@ export class ReadingWriter {
       // One field read per batch; the observer hears of a success only after a failure.
       if (this.commits.commitFailure !== null) this.commits.commitSucceeded();
       this.writtenSinceTick = true;
+      this.committed += batch.length;
       for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
     }
     if (this.readings.inboxRows() >= INBOX_MERGE_ROWS && !this.mergeScheduled) {

@@ -49,6 +49,20 @@ describe('npm run bench -- --quick --json', () => {
     expect(r.history.p99_ms).toBeGreaterThanOrEqual(r.history.p50_ms);
     expect(isFigure(r.usage.p50_ms)).toBe(true);
     expect(r.usage.data_points_24h).toBeGreaterThan(0);
+    // Aggregates of the dense device at each long range's default interval.
+    for (const [range, interval] of [
+      ['24h', '5m'],
+      ['7d', '1h'],
+      ['30d', '6h'],
+    ]) {
+      const a = r.aggregate[range!];
+      for (const k of ['p50_ms', 'p99_ms']) expect(isFigure(a[k]), `aggregate.${range}.${k} = ${a[k]}`).toBe(true);
+      expect(a.p99_ms).toBeGreaterThanOrEqual(a.p50_ms);
+      expect(a.interval).toBe(interval);
+      expect(a.buckets).toBeGreaterThan(0);
+    }
+    expect(r.aggregate['30d'].readings).toBeGreaterThan(r.aggregate['7d'].readings);
+    expect(isFigure(r.database.bytes)).toBe(true);
     expect(isFigure(r.idle_rss_mb)).toBe(true);
     expect(isFigure(r.start_ms)).toBe(true);
     expect(r.machine).toMatchObject({ nproc: expect.any(Number), node: process.version });

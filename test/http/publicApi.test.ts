@@ -221,6 +221,7 @@ describe('Public API v1', () => {
       '/v1/devices',
       '/v1/devices/{id}',
       '/v1/devices/{id}/telemetry',
+      '/v1/devices/{id}/telemetry/aggregate',
       '/v1/devices/{id}/telemetry/latest',
     ]);
   });

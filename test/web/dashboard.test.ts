@@ -205,7 +205,9 @@ describe('dashboard in a browser', () => {
     await page.waitForFunction(
       () => (document.querySelector('[data-testid=readings] a.thumb img') as HTMLImageElement | null)?.naturalWidth === 2,
     );
-    expect(await page.locator('svg.chart').count()).toBe(2); // temperature and humidity
+    // One uPlot chart per numeric path: temperature and humidity.
+    await page.locator('.chart-card[data-path=humidity] canvas').waitFor();
+    expect(await page.locator('.chart-card[data-path]').count()).toBe(2);
     await shot('05-device-page');
   });
 

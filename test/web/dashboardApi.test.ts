@@ -144,7 +144,7 @@ describe('dashboard API', () => {
     expect(form.status).toBe(403);
   });
 
-  it('exports every reading of a range across chunk boundaries, nested values as JSON text, capped to retention', async () => {
+  it('exports every reading of a range across chunk boundaries, nested objects as dotted columns, arrays as JSON text, capped to retention', async () => {
     const server = await start();
     const { account, device } = await accountWithPassword(server, 'password-123', 'free'); // 7-day retention
     const now = Date.now();
@@ -152,7 +152,7 @@ describe('dashboard API', () => {
     const batch = Array.from({ length: 2500 }, (_, i) => ({
       deviceSeq: device.seq,
       time: i < 1200 ? now - 60_000 : now - 60_000 + (i - 1199),
-      data: JSON.stringify({ n: i, env: { t: i / 10 }, note: i === 0 ? '=cmd()' : 'ok' }),
+      data: JSON.stringify({ n: i, env: { t: i / 10, deep: { on: i % 2 === 0 } }, note: i === 0 ? '=cmd()' : 'ok', list: [i, { a: 1 }] }),
     }));
     batch.push({ deviceSeq: device.seq, time: now - 8 * 86_400_000, data: JSON.stringify({ n: -1 }) }); // outside retention
     server.storage.repos.readings.insertBatch(batch);
@@ -167,9 +167,9 @@ describe('dashboard API', () => {
     expect(csv.status).toBe(200);
     expect(csv.headers.get('content-disposition')).toContain(`${device.id}-7d.csv`); // 30d capped to the free plan's 7 days
     const lines = (await csv.text()).trim().split('\r\n');
-    expect(lines[0]).toBe('time,n,env,note');
+    expect(lines[0]).toBe('time,n,env.t,env.deep.on,note,list');
     expect(lines).toHaveLength(2501);
-    expect(lines[1]).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z,0,"{""t"":0}",'=cmd\(\)$/);
+    expect(lines[1]).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z,0,0,true,'=cmd\(\),"\[0,{""a"":1}\]"$/);
 
     const xlsx = await server.request(`/ui/api/devices/${device.id}/export?format=xlsx&range=24h`, { headers: { cookie } });
     expect(xlsx.status).toBe(200);
@@ -177,8 +177,8 @@ describe('dashboard API', () => {
     await workbook.xlsx.load(Buffer.from(await xlsx.arrayBuffer()) as unknown as ArrayBuffer);
     const sheet = workbook.getWorksheet('readings')!;
     expect(sheet.rowCount).toBe(2501);
-    expect((sheet.getRow(1).values as unknown[]).slice(1)).toEqual(['time', 'n', 'env', 'note']);
-    expect((sheet.getRow(2501).values as unknown[]).slice(2, 4)).toEqual([2499, JSON.stringify({ t: 249.9 })]);
+    expect((sheet.getRow(1).values as unknown[]).slice(1)).toEqual(['time', 'n', 'env.t', 'env.deep.on', 'note', 'list']);
+    expect((sheet.getRow(2501).values as unknown[]).slice(2)).toEqual([2499, 249.9, false, 'ok', JSON.stringify([2499, { a: 1 }])]);
   });
 
   it("gives devices the MQTT listener's real certificate: a download that verifies the TLS listener, in the session and in the snippets", async () => {

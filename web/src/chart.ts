@@ -1,53 +1,118 @@
-import { h, svg } from './dom';
+import uPlot from 'uplot';
+import { h } from './dom';
 
-/** A hand-written SVG line chart of one numeric field (no library, works offline). */
-export function lineChart(title: string, unit: string, points: [number, number][], rangeMs: number): HTMLElement {
-  const W = 600;
-  const H = 180;
-  const P = { l: 48, r: 10, t: 10, b: 24 };
-  const now = Date.now();
-  const x0 = now - rangeMs;
-  const ys = points.map((p) => p[1]);
-  let yMin = Math.min(...ys);
-  let yMax = Math.max(...ys);
-  if (yMin === yMax) {
-    yMin -= 1;
-    yMax += 1;
+/** One bucket of GET …/aggregate: figures per numeric path. */
+export interface AggregateBucket {
+  time: string;
+  values: Record<string, { count: number; min: number; max: number; avg: number }>;
+}
+
+const fmt = (v: number) => (Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(2).replace(/\.?0+$/, ''));
+const css = (name: string, fallback: string) => getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
+const HEIGHT = 200;
+
+/** [times (s), min, max, avg] of one path, null where a bucket has no value (a gap). */
+function columns(path: string, buckets: AggregateBucket[]): uPlot.AlignedData {
+  const xs: number[] = [];
+  const min: (number | null)[] = [];
+  const max: (number | null)[] = [];
+  const avg: (number | null)[] = [];
+  for (const b of buckets) {
+    const v = b.values[path];
+    xs.push(Date.parse(b.time) / 1000);
+    min.push(v ? v.min : null);
+    max.push(v ? v.max : null);
+    avg.push(v ? v.avg : null);
   }
-  const sx = (t: number) => P.l + ((t - x0) / rangeMs) * (W - P.l - P.r);
-  const sy = (v: number) => P.t + (1 - (v - yMin) / (yMax - yMin)) * (H - P.t - P.b);
-  const sorted = [...points].sort((a, b) => a[0] - b[0]);
-  const path = sorted.map(([t, v], i) => `${i ? 'L' : 'M'}${sx(t).toFixed(1)},${sy(v).toFixed(1)}`).join(' ');
-  const label = (x: number, y: number, text: string, anchor = 'end') => {
-    const el = svg('text', { x, y, 'text-anchor': anchor, class: 'axis' });
-    el.textContent = text;
-    return el;
-  };
-  const fmt = (v: number) => (Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(2).replace(/\.?0+$/, ''));
-  const timeFmt = (t: number) =>
-    rangeMs > 86_400_000
-      ? new Date(t).toLocaleDateString(undefined, { month: 'short', day: 'numeric' })
-      : rangeMs === 86_400_000
-        ? new Date(t).toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' })
-        : new Date(t).toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
-  const chart = svg(
-    'svg',
-    {
-      viewBox: `0 0 ${W} ${H}`,
-      class: 'chart',
-      role: 'img',
-      'aria-label': `${title}: ${points.length} readings, from ${fmt(Math.min(...ys))} to ${fmt(Math.max(...ys))} ${unit}`,
-    },
-    svg('line', { x1: P.l, y1: H - P.b, x2: W - P.r, y2: H - P.b, class: 'grid' }),
-    svg('line', { x1: P.l, y1: P.t, x2: W - P.r, y2: P.t, class: 'grid' }),
-    label(P.l - 4, P.t + 4, fmt(yMax)),
-    label(P.l - 4, H - P.b, fmt(yMin)),
-    label(P.l, H - 6, timeFmt(x0), 'start'),
-    label(W - P.r, H - 6, timeFmt(now)),
-    svg('path', { d: path, class: 'line' }),
-    ...(sorted.length <= 60
-      ? sorted.map(([t, v]) => svg('circle', { cx: sx(t).toFixed(1), cy: sy(v).toFixed(1), r: 2.5, class: 'dot' }))
-      : []),
-  );
-  return h('figure', { class: 'card chart-card' }, h('figcaption', {}, `${title}${unit ? ` (${unit})` : ''}`), chart as unknown as Node);
+  return [xs, min, max, avg];
+}
+
+/**
+ * A time-series chart of one numeric path over the whole selected range, drawn by uPlot
+ * (bundled, works offline): the average as a line, the min-max band shaded around it,
+ * a time axis in the browser's local time, and the time and figures of the bucket under
+ * the cursor in the legend. `update` swaps the data in place, so live refreshes keep the
+ * chart (and a hovered point) where they are.
+ */
+export class SeriesChart {
+  readonly el: HTMLElement;
+  private plot: uPlot | null = null;
+  private readonly holder: HTMLElement;
+  private readonly observer: ResizeObserver;
+  private xRange: [number, number] = [0, 1];
+  private readonly summary: HTMLElement;
+
+  constructor(
+    readonly path: string,
+    private readonly title: string,
+    private readonly unit: string,
+  ) {
+    this.holder = h('div', { class: 'uplot-holder' });
+    this.summary = h('p', { class: 'sr-only' });
+    this.el = h(
+      'figure',
+      { class: 'card chart-card', 'data-path': path },
+      h('figcaption', {}, `${title}${unit ? ` (${unit})` : ''}`),
+      this.holder,
+      this.summary,
+    );
+    this.observer = new ResizeObserver(() => {
+      if (this.plot) this.plot.setSize({ width: this.width(), height: HEIGHT });
+    });
+    this.observer.observe(this.holder);
+  }
+
+  private width(): number {
+    return Math.max(200, Math.floor(this.holder.clientWidth || this.el.clientWidth || 320));
+  }
+
+  /** Draws `buckets` over [from, to] (ms): the axis always spans the whole selected range. */
+  update(buckets: AggregateBucket[], from: number, to: number): void {
+    this.xRange = [from / 1000, to / 1000];
+    const data = columns(this.path, buckets);
+    const values = (data[3] as (number | null)[]).filter((v): v is number => v !== null);
+    this.summary.textContent = values.length
+      ? `${this.title}: ${values.length} buckets, averages from ${fmt(Math.min(...values))} to ${fmt(Math.max(...values))} ${this.unit}`
+      : `${this.title}: no values in this range`;
+    this.el.dataset.buckets = String(values.length);
+    if (this.plot) {
+      this.plot.setData(data, false);
+      this.plot.setScale('x', { min: this.xRange[0], max: this.xRange[1] });
+      return;
+    }
+    const unit = this.unit ? ` ${this.unit}` : '';
+    const value = (_u: uPlot, v: number | null) => (v === null || v === undefined ? '—' : `${fmt(v)}${unit}`);
+    const accent = css('--accent', '#2563eb');
+    const muted = css('--muted', '#6b7280');
+    const border = css('--border', '#e5e7eb');
+    const axis: uPlot.Axis = { stroke: muted, grid: { stroke: border, width: 1 }, ticks: { stroke: border, width: 1 } };
+    this.plot = new uPlot(
+      {
+        width: this.width(),
+        height: HEIGHT,
+        scales: { x: { time: true, range: () => this.xRange } },
+        series: [
+          { label: 'Time', value: '{YYYY}-{MM}-{DD} {HH}:{mm}' },
+          { label: 'min', stroke: 'transparent', points: { show: false }, value },
+          { label: 'max', stroke: 'transparent', points: { show: false }, value },
+          { label: 'avg', stroke: accent, width: 2, value, points: { show: (u: uPlot) => (u.data[0]?.length ?? 0) <= 60 } },
+        ],
+        bands: [{ series: [2, 1], fill: `${accent}33` }],
+        axes: [
+          { ...axis, space: 60 },
+          { ...axis, size: 56, values: (_u: uPlot, ticks: number[]) => ticks.map((t) => fmt(t)) },
+        ],
+        cursor: { points: { size: 6 } },
+        legend: { live: true },
+      },
+      data,
+      this.holder,
+    );
+  }
+
+  destroy(): void {
+    this.observer.disconnect();
+    this.plot?.destroy();
+    this.plot = null;
+  }
 }

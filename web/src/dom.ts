@@ -24,13 +24,6 @@ function append(el: Node, children: Child[]): void {
   }
 }
 
-export function svg(tag: string, attrs: Record<string, string | number> = {}, ...children: SVGElement[]): SVGElement {
-  const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  for (const c of children) el.appendChild(c);
-  return el;
-}
-
 let fieldSeq = 0;
 /** A labelled form control: the label is tied to the control for screen readers and clicks. */
 export function field(label: string, control: HTMLElement, hint?: string): HTMLElement {

@@ -144,6 +144,26 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     };
   });
 
+  /** Aggregates for the device page's charts: the Public API's figures (docs/aggregates.md). */
+  app.get<IdParams & { Querystring: { range?: string; interval?: string; fields?: string } }>(
+    '/devices/:id/aggregate',
+    async (request, reply) => {
+      const acc = account(request);
+      const device = devices.getOwned(acc, request.params.id);
+      const requested = parseRange(request.query.range);
+      const { range, interval, fields, dataJson } = services.aggregates.aggregate(acc, device, { ...request.query, range: requested });
+      const query = {
+        device_id: device.id,
+        requested_range: requested,
+        range,
+        interval,
+        fields,
+        data_retention_days: acc.limits.retentionDays,
+      };
+      return reply.type('application/json; charset=utf-8').send(`{"data":${dataJson},"query":${JSON.stringify(query)}}`);
+    },
+  );
+
   // ---- alerts
   app.get('/alerts', async (request) => {
     const { alerts: list } = alerts.list(account(request), 100_000, 0);

@@ -49,7 +49,36 @@ export function* readingChunks(
 
 const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 
-/** A cell value: numbers, strings and booleans as they are, nested objects and arrays as JSON text. */
+/**
+ * A reading's values by dotted path: nested objects are walked (`{"env":{"humidity":39}}`
+ * gives the column `env.humidity`), arrays and empty objects stay whole (written as JSON
+ * text). A key that itself holds a dot shares its column with the nested path it spells.
+ */
+function flattenReading(data: Record<string, unknown>, prefix = '', out = new Map<string, unknown>()): Map<string, unknown> {
+  for (const key of Object.keys(data)) {
+    const v = data[key];
+    if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length > 0)
+      flattenReading(v as Record<string, unknown>, `${prefix}${key}.`, out);
+    else out.set(prefix + key, v);
+  }
+  return out;
+}
+
+/** Export columns: declared fields first (an object-valued one by its nested paths), then the rest in order seen. */
+function exportColumns(declared: string[], seen: Iterable<string>): string[] {
+  const paths = [...seen];
+  const all = [...new Set([...declared.filter((name) => !paths.some((p) => p.startsWith(`${name}.`))), ...paths])];
+  const rank = (p: string) => {
+    const i = declared.findIndex((name) => p === name || p.startsWith(`${name}.`));
+    return i < 0 ? declared.length : i;
+  };
+  return all
+    .map((p, i) => [p, i] as const)
+    .sort((a, b) => rank(a[0]) - rank(b[0]) || a[1] - b[1])
+    .map(([p]) => p);
+}
+
+/** A cell value: numbers, strings and booleans as they are, arrays (and empty objects) as JSON text. */
 function cellValue(v: unknown): string | number | boolean | null {
   if (v === undefined || v === null) return null;
   if (typeof v === 'number' || typeof v === 'string' || typeof v === 'boolean') return v;
@@ -66,7 +95,7 @@ function csvCell(v: unknown): string {
 }
 
 /**
- * Exports of a device's readings over a range (docs/dashboard.md): one column per top-level field,
+ * Exports of a device's readings over a range (docs/dashboard.md): one column per field path,
  * time in ISO 8601. A first pass collects the column names (only the key set is held), the
  * second streams rows, so a 30-day export never holds the readings in memory.
  */
@@ -85,23 +114,19 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     const until = services.clock.now() + 1;
     const since = until - 1 - rangeMs(range);
 
-    const columns = device.fields.map((f) => f.name);
-    const known = new Set(columns);
+    const seen = new Set<string>();
     for (const chunk of readingChunks(services, account, device, since, until)) {
-      for (const r of chunk) {
-        for (const key of Object.keys(JSON.parse(r.data) as object)) {
-          if (!known.has(key)) {
-            known.add(key);
-            columns.push(key);
-          }
-        }
-      }
+      for (const r of chunk) for (const path of flattenReading(JSON.parse(r.data) as Record<string, unknown>).keys()) seen.add(path);
     }
+    const columns = exportColumns(
+      device.fields.map((f) => f.name),
+      seen,
+    );
     const rows = async function* () {
       for (const chunk of readingChunks(services, account, device, since, until)) {
         yield chunk.map((r) => {
-          const data = JSON.parse(r.data) as Record<string, unknown>;
-          return [iso(r.time), ...columns.map((c) => data[c])] as unknown[];
+          const data = flattenReading(JSON.parse(r.data) as Record<string, unknown>);
+          return [iso(r.time), ...columns.map((c) => data.get(c))] as unknown[];
         });
         await nextTurn();
       }

@@ -1,5 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../composition.js';
+import { INTERVAL_NAMES, MAX_FIELDS } from '../../domain/aggregates.js';
 import { planHasApiAccess } from '../../domain/plans.js';
 import {
   presentAlert,
@@ -41,7 +42,7 @@ function setRateHeaders(reply: { header(k: string, v: string): unknown }, s: Rat
 
 /** The read-only Public API under /v1 (docs/api.md, "Public API endpoints"). */
 export async function publicApiRoutes(app: FastifyInstance, { services }: { services: Services }) {
-  const { keys, devices, telemetry, alerts, usage, rateLimiter } = services;
+  const { keys, devices, telemetry, aggregates, alerts, usage, rateLimiter } = services;
 
   // Authentication, plan gating and rate limiting, in that order: 401, then 403 (no rate
   // headers), then the limit; every counted request carries the four headers, errors included.
@@ -185,6 +186,75 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       return reply
         .type('application/json; charset=utf-8')
         .send(`{"data":[${readings.map(presentReadingJson).join(',')}],"query":${JSON.stringify(query)}}`);
+    },
+  );
+
+  app.get<{ Params: { id: string }; Querystring: { range: RangeName; interval?: string; fields?: string } }>(
+    '/devices/:id/telemetry/aggregate',
+    {
+      schema: {
+        tags,
+        security,
+        summary: 'Count, min, max and avg per numeric field path in UTC-aligned buckets, oldest first',
+        description:
+          'Buckets are aligned on UTC multiples of the interval since the Unix epoch; only readings inside the range ' +
+          '(the last `range` before the request, capped to the plan retention) count, so the first bucket may be partial. ' +
+          'A value counts when it is a JSON number reached through object keys only. A bucket is listed when some ' +
+          'requested path has a value in it. See docs/aggregates.md.',
+        params: idParams,
+        querystring: {
+          type: 'object',
+          properties: {
+            range: { type: 'string', enum: RANGE_NAMES, default: '24h' },
+            interval: {
+              type: 'string',
+              enum: INTERVAL_NAMES,
+              description: 'default: the smallest interval giving at most 500 buckets (1h→1m, 6h→1m, 24h→5m, 7d→1h, 30d→6h)',
+            },
+            fields: {
+              type: 'string',
+              description: `comma-separated field paths, dotted for nested values (env.humidity), at most ${MAX_FIELDS}; default: every numeric path in the range`,
+            },
+          },
+        },
+        response: {
+          200: {
+            type: 'object',
+            properties: {
+              data: { type: 'array', items: ref('AggregateBucket') },
+              query: {
+                type: 'object',
+                properties: {
+                  device_id: { type: 'string' },
+                  requested_range: { type: 'string' },
+                  range: { type: 'string' },
+                  interval: { type: 'string' },
+                  fields: { type: 'array', items: { type: 'string' } },
+                  data_retention_days: { type: 'integer' },
+                },
+                required: ['device_id', 'requested_range', 'range', 'interval', 'fields', 'data_retention_days'],
+              },
+            },
+            required: ['data', 'query'],
+          },
+          ...publicErrorResponses,
+        },
+      },
+    },
+    async (request, reply) => {
+      const account = request.account!;
+      const device = devices.getOwned(account, request.params.id);
+      const { range, interval, fields, dataJson } = aggregates.aggregate(account, device, request.query);
+      const query = {
+        device_id: device.id,
+        requested_range: request.query.range,
+        range,
+        interval,
+        fields,
+        data_retention_days: account.limits.retentionDays,
+      };
+      // Written as text like the history: the buckets are already JSON (aggregate service).
+      return reply.type('application/json; charset=utf-8').send(`{"data":${dataJson},"query":${JSON.stringify(query)}}`);
     },
   );
 

@@ -2,6 +2,7 @@ import type { StoredReading } from '../../domain/types.js';
 import { MINUTE_MS } from '../../time.js';
 import type { Db } from '../db.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
+import type { RollupsRepo } from './rollups.js';
 
 const ROWS_PER_INSERT = 32;
 /** A batch with at least this many readings per distinct device skips the inbox. */
@@ -51,7 +52,7 @@ export interface PendingReading {
  * merges it every INBOX_MERGE_ROWS readings, and when ingest pauses), so the queries below
  * read both: the clustered table by its key, the inbox by a scan of at most ~16,000 rows.
  */
-export function readingsRepo(db: Db) {
+export function readingsRepo(db: Db, rollups: RollupsRepo) {
   // Rows go in ROWS_PER_INSERT per statement where a batch has that many, then one by one:
   // one step and one call into the addon instead of 32 (BENCHMARKS.md, "Design decisions").
   const inserts = (table: string) => ({
@@ -175,6 +176,9 @@ export function readingsRepo(db: Db) {
     for (let i = 0; i < batch.length; i++) devices.add(batch[i]!.deviceSeq);
     const toInbox = devices.size * DIRECT_READINGS_PER_DEVICE > batch.length;
     const insert = toInbox ? insertInbox : insertByDevice;
+    // A reading older than what the rollups already cover (a clock set back, a load of past
+    // readings) marks its hour for recomputation in this same transaction (rollups repository).
+    const late = rollups.lateBefore();
     const grouped = batch.length - (batch.length % ROWS_PER_INSERT);
     for (let i = 0; i < grouped; i += ROWS_PER_INSERT) {
       for (let j = 0; j < ROWS_PER_INSERT; j++) {
@@ -191,6 +195,7 @@ export function readingsRepo(db: Db) {
       const seq = first + i;
       if (i >= grouped) insert.one.run(r.deviceSeq, r.time, seq, r.data);
       seqs[i] = seq;
+      if (r.time < late) rollups.markDirty(r.deviceSeq, r.time);
       const minute = Math.floor(r.time / MINUTE_MS);
       const accountSeq = r.accountSeq ?? accountOfDevice.get(r.deviceSeq);
       // A device deleted meanwhile has no account: its reading is not counted (as before).

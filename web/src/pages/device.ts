@@ -1,5 +1,6 @@
+import { DAY_MS, HOUR_MS } from '../../../src/time';
 import { api } from '../api';
-import { lineChart } from '../chart';
+import { type AggregateBucket, SeriesChart } from '../chart';
 import { ago, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
 import type { PageContext } from '../main';
@@ -12,8 +13,21 @@ interface Reading {
 }
 
 const RANGES = ['1h', '6h', '24h', '7d', '30d'] as const;
-const RANGE_MS: Record<string, number> = { '1h': 3_600_000, '6h': 21_600_000, '24h': 86_400_000, '7d': 604_800_000, '30d': 2_592_000_000 };
+const RANGE_MS: Record<string, number> = { '1h': HOUR_MS, '6h': 6 * HOUR_MS, '24h': DAY_MS, '7d': 7 * DAY_MS, '30d': 30 * DAY_MS };
 const TABLE_ROWS = 100;
+
+/**
+ * A reading's values by dotted path: nested objects are walked, so `{"env":{"humidity":39}}`
+ * gives `env.humidity`; arrays and other values stay whole (shown as JSON text).
+ */
+function flatten(data: Record<string, unknown>, prefix = '', out: [string, unknown][] = []): [string, unknown][] {
+  for (const [k, v] of Object.entries(data)) {
+    if (v !== null && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length > 0)
+      flatten(v as Record<string, unknown>, `${prefix}${k}.`, out);
+    else out.push([prefix + k, v]);
+  }
+  return out;
+}
 
 /** A *_url field holding a snapshot URL (docs/api.md, "Snapshots") renders as a thumbnail. */
 function isSnapshotUrl(key: string, v: unknown): v is string {
@@ -44,6 +58,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   const chartsEl = h('div', { class: 'charts' });
   const tableEl = h('div', { class: 'table-wrap' });
   const rangeNote = h('p', { class: 'muted small', 'aria-live': 'polite' });
+  const chartNote = h('p', { class: 'muted small' });
   const liveNote = h('span', { class: 'muted small', 'data-testid': 'updated' });
   const exportCsv = h('a', { class: 'button secondary', download: '' }, 'Export CSV');
   const exportXlsx = h('a', { class: 'button secondary', download: '' }, 'Export Excel');
@@ -159,6 +174,18 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
     return { label: f?.label || key, unit: f?.unit ?? '' };
   }
 
+  /** Declared fields first (a declared object's nested paths in its place), then the rest in order seen. */
+  function orderPaths(paths: Iterable<string>): string[] {
+    const rank = (p: string) => {
+      const i = device.fields.findIndex((f) => p === f.name || p.startsWith(`${f.name}.`));
+      return i < 0 ? device.fields.length : i;
+    };
+    return [...new Set(paths)]
+      .map((p, i) => [p, i] as const)
+      .sort((a, b) => rank(a[0]) - rank(b[0]) || a[1] - b[1])
+      .map(([p]) => p);
+  }
+
   function renderLatest(latest: Reading | null) {
     if (!latest) {
       latestEl.replaceChildren(
@@ -167,7 +194,8 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
       );
       return;
     }
-    const keys = [...new Set([...device.fields.map((f) => f.name), ...Object.keys(latest.data)])].filter((k) => k in latest.data);
+    const values = new Map(flatten(latest.data));
+    const keys = orderPaths(values.keys());
     latestEl.replaceChildren(
       h('h2', { id: 'latest-h' }, 'Latest values ', h('span', { class: 'muted small' }, fmtTime(latest.time))),
       h(
@@ -175,7 +203,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
         { class: 'tiles', 'data-testid': 'latest' },
         ...keys.map((k) => {
           const { label, unit } = labelOf(k);
-          const v = latest.data[k];
+          const v = values.get(k);
           return h(
             'div',
             { class: 'tile', 'data-field': k },
@@ -187,38 +215,61 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
     );
   }
 
+  const charts = new Map<string, SeriesChart>();
+
+  /** Charts of every numeric path over the whole range, from aggregates (docs/aggregates.md). */
+  async function loadCharts() {
+    const res = await api<{
+      data: AggregateBucket[];
+      query: { range: string; requested_range: string; interval: string; fields: string[]; data_retention_days: number };
+    }>('GET', `/devices/${encodeURIComponent(id!)}/aggregate?range=${range}`);
+    const q = res.query;
+    const to = Date.now();
+    const from = to - RANGE_MS[q.range]!;
+    const paths = orderPaths(q.fields);
+    for (const [path, chart] of charts) {
+      if (!paths.includes(path)) {
+        chart.destroy();
+        charts.delete(path);
+      }
+    }
+    for (const path of paths) {
+      let chart = charts.get(path);
+      if (!chart) {
+        const { label, unit } = labelOf(path);
+        chart = new SeriesChart(path, label, unit);
+        charts.set(path, chart);
+      }
+      chart.update(res.data, from, to);
+    }
+    const ordered = paths.map((p) => charts.get(p)!.el);
+    if (ordered.some((el, i) => chartsEl.children[i] !== el) || chartsEl.children.length !== ordered.length)
+      chartsEl.replaceChildren(...ordered);
+    chartsEl.dataset.interval = q.interval;
+    chartNote.textContent = paths.length ? `Charts: ${q.interval} buckets over ${q.range} (min–max band and average).` : '';
+  }
+
   async function loadReadings() {
     const res = await api<{
       data: Reading[];
       query: { range: string; requested_range: string; limit: number; data_retention_days: number };
-    }>('GET', `/devices/${encodeURIComponent(id!)}/readings?range=${range}&limit=1000`);
+    }>('GET', `/devices/${encodeURIComponent(id!)}/readings?range=${range}&limit=${TABLE_ROWS}`);
     const q = res.query;
     const effective = q.range;
     rangeNote.textContent =
-      (effective !== q.requested_range ? `Range capped to ${effective} by your plan's ${q.data_retention_days}-day retention. ` : '') +
-      `${res.data.length} readings${res.data.length >= q.limit ? ` (newest ${q.limit} shown)` : ''}.`;
+      effective !== q.requested_range ? `Range capped to ${effective} by your plan's ${q.data_retention_days}-day retention.` : '';
     const base = `/ui/api/devices/${encodeURIComponent(id!)}/export?range=${effective}`;
     exportCsv.setAttribute('href', `${base}&format=csv`);
     exportXlsx.setAttribute('href', `${base}&format=xlsx`);
     if (res.data[0]) renderLatest(res.data[0]);
 
-    // Charts: one per field that holds numbers.
-    const numeric = new Map<string, [number, number][]>();
-    for (const r of res.data) {
-      for (const [k, v] of Object.entries(r.data)) {
-        if (typeof v === 'number' && Number.isFinite(v)) {
-          const list = numeric.get(k) ?? [];
-          list.push([new Date(r.time).getTime(), v]);
-          numeric.set(k, list);
-        }
-      }
-    }
-    const order = [...device.fields.map((f) => f.name), ...numeric.keys()].filter((k, i, a) => numeric.has(k) && a.indexOf(k) === i);
-    chartsEl.replaceChildren(...order.map((k) => lineChart(labelOf(k).label, labelOf(k).unit, numeric.get(k)!, RANGE_MS[effective]!)));
-
-    // Readings table: declared fields first, then any other keys seen.
-    const keys = [...new Set([...device.fields.map((f) => f.name), ...res.data.flatMap((r) => Object.keys(r.data))])];
-    const rows = res.data.slice(0, TABLE_ROWS);
+    // Readings table: one column per path (nested objects flattened), declared fields first.
+    const flat = res.data.map((r) => new Map(flatten(r.data)));
+    const seen = flat.flatMap((m) => [...m.keys()]);
+    // A declared field keeps its (empty) column unless it holds an object, shown by its nested paths.
+    const declared = device.fields.map((f) => f.name).filter((n) => !seen.some((p) => p.startsWith(`${n}.`)));
+    const keys = orderPaths([...declared, ...seen]);
+    const rows = res.data;
     tableEl.replaceChildren(
       rows.length
         ? h(
@@ -238,12 +289,12 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
             h(
               'tbody',
               {},
-              ...rows.map((r) =>
+              ...rows.map((r, i) =>
                 h(
                   'tr',
                   { 'data-reading': r.id },
                   h('td', { class: 'nowrap' }, fmtTime(r.time)),
-                  ...keys.map((k) => h('td', {}, k in r.data ? cell(k, r.data[k]) : '')),
+                  ...keys.map((k) => h('td', {}, flat[i]!.has(k) ? cell(k, flat[i]!.get(k)) : '')),
                 ),
               ),
             ),
@@ -253,10 +304,12 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
     liveNote.textContent = `Updated ${new Date().toLocaleTimeString()}`;
   }
 
+  const loadData = () => Promise.all([loadCharts(), loadReadings()]);
+
   rangeSelect.addEventListener('change', () => {
     range = rangeSelect.value;
     sessionStorage.setItem('tlm-range', range);
-    void loadReadings();
+    void loadData();
   });
 
   await loadDevice();
@@ -269,13 +322,15 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
       h('div', { class: 'page-head' }, h('h2', { id: 'data-h' }, 'Data'), liveNote),
       h('div', { class: 'row' }, h('label', { for: 'range' }, 'Range '), rangeSelect, exportCsv, exportXlsx),
       rangeNote,
+      chartNote,
       chartsEl,
       tableEl,
     ),
   );
-  await loadReadings();
+  await loadData();
 
-  const refresh = debounce(() => void loadReadings().catch(() => {}), 300);
+  // New readings refresh the charts in place: new buckets appear without a reload.
+  const refresh = debounce(() => void loadData().catch(() => {}), 300);
   const refreshDevice = debounce(() => void loadDevice().catch(() => {}), 300);
   ctx.onLeave(ctx.live.on('reading', (e) => e.device_id === id && refresh()));
   ctx.onLeave(ctx.live.on('reading', (e) => e.device_id === id && refreshDevice()));
@@ -283,8 +338,11 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   ctx.onLeave(ctx.live.on('device', (e) => e.device_id === id && refreshDevice()));
   // Polling fallback (and the 15 s refresh) whether or not the stream is up.
   const timer = window.setInterval(() => {
-    void loadReadings().catch(() => {});
+    void loadData().catch(() => {});
     void loadDevice().catch(() => {});
   }, POLL_MS);
   ctx.onLeave(() => window.clearInterval(timer));
+  ctx.onLeave(() => {
+    for (const chart of charts.values()) chart.destroy();
+  });
 }

@@ -1,0 +1,276 @@
+import type { Repositories } from '../storage/index.js';
+import type { OrderedRawRow, RawRow } from '../storage/repos/rollups.js';
+import { type Clock, HOUR_MS, MINUTE_MS } from '../time.js';
+import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } from './numericStats.js';
+
+/**
+ * Readings are rolled up once their minute is this far in the past: a reading is stamped
+ * when it arrives and committed within milliseconds, so by then its minute is complete. One
+ * that still commits later is late and marks its hour for recomputation (rollups repository).
+ */
+const ROLL_LAG_MS = 5_000;
+/** How often the background pass runs; the query reads raw readings for what it has not rolled yet. */
+const ROLL_EVERY_MS = 60_000;
+/**
+ * Rollup levels, finest first; each size divides the next, and every interval of the
+ * aggregate endpoint is a multiple of one of them. Finer levels are kept for a recent window
+ * only, which keeps the database small (docs/aggregates.md):
+ *   - minutes, 6 h: the 1m buckets of the 1h and 6h ranges;
+ *   - 5 minutes, 24 h: the 5m and 15m buckets of the 24h range (288 rows instead of 1,440);
+ *   - hours, as long as the readings: the 1h, 6h and 1d buckets of every range.
+ * A level keeps every bucket from `keptFrom` on (pruning never removes a newer one), so a
+ * range as long as its window is served by it whole. The partial buckets at either end of a
+ * range are read from the finer levels, and beyond what they keep, from the readings.
+ */
+export const LEVELS = [
+  { size: MINUTE_MS, keepMs: 6 * HOUR_MS },
+  { size: 5 * MINUTE_MS, keepMs: 24 * HOUR_MS },
+  { size: HOUR_MS, keepMs: Number.POSITIVE_INFINITY },
+] as const;
+
+/** The first bucket of a level whose row is still kept at `now` (rows before it may be pruned). */
+export const keptFrom = (level: number, now: number): number => {
+  const { size, keepMs } = LEVELS[level]!;
+  return keepMs === Number.POSITIVE_INFINITY ? Number.NEGATIVE_INFINITY : bucketOf(now - keepMs, size);
+};
+
+/**
+ * Readings read per synchronous step of a pass: a step parses and writes them in a few
+ * milliseconds, then the event loop runs (ingest commits) before the next one.
+ */
+export const ROWS_PER_STEP = 4_000;
+
+/**
+ * While ingest commits more than this many readings a second, a pass waits (a second at a
+ * time) instead of competing with it for the CPU, unless the rollups are already
+ * MAX_DEFER_MS behind: queries read the not-yet-rolled tail from the readings meanwhile.
+ */
+const BUSY_READINGS_PER_S = 2_000;
+const MAX_DEFER_MS = 10 * 60_000;
+
+export interface RollupOptions {
+  /** Readings committed so far by the process's writer (ReadingWriter.committed). */
+  committedReadings?: () => number;
+  onError?: (err: unknown) => void;
+  intervalMs?: number;
+  firstRunDelayMs?: number;
+}
+
+export interface RollupRun {
+  devices: number;
+  readings: number;
+  dirtyHours: number;
+}
+
+const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+const sleep = (ms: number) =>
+  new Promise<void>((resolve) => {
+    setTimeout(resolve, ms).unref();
+  });
+
+/**
+ * Keeps the per-device minute and hour rollups of numeric paths (migration 7) up to date,
+ * off the acknowledgement path: a pass every ROLL_EVERY_MS rolls up every device's readings
+ * from rolled_until to the last complete minute (minus ROLL_LAG_MS), in steps of at most
+ * ROWS_PER_STEP readings, each its own short transaction, yielding to the event loop in
+ * between. Every write recomputes whole buckets from the readings (or from minute rollups
+ * for the part of an hour rolled by an earlier pass), so a pass cut short by a crash or a
+ * stop is simply redone.
+ */
+export function rollupService(repos: Repositories, clock: Clock, options: RollupOptions = {}) {
+  const rollups = repos.rollups;
+  let timer: NodeJS.Timeout | null = null;
+  let running: Promise<RollupRun> | null = null;
+  let stopped = false;
+  let prunedAt = 0;
+
+  /**
+   * Writes the rollups of one device for [from, to) (from a whole minute) from `rows`, every
+   * reading of that span, level by level: minutes from the readings, each coarser level from
+   * the finer one. A bucket that began before `from` (rolled in part by an earlier span) is
+   * completed with the finer level's rows of that earlier part, or with the readings where
+   * the finer level no longer keeps them. Only buckets a level still keeps are written.
+   */
+  function rollSpan(deviceSeq: number, from: number, to: number, rows: readonly (RawRow | OrderedRawRow)[], now: number): void {
+    let finer = new Map<number, Stats>();
+    addRows(finer, rows, LEVELS[0].size, null);
+    for (let level = 0; level < LEVELS.length; level++) {
+      const { size } = LEVELS[level]!;
+      let current: Map<number, Stats>;
+      if (level === 0) current = finer;
+      else {
+        current = new Map();
+        for (const [b, stats] of finer) {
+          const into = bucketOf(b, size);
+          let acc = current.get(into);
+          if (acc === undefined) {
+            acc = new Map();
+            current.set(into, acc);
+          }
+          mergeStats(acc, stats);
+        }
+        const first = bucketOf(from, size);
+        const partial = current.get(first);
+        if (first < from && partial !== undefined) {
+          // [first, from) was rolled before: the finer level's rows of it, but those this span
+          // recomputed (a finer bucket that `from` cuts into and that got new readings).
+          if (first >= keptFrom(level - 1, now)) {
+            for (const [b, text] of rollups.rows(deviceSeq, level - 1, first, from)) if (!finer.has(b)) mergeEncoded(partial, text, null);
+          } else {
+            const before = new Map<number, Stats>();
+            addRows(before, rollups.raw(deviceSeq, first, from), size, null);
+            const earlier = before.get(first);
+            if (earlier) mergeStats(partial, earlier);
+          }
+        }
+      }
+      const kept = keptFrom(level, now);
+      const firstWhole = Math.max(Math.ceil(from / size) * size, kept);
+      if (to > firstWhole) rollups.deleteRange(deviceSeq, level, firstWhole, to);
+      for (const [b, stats] of current) {
+        if (b < kept) continue;
+        const text = encodeStats(stats);
+        if (text !== null) rollups.put(deviceSeq, level, b, text);
+      }
+      finer = current;
+    }
+  }
+
+  /** Recomputes the dirty hours of one device (or of every device) from its readings. */
+  function settle(deviceSeq?: number): number {
+    const dirty = deviceSeq === undefined ? rollups.allDirty() : rollups.dirtyHours(deviceSeq).map((hour) => ({ deviceSeq, hour }));
+    if (dirty.length === 0) return 0;
+    const now = clock.now();
+    for (const { deviceSeq: seq, hour } of dirty) {
+      repos.transaction(() => {
+        // Up to the time before which readings are rolled (or being rolled by a pass).
+        const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
+        if (end > hour) rollSpan(seq, hour, end, rollups.raw(seq, hour, end), now);
+        rollups.clearDirty(seq, hour);
+      });
+    }
+    return dirty.length;
+  }
+
+  /**
+   * One pass as a sequence of synchronous steps; the caller decides whether to yield to the
+   * event loop between them (the background job) or not (a rebuild).
+   */
+  function* steps(run: RollupRun): Generator<number, void> {
+    const now = clock.now();
+    const target = bucketOf(now - ROLL_LAG_MS, MINUTE_MS);
+    const start = rollups.rolledUntil();
+    if (target > start) {
+      rollups.setLateBefore(target);
+      // Rows older than a level keeps are pruned once an hour.
+      const prune = bucketOf(now, HOUR_MS) > prunedAt;
+      for (const { seq } of repos.devices.allSeqs()) {
+        let cursor = start;
+        let touched = false;
+        while (cursor < target) {
+          let rows: readonly (RawRow | OrderedRawRow)[] = rollups.rawFirst(seq, cursor, target, ROWS_PER_STEP);
+          let end = target;
+          if (rows.length === ROWS_PER_STEP) {
+            // Cut at the last hour boundary, so every step rolls whole hours (but the last).
+            const cut = bucketOf(rows[rows.length - 1]![0], HOUR_MS);
+            if (cut > cursor) {
+              end = cut;
+              rows = rows.filter((r) => r[0] < cut);
+            } else {
+              end = Math.min(cut + HOUR_MS, target);
+              rows = rollups.raw(seq, cursor, end);
+            }
+          }
+          if (rows.length > 0) {
+            const span = rows;
+            const from = cursor;
+            repos.transaction(() => rollSpan(seq, from, end, span, now));
+            run.readings += rows.length;
+            touched = true;
+          }
+          cursor = end;
+          yield rows.length;
+        }
+        if (prune) for (let level = 0; level < LEVELS.length; level++) yield rollups.deleteRange(seq, level, 0, keptFrom(level, now));
+        if (touched) run.devices++;
+      }
+      if (prune) prunedAt = bucketOf(now, HOUR_MS);
+      rollups.setRolledUntil(target);
+    }
+    run.dirtyHours += settle();
+  }
+
+  let lastCount = 0;
+  let lastAt = performance.now();
+  let perS = 0;
+  /** Whether ingest commits fast: its rate over the last second or more (since the last sample). */
+  function ingestBusy(): boolean {
+    if (!options.committedReadings) return false;
+    const at = performance.now();
+    if (at - lastAt >= 1_000) {
+      const count = options.committedReadings();
+      perS = ((count - lastCount) * 1_000) / (at - lastAt);
+      lastCount = count;
+      lastAt = at;
+    }
+    return perS > BUSY_READINGS_PER_S;
+  }
+
+  async function pass(): Promise<RollupRun> {
+    const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
+    let sinceYield = 0;
+    for (const n of steps(run)) {
+      sinceYield += n + 50;
+      if (sinceYield >= ROWS_PER_STEP) {
+        sinceYield = 0;
+        await yieldToEventLoop();
+        while (!stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
+        if (stopped) break;
+      }
+    }
+    return run;
+  }
+
+  return {
+    /** Periodic passes on an unref'd timer; the first soon after start (an upgraded data dir rolls up its readings). */
+    start(): void {
+      stopped = false;
+      const schedule = (delay: number) => {
+        timer = setTimeout(() => {
+          void this.runOnce()
+            .catch((err) => options.onError?.(err))
+            .finally(() => {
+              if (!stopped) schedule(options.intervalMs ?? ROLL_EVERY_MS);
+            });
+        }, delay);
+        timer.unref();
+      };
+      schedule(options.firstRunDelayMs ?? 2_000);
+    },
+    /** Runs one pass now (or joins the pass in progress). */
+    runOnce(): Promise<RollupRun> {
+      stopped = false;
+      running ??= pass().finally(() => (running = null));
+      return running;
+    },
+    /** Stops the timer and waits for a pass in progress to end at its next step. */
+    async stop(): Promise<void> {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      timer = null;
+      await running?.catch(() => undefined);
+    },
+    /** Before a query reads one device's rollups: recompute its dirty hours, if any. */
+    settleDevice: (deviceSeq: number): number => settle(deviceSeq),
+    /** Drops every rollup and rolls all readings up again, synchronously (bulk loads, tests). */
+    rebuild(): RollupRun {
+      rollups.clear();
+      prunedAt = 0;
+      const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
+      for (const _ of steps(run));
+      return run;
+    },
+  };
+}
+
+export type RollupService = ReturnType<typeof rollupService>;

@@ -1,0 +1,128 @@
+import type { Db } from '../db.js';
+
+/** (bucket start, stats JSON) of one rollup row. */
+export type RollupRow = [number, string];
+/** (time, data) of one reading. */
+export type RawRow = [number, string];
+/** (time, seq, data) of one reading, in (time, seq) order. */
+export type OrderedRawRow = [number, number, string];
+
+/** Past every stored time: the open end of a range read "up to now and beyond". */
+export const END_OF_TIME = Number.MAX_SAFE_INTEGER;
+
+const HOUR_MS = 3_600_000;
+
+/**
+ * Per-device rollups of numeric paths (migration 7): rows per device, level and bucket, the
+ * rolled_until mark, and the hours to recompute (rollup_dirty). What goes in `stats`, and
+ * what each level's buckets are, is the domain's (src/domain/rollups.ts); this repository
+ * stores and reads rows.
+ *
+ * `lateBefore` is the time before which a newly committed reading is late: its minute may
+ * already be rolled up. The readings repository checks it per reading of a batch (a number
+ * compare) and records the hour of each late reading in rollup_dirty inside the batch's own
+ * transaction, so an acknowledged late reading is never missed, even after a crash. Normal
+ * readings (stamped now, far ahead of the mark) cost that compare and nothing else.
+ */
+export function rollupsRepo(db: Db) {
+  const readState = db.prepare<[], number>('SELECT rolled_until FROM rollup_state').pluck();
+  const writeState = db.prepare<[number]>('UPDATE rollup_state SET rolled_until = ?');
+  let rolledUntil = readState.get() ?? 0;
+  let lateBefore = rolledUntil;
+
+  const rowRange = db
+    .prepare<[number, number, number, number], RollupRow>(
+      'SELECT bucket, stats FROM rollups WHERE device_seq = ? AND level = ? AND bucket >= ? AND bucket < ? ORDER BY bucket',
+    )
+    .raw(true);
+  const putRow = db.prepare<[number, number, number, string]>(
+    'INSERT OR REPLACE INTO rollups (device_seq, level, bucket, stats) VALUES (?, ?, ?, ?)',
+  );
+  const deleteRange = db.prepare<[number, number, number, number]>(
+    'DELETE FROM rollups WHERE device_seq = ? AND level = ? AND bucket >= ? AND bucket < ?',
+  );
+  const deleteOfDevice = db.prepare<[number]>('DELETE FROM rollups WHERE device_seq = ?');
+
+  // Readings of one device in [from, to), from both reading tables in one statement, so a
+  // merge of the inbox can never move a row between two reads.
+  const rawRange = db
+    .prepare<[number, number, number, number, number, number], RawRow>(
+      `SELECT time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?
+       UNION ALL SELECT time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? AND time < ?`,
+    )
+    .raw(true);
+  const rawFirst = db
+    .prepare<[number, number, number, number, number, number, number], OrderedRawRow>(
+      `SELECT time, seq, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?
+       UNION ALL SELECT time, seq, data FROM readings_inbox WHERE device_seq = ? AND time >= ? AND time < ?
+       ORDER BY time, seq LIMIT ?`,
+    )
+    .raw(true);
+
+  const markDirty = db.prepare<[number, number]>('INSERT OR IGNORE INTO rollup_dirty (device_seq, hour) VALUES (?, ?)');
+  const dirtyOfDevice = db.prepare<[number], number>('SELECT hour FROM rollup_dirty WHERE device_seq = ? ORDER BY hour').pluck();
+  const allDirty = db.prepare<[], { device_seq: number; hour: number }>(
+    'SELECT device_seq, hour FROM rollup_dirty ORDER BY device_seq, hour',
+  );
+  const clearDirty = db.prepare<[number, number]>('DELETE FROM rollup_dirty WHERE device_seq = ? AND hour = ?');
+  const clearDirtyOfDevice = db.prepare<[number]>('DELETE FROM rollup_dirty WHERE device_seq = ?');
+  const clearDirtyBefore = db.prepare<[number, number]>('DELETE FROM rollup_dirty WHERE device_seq = ? AND hour < ?');
+
+  return {
+    /** Every reading before this time is in the minute and hour rollups (dirty hours aside). */
+    rolledUntil: (): number => rolledUntil,
+    setRolledUntil(time: number): void {
+      writeState.run(time);
+      rolledUntil = time;
+    },
+    /** A reading committed from now on with an earlier time marks its hour dirty. */
+    lateBefore: (): number => lateBefore,
+    setLateBefore(time: number): void {
+      lateBefore = Math.max(time, rolledUntil);
+    },
+    /** Called by the readings repository inside a batch's transaction, for late readings only. */
+    markDirty(deviceSeq: number, time: number): void {
+      markDirty.run(deviceSeq, Math.floor(time / HOUR_MS) * HOUR_MS);
+    },
+    dirtyHours: (deviceSeq: number): number[] => dirtyOfDevice.all(deviceSeq),
+    allDirty: () => allDirty.all().map((r) => ({ deviceSeq: r.device_seq, hour: r.hour })),
+    clearDirty: (deviceSeq: number, hour: number) => void clearDirty.run(deviceSeq, hour),
+
+    /** Rows of one level with buckets in [from, to), oldest first. */
+    rows: (deviceSeq: number, level: number, from: number, to: number): RollupRow[] => rowRange.all(deviceSeq, level, from, to),
+    put: (deviceSeq: number, level: number, bucket: number, stats: string) => void putRow.run(deviceSeq, level, bucket, stats),
+    /** Deletes the rows of one level with buckets in [from, to); returns how many went. */
+    deleteRange: (deviceSeq: number, level: number, from: number, to: number): number =>
+      deleteRange.run(deviceSeq, level, from, to).changes,
+
+    /** Readings of [from, to) of one device, unordered. */
+    raw: (deviceSeq: number, from: number, to: number): RawRow[] => rawRange.all(deviceSeq, from, to, deviceSeq, from, to),
+    /** The first `limit` readings of [from, to) of one device, in (time, seq) order. */
+    rawFirst: (deviceSeq: number, from: number, to: number, limit: number): OrderedRawRow[] =>
+      rawFirst.all(deviceSeq, from, to, deviceSeq, from, to, limit),
+
+    /**
+     * Retention deleted the readings before `cutoff`: their rollups go, and the hour the
+     * cutoff cuts into is marked dirty, to be recomputed from the readings left in it (a
+     * later, longer retention reads it as a whole hour).
+     */
+    deleteBefore(deviceSeq: number, cutoff: number, levels: number): void {
+      for (let level = 0; level < levels; level++) deleteRange.run(deviceSeq, level, 0, cutoff);
+      clearDirtyBefore.run(deviceSeq, cutoff - HOUR_MS + 1);
+      if (cutoff % HOUR_MS !== 0) markDirty.run(deviceSeq, Math.floor(cutoff / HOUR_MS) * HOUR_MS);
+    },
+    /** Device deletion. */
+    deleteDevice(deviceSeq: number): void {
+      deleteOfDevice.run(deviceSeq);
+      clearDirtyOfDevice.run(deviceSeq);
+    },
+    /** Drops every rollup, for a rebuild from the readings. */
+    clear(): void {
+      db.exec('DELETE FROM rollups; DELETE FROM rollup_dirty; UPDATE rollup_state SET rolled_until = 0');
+      rolledUntil = 0;
+      lateBefore = 0;
+    },
+  };
+}
+
+export type RollupsRepo = ReturnType<typeof rollupsRepo>;

@@ -1,0 +1,261 @@
+/**
+ * Rollups of numeric paths (migration 7, docs/aggregates.md) stay equal to the readings:
+ * across many background passes while readings keep arriving, after retention deletes old
+ * readings, after device deletion, after backup and restore, and on a data dir made before
+ * rollups existed (upgraded in place, rolled up in the background).
+ */
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { LEVELS, ROWS_PER_STEP } from '../../src/domain/rollups.js';
+import { createBackup, restoreBackup } from '../../src/storage/backup.js';
+import { openDatabase } from '../../src/storage/db.js';
+import { VERSION } from '../../src/version.js';
+import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { type Bucket, expectedBuckets, expectSameBuckets, insertReadings, type Reading, seededRandom } from '../http/aggregateHelpers.js';
+
+const MIN = 60_000;
+const HOUR = 3_600_000;
+const DAY = 86_400_000;
+const START = Date.UTC(2025, 5, 2, 8, 17, 41, 3);
+
+const servers: TestServer[] = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const s of servers.splice(0)) await s.stop();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+async function start(clock: { now(): number }, dataDir?: string) {
+  const server = await startTestServer(dataDir ? { 'data-dir': dataDir } : {}, { clock });
+  servers.push(server);
+  return server;
+}
+
+/** Every stored reading of a device (not capped at 1,000 like the history endpoint). */
+function storedReadings(server: TestServer, deviceSeq: number): Reading[] {
+  return [...server.storage.repos.readings.iterateRange(deviceSeq, 0, Number.MAX_SAFE_INTEGER)].map((r) => ({
+    time: r.time,
+    data: JSON.parse(r.data) as Record<string, unknown>,
+  }));
+}
+
+async function aggregate(server: TestServer, key: string, deviceId: string, qs: string): Promise<Bucket[]> {
+  const res = await server.request(`/v1/devices/${deviceId}/telemetry/aggregate?${qs}`, { key });
+  expect(res.status, qs).toBe(200);
+  return ((await res.json()) as { data: Bucket[] }).data;
+}
+
+const MINUTES = 0;
+const HOURS = 2;
+const rollupCount = (server: TestServer, level: number, deviceSeq: number) =>
+  server.db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?').pluck().get(deviceSeq, level) as number;
+
+async function expectMatchesReadings(server: TestServer, key: string, device: { id: string; seq: number }, now: number) {
+  const readings = storedReadings(server, device.seq);
+  const cases = [
+    ['1h', '1m'],
+    ['6h', '1m'],
+    ['6h', '15m'],
+    ['24h', '5m'],
+    ['24h', '1h'],
+    ['7d', '1h'],
+    ['7d', '15m'],
+    ['30d', '6h'],
+    ['30d', '1d'],
+  ];
+  for (const [range, interval] of cases) {
+    const got = await aggregate(server, key, device.id, `range=${range}&interval=${interval}`);
+    expectSameBuckets(got, expectedBuckets(readings, now, range!, interval!, null).buckets);
+  }
+}
+
+describe('reading rollups', () => {
+  it('stay equal to the readings over many passes while readings arrive, minute rollups kept for a day', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const rnd = seededRandom(3);
+    let sent = 0;
+    // 40 passes, 50 minutes apart (33 hours): each adds the readings of its interval at
+    // irregular times, one adds a burst of more readings in one hour than a pass step reads.
+    for (let pass = 0; pass < 40; pass++) {
+      const from = clock.t;
+      clock.t += 50 * MIN;
+      const n = pass === 17 ? ROWS_PER_STEP + 1_500 : Math.floor(rnd() * 25);
+      const batch: Reading[] = [];
+      for (let i = 0; i < n; i++) {
+        const time = pass === 17 ? from + 10 * MIN + Math.floor((i * 40 * MIN) / n) : from + Math.floor(rnd() * 50 * MIN);
+        batch.push({ time, data: { t: Math.round(rnd() * 4000) / 100 - 10, env: { rh: Math.floor(rnd() * 100) }, i: sent++ } });
+      }
+      insertReadings(server, seed.device.seq, batch);
+      const run = await server.services.rollups.runOnce();
+      expect(run.readings).toBeGreaterThanOrEqual(0);
+    }
+    expect(server.storage.repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+    // Rows older than a level keeps are pruned (hourly); hour rollups stay.
+    const oldest = (level: number) => server.db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
+    expect(oldest(0)).toBeGreaterThanOrEqual(clock.t - LEVELS[0].keepMs - HOUR);
+    expect(oldest(0)).toBeLessThan(clock.t - LEVELS[0].keepMs + HOUR);
+    expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
+    expect(oldest(HOURS)).toBe(Math.floor(START / HOUR) * HOUR);
+    // A rebuild from the readings gives the same answers.
+    server.services.rollups.rebuild();
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+  });
+
+  it('follow retention: rollups of deleted readings go, so a longer retention later counts only what is left', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const readings: Reading[] = [];
+    for (let t = START - 6 * DAY; t < START - MIN; t += 17 * MIN) readings.push({ time: t, data: { v: (t / MIN) % 97, env: { x: 1 } } });
+    insertReadings(server, seed.device.seq, readings);
+    await server.services.rollups.runOnce();
+    const hoursBefore = rollupCount(server, HOURS, seed.device.seq);
+    expect(hoursBefore).toBeGreaterThan(6 * 24 - 2);
+
+    server.services.accounts.setPlan(seed.account.id, 'enterprise', { retentionDays: 2 });
+    const run = await server.retention.runOnce();
+    expect(run.deleted).toBeGreaterThan(0);
+    const cutoff = START - 2 * DAY;
+    const older = server.db
+      .prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND bucket < ?')
+      .pluck()
+      .get(seed.device.seq, cutoff);
+    expect(older).toBe(0);
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBeLessThan(hoursBefore / 2);
+
+    // Back to a long retention: the 7-day figures are those of the readings still stored.
+    server.services.accounts.setPlan(seed.account.id, 'enterprise');
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+    const week = await aggregate(server, seed.key, seed.device.id, 'range=7d&interval=1d');
+    expect(week.reduce((n, b) => n + b.values.v!.count, 0)).toBe(storedReadings(server, seed.device.seq).length);
+    expect(Date.parse(week[0]!.time)).toBeGreaterThanOrEqual(Math.floor(cutoff / DAY) * DAY);
+  });
+
+  it('go with their device', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await server.services.rollups.runOnce();
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBe(1);
+    expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(1);
+    server.services.devices.remove(seed.device);
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBe(0);
+    expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(0);
+  });
+
+  it('are carried by backup and restore', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const readings: Reading[] = [];
+    for (let t = START - 3 * DAY; t < START; t += 7 * MIN) readings.push({ time: t, data: { v: t % 1013, nested: { w: -(t % 17) } } });
+    insertReadings(server, seed.device.seq, readings);
+    await server.services.rollups.runOnce();
+    const before = await aggregate(server, seed.key, seed.device.id, 'range=7d');
+    const archive = path.join(tempDir(), 'backup.tar.gz');
+    dirs.push(path.dirname(archive));
+    await createBackup(server.db, server.dataDir, archive, VERSION);
+    const restoredDir = tempDir();
+    dirs.push(restoredDir);
+    rmSync(restoredDir, { recursive: true });
+    await restoreBackup(archive, restoredDir, { force: false });
+    const restored = await start(clock, restoredDir);
+    // Rows came with the archive: no pass has run on the restored server yet.
+    expect(rollupCount(restored, HOURS, seed.device.seq)).toBe(rollupCount(server, HOURS, seed.device.seq));
+    expect(restored.storage.repos.rollups.rolledUntil()).toBe(server.storage.repos.rollups.rolledUntil());
+    expect(await aggregate(restored, seed.key, seed.device.id, 'range=7d')).toEqual(before);
+    await expectMatchesReadings(restored, seed.key, seed.device, clock.t);
+  });
+
+  it('are built in the background for a data dir made before them (migration 7 upgrades it in place)', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const dataDir = tempDir();
+    dirs.push(dataDir);
+    let seed: Awaited<ReturnType<typeof seedAccount>>;
+    {
+      const server = await startTestServer({ 'data-dir': dataDir }, { clock });
+      seed = await seedAccount(server, { plan: 'enterprise' });
+      const readings: Reading[] = [];
+      for (let t = START - 10 * DAY; t < START; t += 11 * MIN) readings.push({ time: t, data: { v: t % 101, a: { b: { c: 2 } } } });
+      insertReadings(server, seed.device.seq, readings);
+      await server.close();
+    }
+    // Make it a data dir of the version before rollups: schema 5, no rollup tables.
+    const db = openDatabase(dataDir);
+    db.exec('DROP TABLE rollups; DROP TABLE rollup_state; DROP TABLE rollup_dirty');
+    db.pragma('user_version = 5');
+    db.close();
+
+    const server = await start(clock, dataDir);
+    expect(server.db.pragma('user_version', { simple: true })).toBe(7);
+    expect(server.storage.repos.rollups.rolledUntil()).toBe(0);
+    // Before the job has run, answers come from the readings and are already right.
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+    const run = await server.services.rollups.runOnce();
+    expect(run.readings).toBe(storedReadings(server, seed.device.seq).length);
+    expect(rollupCount(server, HOURS, seed.device.seq)).toBeGreaterThan(10 * 24 - 2);
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+  });
+
+  it('wait while ingest commits fast, then catch up', { timeout: 20_000 }, async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const other = server.services.devices.create(seed.account, { name: 'busy' }).device;
+    await server.services.rollups.runOnce();
+    clock.t += 3 * MIN;
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 2 }, (_, i) => ({
+      time: rolledBefore + Math.floor((i * 2 * MIN) / (ROWS_PER_STEP * 2)),
+      data: { v: i },
+    }));
+    insertReadings(server, seed.device.seq, readings);
+    // Another device's readings through the writer, ~4,000 a second.
+    const noise = setInterval(() => {
+      for (let i = 0; i < 200; i++) void server.storage.writer.append({ deviceSeq: other.seq, time: clock.now(), data: '{"n":1}' });
+    }, 50);
+    let done = false;
+    try {
+      await new Promise((r) => setTimeout(r, 1_200)); // one sampling window of ingest
+      const pass = server.services.rollups.runOnce().then((run) => {
+        done = true;
+        return run;
+      });
+      await new Promise((r) => setTimeout(r, 2_500));
+      expect(done).toBe(false);
+      expect(server.storage.repos.rollups.rolledUntil()).toBe(rolledBefore);
+      clearInterval(noise);
+      const run = await pass;
+      expect(run.readings).toBe(readings.length);
+      expect(server.storage.repos.rollups.rolledUntil()).toBeGreaterThan(rolledBefore);
+    } finally {
+      clearInterval(noise);
+    }
+  });
+
+  it('a query answers from the readings when a dirty hour cannot be recomputed (storage refusing writes)', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await server.services.rollups.runOnce();
+    // A late reading marks its (rolled-up) hour dirty; then writes start failing.
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    server.db.pragma('query_only = ON');
+    try {
+      const account = server.services.accounts.get(seed.account.seq)!;
+      const result = server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
+      const buckets = JSON.parse(result.dataJson) as Bucket[];
+      expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
+    } finally {
+      server.db.pragma('query_only = OFF');
+    }
+    expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+  });
+});
