@@ -57,7 +57,7 @@ export interface AggregateResult {
 
 /**
  * Count, min, max and avg per numeric path in UTC-aligned buckets over a range
- * (docs/aggregates.md). The range is the last `range` before the request, capped to the
+ * (docs/api.md, "Aggregates"). The range is the last `range` before the request, capped to the
  * plan retention like the history, and is read from three sources that together hold every
  * reading exactly once:
  *   - rollups (hour rows for whole hours, minute rows for the rest), up to rolled_until;

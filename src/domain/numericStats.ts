@@ -1,5 +1,5 @@
 /**
- * Count, min, max and sum of the numbers at each dotted path of readings (docs/aggregates.md).
+ * Count, min, max and sum of the numbers at each dotted path of readings (docs/architecture.md, "Rollups").
  * A value counts when it is a JSON number reached through object keys only: array elements,
  * booleans, strings (numeric ones too) and nulls never count.
  */

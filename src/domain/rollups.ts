@@ -14,7 +14,7 @@ const ROLL_EVERY_MS = 60_000;
 /**
  * Rollup levels, finest first; each size divides the next, and every interval of the
  * aggregate endpoint is a multiple of one of them. Finer levels are kept for a recent window
- * only, which keeps the database small (docs/aggregates.md):
+ * only, which keeps the database small (docs/architecture.md, "Rollups"):
  *   - minutes, 6 h: the 1m buckets of the 1h and 6h ranges;
  *   - 5 minutes, 24 h: the 5m and 15m buckets of the 24h range (288 rows instead of 1,440);
  *   - hours, as long as the readings: the 1h, 6h and 1d buckets of every range.

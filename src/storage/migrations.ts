@@ -232,7 +232,7 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     `,
   },
   {
-    // Aggregates over long ranges (docs/aggregates.md): per-device rollups of numeric paths
+    // Aggregates over long ranges (docs/architecture.md, "Rollups"): per-device rollups of numeric paths
     // at three resolutions (level 0: UTC minutes, kept 6 h; 1: 5 minutes, kept 24 h; 2: hours,
     // kept as long as the readings; src/domain/rollups.ts). One row per device, level and
     // bucket; `stats` is JSON keyed by dotted path: a number when the bucket holds one value

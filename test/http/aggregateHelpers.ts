@@ -116,7 +116,7 @@ export function expectedBuckets(readings: Reading[], now: number, range: string,
 /**
  * Count, min and max must be equal; avg may differ from the reference in its last bits only,
  * because the service adds per-minute and per-hour sums in another order than one pass over
- * the readings does (docs/aggregates.md "Precision").
+ * the readings does (docs/api.md, "Aggregate precision").
  */
 export function expectSameBuckets(actual: Bucket[], expected: Bucket[]): void {
   expect(actual.map((b) => b.time)).toEqual(expected.map((b) => b.time));

@@ -1,5 +1,5 @@
 /**
- * Rollups of numeric paths (migration 7, docs/aggregates.md) stay equal to the readings:
+ * Rollups of numeric paths (migration 7, docs/architecture.md, "Rollups") stay equal to the readings:
  * across many background passes while readings keep arriving, after retention deletes old
  * readings, after device deletion, after backup and restore, and on a data dir made before
  * rollups existed (upgraded in place, rolled up in the background).

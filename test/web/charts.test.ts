@@ -1,5 +1,5 @@
 /**
- * Device-page charts in real headless Chromium (docs/aggregates.md, docs/dashboard.md): a week
+ * Device-page charts in real headless Chromium (docs/api.md, "Aggregates", docs/dashboard.md): a week
  * of readings stored with past times gives one chart per numeric path, nested ones included,
  * spanning the whole week from aggregates, with units from the field definitions, hover
  * values, nested latest-value tiles, live updates and a phone layout. Screenshots go to

@@ -144,7 +144,7 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     };
   });
 
-  /** Aggregates for the device page's charts: the Public API's figures (docs/aggregates.md). */
+  /** Aggregates for the device page's charts: the Public API's figures (docs/api.md, "Aggregates"). */
   app.get<IdParams & { Querystring: { range?: string; interval?: string; fields?: string } }>(
     '/devices/:id/aggregate',
     async (request, reply) => {

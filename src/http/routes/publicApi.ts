@@ -200,7 +200,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
           'Buckets are aligned on UTC multiples of the interval since the Unix epoch; only readings inside the range ' +
           '(the last `range` before the request, capped to the plan retention) count, so the first bucket may be partial. ' +
           'A value counts when it is a JSON number reached through object keys only. A bucket is listed when some ' +
-          'requested path has a value in it. See docs/aggregates.md.',
+          'requested path has a value in it. See docs/api.md, "Aggregates".',
         params: idParams,
         querystring: {
           type: 'object',

@@ -217,7 +217,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
 
   const charts = new Map<string, SeriesChart>();
 
-  /** Charts of every numeric path over the whole range, from aggregates (docs/aggregates.md). */
+  /** Charts of every numeric path over the whole range, from aggregates (docs/api.md, "Aggregates"). */
   async function loadCharts() {
     const res = await api<{
       data: AggregateBucket[];
