@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { LEVELS, ROWS_PER_STEP } from '../../src/domain/rollups.js';
 import { createBackup, restoreBackup } from '../../src/storage/backup.js';
 import { openDatabase } from '../../src/storage/db.js';
+import { MIGRATIONS } from '../../src/storage/migrations.js';
 import { VERSION } from '../../src/version.js';
 import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { type Bucket, expectedBuckets, expectSameBuckets, insertReadings, type Reading, seededRandom } from '../http/aggregateHelpers.js';
@@ -185,14 +186,20 @@ describe('reading rollups', () => {
       insertReadings(server, seed.device.seq, readings);
       await server.close();
     }
-    // Make it a data dir of the version before rollups: schema 5, no rollup tables.
+    // Make it a data dir of the version before rollups: schema 5, without what migrations 7
+    // (rollup tables) and 8 (alert kinds and state) added.
     const db = openDatabase(dataDir);
     db.exec('DROP TABLE rollups; DROP TABLE rollup_state; DROP TABLE rollup_dirty');
+    db.exec('DROP INDEX alerts_no_data');
+    for (const column of ['kind', 'state', 'notify_resolved', 'clear_value', 'slack_url', 'discord_url', 'ntfy_url', 'enabled_at'])
+      db.exec(`ALTER TABLE alerts DROP COLUMN ${column}`);
+    db.exec('ALTER TABLE alert_events DROP COLUMN resolved_at; ALTER TABLE alert_events DROP COLUMN resolution_deliveries');
+    db.exec('ALTER TABLE devices DROP COLUMN resumed_at');
     db.pragma('user_version = 5');
     db.close();
 
     const server = await start(clock, dataDir);
-    expect(server.db.pragma('user_version', { simple: true })).toBe(7);
+    expect(server.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
     expect(server.storage.repos.rollups.rolledUntil()).toBe(0);
     // Before the job has run, answers come from the readings and are already right.
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
