@@ -106,7 +106,7 @@ const CONNECTION_CODES = new Set([
  * Whether `err` means the database cannot be reached now (a transient failure: retry later)
  * rather than a statement that failed on its own.
  */
-function isConnectionError(err: unknown): boolean {
+export function isConnectionError(err: unknown): boolean {
   const e = err as { code?: string; message?: string } | null;
   if (!e) return false;
   if (e.code && CONNECTION_CODES.has(e.code)) return true;
@@ -116,7 +116,7 @@ function isConnectionError(err: unknown): boolean {
 }
 
 /** What went wrong with the database, in a few words, naming what failed and never the password. */
-function describeDatabaseError(err: unknown, db: DatabaseUrl): string {
+export function describeDatabaseError(err: unknown, db: DatabaseUrl): string {
   const e = err as { code?: string; message?: string };
   const at = `PostgreSQL at ${place(db)}`;
   switch (e.code) {
