@@ -1,4 +1,4 @@
-import { execFile, execFileSync } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -98,6 +98,24 @@ async function startServer(info: PostgresServerInfo): Promise<void> {
   await pgCtl(info, ['start', '-w', '-t', '60', '-l', path.join(info.dir, 'server.log'), '-o', options]);
 }
 
+/**
+ * A watchdog beside each server: a shell that checks once a second whether this test process
+ * still exists and, once it is gone without having stopped the server (a crash, a killed test
+ * worker, which runs no exit handlers), stops the server and removes its temp dir, so no
+ * server outlives its tests on the machine.
+ */
+function watchdog(info: PostgresServerInfo): ChildProcess {
+  const [cmd, argv] = command(info.binDir, 'pg_ctl', ['-D', path.join(info.dir, 'data'), 'stop', '-m', 'immediate', '-w']);
+  const script = 'while kill -0 "$WATCHED_PID" 2>/dev/null; do sleep 1; done; "$@" >/dev/null 2>&1; rm -rf "$PG_TEMP_DIR"';
+  const child = spawn('sh', ['-c', script, 'postgres-watchdog', cmd, ...argv], {
+    detached: true,
+    stdio: 'ignore',
+    env: { ...process.env, WATCHED_PID: String(process.pid), PG_TEMP_DIR: info.dir },
+  });
+  child.unref();
+  return child;
+}
+
 export async function startPostgres(): Promise<PostgresServer> {
   const binDir = findPostgresBin();
   if (!binDir) throw new Error(`PostgreSQL ${MIN_MAJOR}+ server binaries not found (Debian package "postgresql")`);
@@ -131,20 +149,22 @@ export async function startPostgres(): Promise<PostgresServer> {
     rmSync(dir, { recursive: true, force: true });
     throw err;
   }
-  let running = true;
+  const guard = watchdog(info);
+  let up = true;
   return {
     ...info,
     async kill() {
       await pgCtl(info, ['stop', '-m', 'immediate', '-w']);
-      running = false;
+      up = false;
     },
     async start() {
       await startServer(info);
-      running = true;
+      up = true;
     },
     async stop() {
-      if (running) await pgCtl(info, ['stop', '-m', 'immediate', '-w']);
-      running = false;
+      if (up) await pgCtl(info, ['stop', '-m', 'immediate', '-w']);
+      up = false;
+      guard.kill();
       rmSync(dir, { recursive: true, force: true });
     },
   };
