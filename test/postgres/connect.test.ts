@@ -134,6 +134,11 @@ describe('connecting to PostgreSQL', () => {
     expect(message).toBe(`PostgreSQL at no-such-host.invalid:${pg.port}: unknown host "no-such-host.invalid"`);
   });
 
+  it('names a server without TLS when the URL asks for it', async () => {
+    const message = await failure(connectPostgres(variant((u) => u.searchParams.set('sslmode', 'require'))));
+    expect(message).toBe(`PostgreSQL at 127.0.0.1:${pg.port}: The server does not support SSL connections`);
+  });
+
   it('reports a wrong URL before connecting', async () => {
     const message = await failure(connectPostgres(`postgres://postgres:${SECRET}@127.0.0.1:${pg.port}`));
     expect(message).toMatch(/^--database-url: not a URL in postgres:\/\/postgres:\*\*\*@127\.0\.0\.1:\d+ \(expected/);

@@ -148,6 +148,29 @@ describe('PostgreSQL reading writer', () => {
     expect(await count()).toBe(1);
   });
 
+  it('rejects with 503 while the database only reads (a standby after a failover), and writes again after', async () => {
+    const database = new URL(url).pathname.slice(1);
+    // Settings apply to new sessions: end the writer's, so its pool reconnects.
+    const reconnect = async () => {
+      await observer.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [
+        database,
+      ]);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    };
+    await observer.query(`ALTER DATABASE ${database} SET default_transaction_read_only = on`);
+    await reconnect();
+    try {
+      const refused = writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' });
+      await expect(refused).rejects.toBeInstanceOf(AppError);
+      await expect(refused).rejects.toMatchObject({ status: 503, message: 'storage unavailable: database read-only' });
+    } finally {
+      await observer.query(`ALTER DATABASE ${database} RESET default_transaction_read_only`);
+      await reconnect();
+    }
+    expect(await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' })).toBeGreaterThan(0);
+    expect(await count()).toBe(1);
+  });
+
   it('writes what is queued when closed, and refuses appends after', async () => {
     const closing = new PostgresReadingWriter(pool, url);
     const queued = Array.from({ length: 50 }, (_, i) => closing.append({ deviceSeq: devices[2]!, accountSeq, time: NOW + i, data: '{}' }));

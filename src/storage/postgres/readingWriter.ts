@@ -175,7 +175,13 @@ export class PostgresReadingWriter {
   private failure(err: unknown): unknown {
     const code = (err as { code?: string }).code ?? '';
     if (!isConnectionError(err) && !TRANSIENT.test(code)) return err;
-    const reason = isConnectionError(err) ? 'database unreachable' : code === '53100' ? 'database disk full' : 'database busy';
+    const reason = isConnectionError(err)
+      ? 'database unreachable'
+      : code === '53100'
+        ? 'database disk full'
+        : code === '25006'
+          ? 'database read-only'
+          : 'database busy';
     const failure: AppError = unavailable(`storage unavailable: ${reason}`);
     // The detail (host, port, server message) is for the log, not for the device.
     failure.cause = new Error(describeDatabaseError(err, this.database));
