@@ -7,10 +7,11 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 
 /**
  * Packages the code imports only with `import()` on first use (an Excel export, the first
- * start's certificate, the first alert email, a backup or restore). In the single executable each is its own SEA
- * asset `lazy/<name>.cjs` instead of part of the main script (src/seaLazy.ts).
+ * start's certificate, the first alert email, a backup or restore, a PostgreSQL database URL).
+ * In the single executable each is its own SEA asset `lazy/<name>.cjs` instead of part of the
+ * main script (src/seaLazy.ts).
  */
-export const LAZY_PACKAGES = ['exceljs', 'selfsigned', 'nodemailer', 'tar'];
+export const LAZY_PACKAGES = ['exceljs', 'selfsigned', 'nodemailer', 'tar', 'pg'];
 export const lazyAssetName = (pkg) => `lazy/${pkg}.cjs`;
 
 const common = {
@@ -26,7 +27,13 @@ const common = {
   logLevel: 'warning',
   // debug loggers (mqtt-packet, json-schema-resolver) are never enabled here: a no-op stands in
   // for the package (scripts/noop-debug.cjs); supports-color, which debug may require, stays out.
-  alias: { debug: path.join(root, 'scripts', 'noop-debug.cjs'), 'supports-color': path.join(root, 'scripts', 'empty-module.cjs') },
+  // pg-native (libpq) stays out too: pg finds it missing, as on an install without it
+  // (scripts/no-pg-native.cjs).
+  alias: {
+    debug: path.join(root, 'scripts', 'noop-debug.cjs'),
+    'supports-color': path.join(root, 'scripts', 'empty-module.cjs'),
+    'pg-native': path.join(root, 'scripts', 'no-pg-native.cjs'),
+  },
 };
 
 /** Resolves our own `import('<lazy package>')` to src/seaLazy.ts loading its asset. */

@@ -1,0 +1,197 @@
+import type { Pool, PoolConfig } from 'pg';
+
+/**
+ * `--database-url` (docs/postgres.md): where the PostgreSQL backend connects. Parsed here
+ * rather than by the driver so that a mistake is reported before any connection is tried, in
+ * one line that names what is wrong and never shows the password.
+ */
+export interface DatabaseUrl {
+  user: string;
+  password: string | undefined;
+  /** A host name or address, or a unix socket directory (starts with "/"). */
+  host: string;
+  port: number;
+  database: string;
+  /** libpq's sslmode: disable (default), require (encrypted, not verified) or verify-full. */
+  sslmode: 'disable' | 'require' | 'verify-full';
+}
+
+const DEFAULT_PORT = 5432;
+const SSL_MODES = ['disable', 'require', 'verify-full'] as const;
+const FORM = 'postgres://USER[:PASSWORD]@HOST[:PORT]/DB';
+
+/** A wrong --database-url or a database that cannot be used: one line, without the password. */
+export class DatabaseUrlError extends Error {
+  override name = 'DatabaseUrlError';
+}
+
+/**
+ * The URL with its password replaced by "***"; also for text that does not parse as a URL.
+ * Everything up to the last "@" counts as password: an unencoded "/" or "@" in a password
+ * must not leave part of it in a message.
+ */
+export function redactDatabaseUrl(url: string): string {
+  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@]*):.*@/i, '$1:***@');
+}
+
+function decode(part: string, what: string, url: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new DatabaseUrlError(`--database-url: the ${what} is not valid percent-encoding in ${redactDatabaseUrl(url)}`);
+  }
+}
+
+export function parseDatabaseUrl(url: string): DatabaseUrl {
+  const bad = (why: string) => new DatabaseUrlError(`--database-url: ${why} in ${redactDatabaseUrl(url)} (expected ${FORM})`);
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw bad('not a URL');
+  }
+  if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:')
+    throw bad(`the scheme must be postgres:// or postgresql://, not ${u.protocol}//`);
+  if (!u.username) throw bad('no user');
+  if (!u.hostname) throw bad('no host');
+  const database = decode(u.pathname.slice(1), 'database name', url);
+  if (!database || database.includes('/')) throw bad('no database name');
+  let port = DEFAULT_PORT;
+  if (u.port) {
+    port = Number(u.port);
+    if (!Number.isInteger(port) || port < 1 || port > 65535) throw bad(`port ${u.port} is not 1-65535`);
+  }
+  let sslmode: DatabaseUrl['sslmode'] = 'disable';
+  for (const [key, value] of u.searchParams) {
+    if (key !== 'sslmode') throw bad(`unknown parameter "${key}" (only sslmode is understood)`);
+    if (!(SSL_MODES as readonly string[]).includes(value)) throw bad(`sslmode must be one of ${SSL_MODES.join(', ')}`);
+    sslmode = value as DatabaseUrl['sslmode'];
+  }
+  return {
+    user: decode(u.username, 'user', url),
+    password: u.password ? decode(u.password, 'password', url) : undefined,
+    // A percent-encoded path (postgres://me@%2Fvar%2Frun%2Fpostgresql/db) is a socket directory, as in libpq.
+    host: decode(u.hostname.replace(/^\[(.*)\]$/, '$1'), 'host', url),
+    port,
+    database,
+    sslmode,
+  };
+}
+
+/** Where a connection went, for messages: host:port, or the socket directory. */
+const place = (db: DatabaseUrl) => (db.host.startsWith('/') ? `${db.host} (port ${db.port})` : `${db.host}:${db.port}`);
+
+/** Error codes of a connection that is gone or could not be made, rather than of a statement. */
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EPIPE',
+  'ENOENT', // a unix socket that is not there
+  '57P01', // admin_shutdown: the server is stopping
+  '57P02', // crash_shutdown
+  '57P03', // cannot_connect_now: starting up or shutting down
+  '08000',
+  '08001',
+  '08003',
+  '08004',
+  '08006',
+]);
+
+/**
+ * Whether `err` means the database cannot be reached now (a transient failure: retry later)
+ * rather than a statement that failed on its own.
+ */
+export function isConnectionError(err: unknown): boolean {
+  const e = err as { code?: string; message?: string } | null;
+  if (!e) return false;
+  if (e.code && CONNECTION_CODES.has(e.code)) return true;
+  // node-postgres reports a socket closed under it, and a pool that timed out waiting for a
+  // connection, as plain errors without a code.
+  return /^Connection terminated|^timeout exceeded when trying to connect|^Client has encountered a connection error/.test(e.message ?? '');
+}
+
+/** What went wrong with the database, in a few words, naming what failed and never the password. */
+export function describeDatabaseError(err: unknown, db: DatabaseUrl): string {
+  const e = err as { code?: string; message?: string };
+  const at = `PostgreSQL at ${place(db)}`;
+  switch (e.code) {
+    case 'ECONNREFUSED':
+      return `${at}: connection refused`;
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+      return `${at}: unknown host "${db.host}"`;
+    case 'ETIMEDOUT':
+      return `${at}: connection timed out`;
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+      return `${at}: host unreachable`;
+    case 'ENOENT':
+      return `${at}: no server socket in ${db.host}`;
+    case '28P01':
+      return `${at}: password authentication failed for user "${db.user}"`;
+    case '3D000':
+      return `${at}: database "${db.database}" does not exist`;
+  }
+  const message = (e.message ?? String(err)).split('\n')[0]!;
+  // The server asked for a password (SCRAM) and the URL has none.
+  if (/client password must be a string/.test(message)) return `${at}: user "${db.user}" needs a password`;
+  if (/^timeout exceeded when trying to connect/.test(message)) return `${at}: connection timed out`;
+  if (/^Connection terminated/.test(message)) return `${at}: connection lost`;
+  // Server messages name users and databases, never passwords; strip the password anyway in
+  // case one was echoed back.
+  return `${at}: ${db.password ? message.split(db.password).join('***') : message}`;
+}
+
+export interface PostgresPoolOptions {
+  /** Connections at most (default 10). */
+  max?: number;
+  /** A connection that dropped while idle (the server restarted): the pool replaces it on next use. */
+  onIdleError?: (err: Error) => void;
+}
+
+/** How long a connection attempt may take before it counts as failed (a silent host). */
+const CONNECT_TIMEOUT_MS = 5_000;
+
+/**
+ * A connection pool for `url`, checked with one connection before it is returned, so a wrong
+ * URL, a refused connection, an unknown host, a wrong password or a missing database fails
+ * here with a DatabaseUrlError. The driver (pg) is loaded on this first use only: SQLite-only
+ * starts do not pay for it.
+ */
+export async function connectPostgres(url: string, options: PostgresPoolOptions = {}): Promise<Pool> {
+  const db = parseDatabaseUrl(url);
+  const { default: pg } = await import('pg');
+  // bigint columns (seqs, millisecond times, counts) come back as numbers: every value the
+  // service stores stays below 2^53.
+  const types = new pg.TypeOverrides();
+  types.setTypeParser(pg.types.builtins.INT8, Number);
+  const config: PoolConfig = {
+    user: db.user,
+    password: db.password,
+    host: db.host,
+    port: db.port,
+    database: db.database,
+    ssl: db.sslmode === 'disable' ? false : db.sslmode === 'require' ? { rejectUnauthorized: false } : true,
+    max: options.max ?? 10,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    keepAlive: true,
+    application_name: 'telemetryd',
+    types,
+  };
+  const pool = new pg.Pool(config);
+  // Without a listener, an idle connection dropped by the server would crash the process.
+  pool.on('error', options.onIdleError ?? (() => {}));
+  try {
+    const client = await pool.connect();
+    client.release();
+  } catch (err) {
+    await pool.end().catch(() => {});
+    throw new DatabaseUrlError(describeDatabaseError(err, db));
+  }
+  return pool;
+}

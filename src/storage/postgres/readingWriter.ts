@@ -1,0 +1,199 @@
+import type { Pool } from 'pg';
+import { type AppError, unavailable } from '../../errors.js';
+import type { PendingReading } from '../repos/readings.js';
+import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl } from './connect.js';
+import { partitionWeek, readingPartitions } from './migrations.js';
+
+interface Waiting extends PendingReading {
+  resolve: (seq: number) => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * One statement per batch, so one transaction (autocommit) and one round trip: the batch
+ * comes as four arrays, takes its ids from reading_seq in arrival order, lands in readings,
+ * and adds its usage counts per account and UTC minute (the account looked up where the
+ * caller did not have it; a device deleted meanwhile is not counted). The ids come back in
+ * the order the readings were given.
+ */
+const INSERT_BATCH = `
+  WITH batch AS MATERIALIZED (
+    SELECT nextval('reading_seq') AS seq, u.device_seq, u.time, u.data, u.account_seq, u.ord
+    FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(device_seq, time, data, account_seq, ord)
+  ), inserted AS (
+    INSERT INTO readings (device_seq, time, seq, data) SELECT device_seq, time, seq, data FROM batch
+  ), counted AS (
+    INSERT INTO reading_counts (account_seq, minute, n)
+    SELECT coalesce(b.account_seq, d.account_seq), b.time / 60000, count(*)
+    FROM batch b LEFT JOIN devices d ON b.account_seq IS NULL AND d.seq = b.device_seq
+    WHERE coalesce(b.account_seq, d.account_seq) IS NOT NULL
+    GROUP BY 1, 2
+    ON CONFLICT (account_seq, minute) DO UPDATE SET n = reading_counts.n + excluded.n
+  )
+  SELECT seq FROM batch ORDER BY ord`;
+
+/** SQLSTATE classes and codes after which the same batch can succeed later. */
+const TRANSIENT = /^(53|08)|^(57P0[1-3]|57014|25006|40001|40P01|55P03)$/;
+
+/** No partition for a row's time: one was dropped by another process, or the cache is stale. */
+const isMissingPartition = (err: unknown) =>
+  (err as { code?: string }).code === '23514' && /no partition of relation/.test((err as Error).message);
+
+/**
+ * Group commit on PostgreSQL, the contract of the SQLite ReadingWriter (src/storage/readingWriter.ts):
+ * readings appended while no batch is being written go out together as one INSERT_BATCH
+ * statement, and each caller's promise settles after that statement's transaction has
+ * committed. While a batch is in flight, new readings queue and form the next batch: one
+ * statement in flight per writer, so a slow commit makes batches larger, not more numerous.
+ *
+ * When the database cannot be reached, or cannot take the write now (disk full, a standby
+ * after a failover, shutting down), every reading of the batch is rejected with a 503
+ * "storage unavailable" AppError: nothing was acknowledged, the device sends again. The pool
+ * opens new connections on the next batch, so writes resume by themselves when the database
+ * is back. A connection lost in the middle of a COMMIT leaves its outcome unknown: the batch
+ * is rejected and may also be stored, so a resend can store a reading twice, but no
+ * acknowledged reading is ever missing.
+ */
+export class PostgresReadingWriter {
+  private queue: Waiting[] = [];
+  private scheduled = false;
+  private inFlight: Promise<void> | null = null;
+  private closed = false;
+  /** Weeks whose readings partition this writer created or found (migrations, readingPartitions). */
+  private readonly weeks = new Set<number>();
+  /** Largest batch seen, for /metrics and the benchmark report. */
+  maxBatch = 0;
+  /** Batches written (statements that committed). */
+  batches = 0;
+  /** Where the pool connects, for the detail of a failure (never shown to clients). */
+  private readonly database: DatabaseUrl;
+
+  constructor(
+    private readonly pool: Pool,
+    databaseUrl: string,
+    private readonly maxBatchSize = 5_000,
+  ) {
+    this.database = parseDatabaseUrl(databaseUrl);
+  }
+
+  get depth(): number {
+    return this.queue.length;
+  }
+
+  append(reading: PendingReading): Promise<number> {
+    if (this.closed) return Promise.reject(new Error('writer is closed'));
+    return new Promise<number>((resolve, reject) => {
+      this.queue.push({
+        deviceSeq: reading.deviceSeq,
+        accountSeq: reading.accountSeq,
+        time: reading.time,
+        data: reading.data,
+        resolve,
+        reject,
+      });
+      this.schedule();
+    });
+  }
+
+  /** A flush at the end of this event-loop pass, unless one is queued or a batch is in flight (it flushes after). */
+  private schedule(): void {
+    if (this.scheduled || this.inFlight) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      void this.startDrain();
+    });
+  }
+
+  /** The batches in flight, started if none are. */
+  private startDrain(): Promise<void> {
+    this.inFlight ??= this.drain().finally(() => {
+      this.inFlight = null;
+      // Readings that arrived after drain's last look at the queue (from its callers' callbacks).
+      if (this.queue.length > 0) this.schedule();
+    });
+    return this.inFlight;
+  }
+
+  /** Writes batches until the queue is empty. */
+  private async drain(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue.splice(0, this.maxBatchSize);
+      this.maxBatch = Math.max(this.maxBatch, batch.length);
+      let seqs: number[];
+      try {
+        seqs = await this.write(batch);
+      } catch (err) {
+        const failure = this.failure(err);
+        for (const w of batch) w.reject(failure);
+        continue;
+      }
+      this.batches++;
+      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
+    }
+  }
+
+  private async write(batch: Waiting[]): Promise<number[]> {
+    const n = batch.length;
+    const devices = new Array<number>(n);
+    const times = new Array<number>(n);
+    const data = new Array<string>(n);
+    const accounts = new Array<number | null>(n);
+    let unknownWeek: number[] | null = null;
+    for (let i = 0; i < n; i++) {
+      const r = batch[i]!;
+      devices[i] = r.deviceSeq;
+      times[i] = r.time;
+      data[i] = r.data;
+      accounts[i] = r.accountSeq ?? null;
+      if (!this.weeks.has(partitionWeek(r.time))) {
+        unknownWeek ??= [];
+        unknownWeek.push(r.time);
+      }
+    }
+    if (unknownWeek) await this.ensureWeeks(unknownWeek);
+    const query = { name: 'telemetryd-insert-readings', text: INSERT_BATCH, values: [devices, times, data, accounts], rowMode: 'array' };
+    try {
+      return (await this.pool.query<[number]>(query)).rows.map((r) => r[0]);
+    } catch (err) {
+      if (!isMissingPartition(err)) throw err;
+      this.weeks.clear();
+      await this.ensureWeeks(times);
+      return (await this.pool.query<[number]>(query)).rows.map((r) => r[0]);
+    }
+  }
+
+  /** Creates the partitions of these times' weeks, and of the week after the newest: ready before it starts. */
+  private async ensureWeeks(times: number[]): Promise<void> {
+    const weeks = [...new Set(times.map(partitionWeek))];
+    const ahead = Math.max(...weeks) + 7 * 24 * 3_600_000;
+    await readingPartitions(this.pool, [...weeks, ahead]);
+    for (const w of [...weeks, ahead]) this.weeks.add(w);
+  }
+
+  /** What a failed batch is rejected with: 503 when it may succeed later, the error itself otherwise. */
+  private failure(err: unknown): unknown {
+    const code = (err as { code?: string }).code ?? '';
+    if (!isConnectionError(err) && !TRANSIENT.test(code)) return err;
+    const reason = isConnectionError(err)
+      ? 'database unreachable'
+      : code === '53100'
+        ? 'database disk full'
+        : code === '25006'
+          ? 'database read-only'
+          : 'database busy';
+    const failure: AppError = unavailable(`storage unavailable: ${reason}`);
+    // The detail (host, port, server message) is for the log, not for the device.
+    failure.cause = new Error(describeDatabaseError(err, this.database));
+    return failure;
+  }
+
+  /** Writes what is queued and refuses anything new (clean shutdown). */
+  async close(): Promise<void> {
+    this.closed = true;
+    while (this.inFlight || this.scheduled || this.queue.length > 0) {
+      if (this.scheduled) await new Promise<void>((resolve) => setImmediate(resolve));
+      else await this.startDrain();
+    }
+  }
+}

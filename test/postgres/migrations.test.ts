@@ -1,0 +1,135 @@
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { migratePostgres, POSTGRES_MIGRATIONS, partitionWeek, readingPartitions } from '../../src/storage/postgres/migrations.js';
+import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
+
+const LATEST = POSTGRES_MIGRATIONS.at(-1)!.version;
+const DAY_MS = 86_400_000;
+
+describe('PostgreSQL schema and migrations', () => {
+  let pg: PostgresServer;
+  const pools: Pool[] = [];
+  const pool = async (url: string) => {
+    const p = await connectPostgres(url, { max: 2 });
+    pools.push(p);
+    return p;
+  };
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+  });
+  afterAll(async () => {
+    await Promise.all(pools.map((p) => p.end()));
+    await pg?.stop();
+  });
+
+  it('is created once when several processes migrate a new database together', async () => {
+    const url = await createDatabase(pg);
+    const all = await Promise.all(Array.from({ length: 6 }, () => pool(url)));
+    expect(await Promise.all(all.map((p) => migratePostgres(p)))).toEqual(Array(6).fill(LATEST));
+    const { rows } = await all[0]!.query('SELECT version, name FROM schema_migrations ORDER BY version');
+    expect(rows).toEqual(POSTGRES_MIGRATIONS.map((m) => ({ version: m.version, name: m.name })));
+    const tables = await all[0]!.query(
+      "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename NOT LIKE 'readings\\_%' ORDER BY 1",
+    );
+    expect(tables.rows.map((r) => r.tablename)).toEqual([
+      'accounts',
+      'alert_events',
+      'alerts',
+      'api_keys',
+      'devices',
+      'reading_counts',
+      'readings',
+      'schema_migrations',
+      'sessions',
+      'snapshots',
+    ]);
+  });
+
+  it('does nothing when run again', async () => {
+    const url = await createDatabase(pg);
+    const p = await pool(url);
+    await migratePostgres(p);
+    const before = (await p.query('SELECT version, applied_at FROM schema_migrations ORDER BY version')).rows;
+    expect(await migratePostgres(p)).toBe(LATEST);
+    expect((await p.query('SELECT version, applied_at FROM schema_migrations ORDER BY version')).rows).toEqual(before);
+  });
+
+  describe('readings partitions', () => {
+    let p: Pool;
+    beforeAll(async () => {
+      p = await pool(await createDatabase(pg));
+      await migratePostgres(p);
+      await p.query(
+        "INSERT INTO accounts (id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day, snapshot_retention_days, field_limit, created_at, updated_at) VALUES ('acc_1', 'a@example.com', 'starter', 1, 1, 1, 1, 1, 1, 1, 0, 0)",
+      );
+      await p.query(
+        "INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES ('dev_1', 1, 'd', 't', 'flexible', 'h', 0, 0)",
+      );
+    });
+    const partitions = async () =>
+      (
+        await p.query<{ name: string; bound: string }>(
+          "SELECT c.relname AS name, pg_get_expr(c.relpartbound, c.oid) AS bound FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = 'readings'::regclass ORDER BY 1",
+        )
+      ).rows;
+
+    it('weeks run Monday to Monday, UTC', () => {
+      const thursday = Date.UTC(2026, 10, 26, 15, 30);
+      expect(new Date(partitionWeek(thursday)).toISOString()).toBe('2026-11-23T00:00:00.000Z');
+      expect(partitionWeek(Date.UTC(2026, 10, 23))).toBe(Date.UTC(2026, 10, 23));
+      expect(partitionWeek(Date.UTC(2026, 10, 22, 23, 59, 59, 999))).toBe(Date.UTC(2026, 10, 16));
+    });
+
+    it('refuses a reading whose week has no partition yet', async () => {
+      await expect(p.query("INSERT INTO readings VALUES (1, $1, 1, '{}')", [Date.UTC(2026, 0, 7)])).rejects.toThrow(
+        /no partition of relation "readings" found/,
+      );
+    });
+
+    it('creates the partitions of far past and future times on demand, once', async () => {
+      const past = Date.UTC(1999, 11, 31, 23, 59);
+      const future = Date.UTC(2100, 0, 1, 12);
+      expect(await readingPartitions(p, [past, future, future + DAY_MS, past - 1])).toBe(2);
+      expect(await partitions()).toEqual([
+        { name: 'readings_19991227', bound: `FOR VALUES FROM ('${Date.UTC(1999, 11, 27)}') TO ('${Date.UTC(2000, 0, 3)}')` },
+        // 2100-01-01 is a Friday.
+        { name: 'readings_20991228', bound: `FOR VALUES FROM ('${Date.UTC(2099, 11, 28)}') TO ('${Date.UTC(2100, 0, 4)}')` },
+      ]);
+      expect(await readingPartitions(p, [past, future])).toBe(0);
+      await p.query('INSERT INTO readings VALUES (1, $1, 1, \'{"a":1}\'), (1, $2, 2, \'{"a":2}\')', [past, future]);
+      const { rows } = await p.query('SELECT seq, tableoid::regclass::text AS part FROM readings ORDER BY seq');
+      expect(rows).toEqual([
+        { seq: 1, part: 'readings_19991227' },
+        { seq: 2, part: 'readings_20991228' },
+      ]);
+    });
+
+    it('creates a new week once when several processes need it together', async () => {
+      const week = Date.UTC(2031, 4, 14);
+      const created = await Promise.all(Array.from({ length: 6 }, () => readingPartitions(p, [week])));
+      expect(created.reduce((a, b) => a + b, 0)).toBe(1);
+      expect((await partitions()).map((r) => r.name)).toContain('readings_20310512');
+    });
+
+    it('serves newest-of-one-device from the primary key of each partition', async () => {
+      const { rows } = await p.query(
+        'EXPLAIN (COSTS OFF) SELECT * FROM readings WHERE device_seq = 1 ORDER BY time DESC, seq DESC LIMIT 1',
+      );
+      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(plan).toMatch(/Index Scan Backward using readings_\d+_pkey/);
+      expect(plan).not.toMatch(/Seq Scan|Sort/);
+    });
+
+    it('keeps reading_counts when readings are deleted, in one pass per statement', async () => {
+      const minute = Math.floor(Date.UTC(1999, 11, 31, 23, 59) / 60_000);
+      await p.query('INSERT INTO reading_counts VALUES (1, $1, 3)', [minute]);
+      await p.query("INSERT INTO readings VALUES (1, $1, 10, '{}'), (1, $1 + 1, 11, '{}')", [minute * 60_000]);
+      await p.query('DELETE FROM readings WHERE seq IN (10, 11)');
+      expect((await p.query('SELECT n FROM reading_counts WHERE minute = $1', [minute])).rows).toEqual([{ n: 1 }]);
+      await p.query('DELETE FROM readings WHERE seq = 1');
+      expect((await p.query('SELECT count(*) AS n FROM reading_counts WHERE minute = $1', [minute])).rows).toEqual([{ n: 0 }]);
+    });
+  });
+});

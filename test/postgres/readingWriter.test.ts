@@ -1,0 +1,232 @@
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { AppError } from '../../src/errors.js';
+import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { migratePostgres } from '../../src/storage/postgres/migrations.js';
+import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
+import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
+
+const NOW = Date.UTC(2026, 10, 23, 12, 0, 0);
+const MINUTE = 60_000;
+
+describe('PostgreSQL reading writer', () => {
+  let pg: PostgresServer;
+  let url: string;
+  /** The writer's pool, and a second one that checks what another connection sees. */
+  let pool: Pool;
+  let observer: Pool;
+  let writer: PostgresReadingWriter;
+  let accountSeq: number;
+  let devices: number[];
+
+  const count = async (sql = 'SELECT count(*) AS n FROM readings') => (await observer.query<{ n: number }>(sql)).rows[0]!.n;
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+    url = await createDatabase(pg);
+    pool = await connectPostgres(url);
+    observer = await connectPostgres(url, { max: 2 });
+    await migratePostgres(pool);
+    accountSeq = (
+      await pool.query(
+        "INSERT INTO accounts (id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day, snapshot_retention_days, field_limit, created_at, updated_at) VALUES ('acc_1', 'a@example.com', 'starter', 1, 1, 1, 1, 1, 1, 1, 0, 0) RETURNING seq",
+      )
+    ).rows[0].seq;
+    devices = (
+      await pool.query(
+        "INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) SELECT 'dev_' || i, $1, 'd', 't', 'flexible', 'h' || i, 0, 0 FROM generate_series(1, 3) i RETURNING seq",
+        [accountSeq],
+      )
+    ).rows.map((r) => r.seq);
+    writer = new PostgresReadingWriter(pool, url);
+  });
+  beforeEach(async () => {
+    await pool.query('TRUNCATE readings, reading_counts');
+  });
+  afterAll(async () => {
+    await writer?.close();
+    await pool?.end();
+    await observer?.end();
+    await pg?.stop();
+  });
+
+  it('writes what one event-loop pass appends in one transaction, acknowledged only after it committed', async () => {
+    const seen: number[] = [];
+    let first = true;
+    const appends = Array.from({ length: 500 }, (_, i) =>
+      writer.append({ deviceSeq: devices[i % 3]!, accountSeq, time: NOW + i, data: `{"i":${i}}` }).then(async (seq) => {
+        // The first caller answered already finds the whole batch committed.
+        if (first) {
+          first = false;
+          seen.push(await count());
+        }
+        return seq;
+      }),
+    );
+    const seqs = await Promise.all(appends);
+    expect(seen).toEqual([500]);
+    expect(new Set(seqs).size).toBe(500);
+    expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
+    // Rows written by one transaction share its id (xmin).
+    expect(await count('SELECT count(DISTINCT xmin::text) AS n FROM readings')).toBe(1);
+    const { rows } = await observer.query('SELECT seq, data FROM readings ORDER BY seq');
+    expect(rows.map((r) => r.seq)).toEqual(seqs);
+    expect(rows[499].data).toBe('{"i":499}');
+  });
+
+  it('batches what arrives while a batch is being written into the next one', async () => {
+    const batchesBefore = writer.batches;
+    // Holds the first batch's statement at its usage counts until every later append is queued.
+    const blocker = await observer.connect();
+    await blocker.query('BEGIN');
+    await blocker.query('LOCK TABLE reading_counts IN EXCLUSIVE MODE');
+    const first = Array.from({ length: 10 }, (_, i) => writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW + i, data: '{}' }));
+    const later: Promise<number>[] = [];
+    for (let pass = 0; pass < 5; pass++) {
+      await new Promise((resolve) => setImmediate(resolve));
+      for (let i = 0; i < 20; i++) later.push(writer.append({ deviceSeq: devices[1]!, accountSeq, time: NOW + i, data: '{}' }));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(writer.batches).toBe(batchesBefore);
+    await blocker.query('COMMIT');
+    blocker.release();
+    await Promise.all([...first, ...later]);
+    expect(writer.batches - batchesBefore).toBe(2);
+    const { rows } = await observer.query('SELECT xmin::text AS tx, count(*) AS n FROM readings GROUP BY 1 ORDER BY 2');
+    expect(rows.map((r) => r.n)).toEqual([10, 100]);
+  });
+
+  it('keeps data byte for byte', async () => {
+    const data = '{ "t" : 21.50, "note":"Grüße \\u00e9 \\"x\\"",  "z":1e3 }';
+    const seq = await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data });
+    expect((await observer.query('SELECT data FROM readings WHERE seq = $1', [seq])).rows).toEqual([{ data }]);
+  });
+
+  it('counts usage per account and minute in the same transaction, looking up accounts it was not given', async () => {
+    const deleted = (
+      await pool.query(
+        "INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES ('dev_gone', $1, 'd', 't', 'flexible', 'gone', 0, 0) RETURNING seq",
+        [accountSeq],
+      )
+    ).rows[0].seq;
+    await pool.query('DELETE FROM devices WHERE seq = $1', [deleted]);
+    await Promise.all([
+      writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' }),
+      writer.append({ deviceSeq: devices[1]!, time: NOW + 1, data: '{}' }),
+      writer.append({ deviceSeq: devices[2]!, accountSeq, time: NOW + MINUTE, data: '{}' }),
+      // A device deleted meanwhile: stored, not counted.
+      writer.append({ deviceSeq: deleted, time: NOW, data: '{}' }),
+    ]);
+    await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW + 2, data: '{}' });
+    const { rows } = await observer.query('SELECT account_seq, minute, n, xmin::text AS tx FROM reading_counts ORDER BY minute');
+    expect(rows.map(({ tx: _, ...r }) => r)).toEqual([
+      { account_seq: accountSeq, minute: NOW / MINUTE, n: 3 },
+      { account_seq: accountSeq, minute: NOW / MINUTE + 1, n: 1 },
+    ]);
+    const batchTx = (await observer.query('SELECT DISTINCT xmin::text AS tx FROM readings WHERE time = $1', [NOW + MINUTE])).rows;
+    expect(batchTx).toEqual([{ tx: rows[1].tx }]);
+    expect(await count()).toBe(5);
+  });
+
+  it('creates the partition of a week it has not seen, also one that was dropped meanwhile', async () => {
+    const old = Date.UTC(2011, 2, 3);
+    const seq = await writer.append({ deviceSeq: devices[0]!, accountSeq, time: old, data: '{}' });
+    expect((await observer.query('SELECT tableoid::regclass::text AS part FROM readings WHERE seq = $1', [seq])).rows).toEqual([
+      { part: 'readings_20110228' },
+    ]);
+    await observer.query('DROP TABLE readings_20110228');
+    await writer.append({ deviceSeq: devices[0]!, accountSeq, time: old + 1, data: '{}' });
+    expect(await count('SELECT count(*) AS n FROM readings_20110228')).toBe(1);
+  });
+
+  it('rejects a batch the database refuses with that error, and goes on with the next', async () => {
+    // PostgreSQL text cannot hold a NUL (valid JSON never has one unescaped): a permanent error, not a 503.
+    const refused = writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: `{"a":"${String.fromCharCode(0)}"}` });
+    await expect(refused).rejects.toMatchObject({ code: '22021' });
+    await expect(refused).rejects.not.toBeInstanceOf(AppError);
+    expect(await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' })).toBeGreaterThan(0);
+    expect(await count()).toBe(1);
+  });
+
+  it('rejects with 503 while the database only reads (a standby after a failover), and writes again after', async () => {
+    const database = new URL(url).pathname.slice(1);
+    // Settings apply to new sessions: end the writer's, so its pool reconnects.
+    const reconnect = async () => {
+      await observer.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()', [
+        database,
+      ]);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    };
+    await observer.query(`ALTER DATABASE ${database} SET default_transaction_read_only = on`);
+    await reconnect();
+    try {
+      const refused = writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' });
+      await expect(refused).rejects.toBeInstanceOf(AppError);
+      await expect(refused).rejects.toMatchObject({ status: 503, message: 'storage unavailable: database read-only' });
+    } finally {
+      await observer.query(`ALTER DATABASE ${database} RESET default_transaction_read_only`);
+      await reconnect();
+    }
+    expect(await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' })).toBeGreaterThan(0);
+    expect(await count()).toBe(1);
+  });
+
+  it('writes what is queued when closed, and refuses appends after', async () => {
+    const closing = new PostgresReadingWriter(pool, url);
+    const queued = Array.from({ length: 50 }, (_, i) => closing.append({ deviceSeq: devices[2]!, accountSeq, time: NOW + i, data: '{}' }));
+    await closing.close();
+    expect(await count()).toBe(50);
+    expect((await Promise.all(queued)).length).toBe(50);
+    await expect(closing.append({ deviceSeq: devices[2]!, accountSeq, time: NOW, data: '{}' })).rejects.toThrow('writer is closed');
+  });
+
+  it('rejects with 503 while the database is down, loses no acknowledged reading, and recovers by itself', async () => {
+    const acknowledged = new Map<number, string>();
+    const rejections: unknown[] = [];
+    let stop = false;
+    let sent = 0;
+    const load = (async () => {
+      while (!stop) {
+        for (let i = 0; i < 25; i++) {
+          const data = `{"n":${sent++}}`;
+          writer.append({ deviceSeq: devices[sent % 3]!, accountSeq, time: NOW + sent, data }).then(
+            (seq) => acknowledged.set(seq, data),
+            (err) => rejections.push(err),
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, 5));
+      }
+    })();
+    const waitFor = async (what: string, check: () => boolean) => {
+      const deadline = Date.now() + 30_000;
+      while (!check()) {
+        if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    };
+    await waitFor('acknowledged readings', () => acknowledged.size >= 200);
+    await pg.kill();
+    await waitFor('rejections', () => rejections.length >= 100);
+    const ackedWhileDown = acknowledged.size;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    await pg.start();
+    await waitFor('appends after the restart', () => acknowledged.size >= ackedWhileDown + 200);
+    stop = true;
+    await load;
+    await writer.close();
+    writer = new PostgresReadingWriter(pool, url);
+
+    for (const err of rejections) {
+      expect(err).toBeInstanceOf(AppError);
+      expect(err).toMatchObject({ status: 503, code: 'unavailable', message: 'storage unavailable: database unreachable' });
+    }
+    const causes = new Set(rejections.map((err) => ((err as Error).cause as Error).message));
+    for (const cause of causes) expect(cause).toMatch(new RegExp(`^PostgreSQL at 127\\.0\\.0\\.1:${pg.port}: `));
+    expect([...causes].join('\n')).not.toContain(pg.password);
+
+    const { rows } = await observer.query<{ seq: number; data: string }>('SELECT seq, data FROM readings');
+    const stored = new Map(rows.map((r) => [r.seq, r.data]));
+    for (const [seq, data] of acknowledged) expect(stored.get(seq)).toBe(data);
+    expect(acknowledged.size + rejections.length).toBe(sent);
+  });
+});
