@@ -18,22 +18,12 @@ import path from 'node:path';
 import mqtt from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { buildServerConfig } from '../../src/config.js';
+import { canMountTmpfs } from '../helpers/mount.js';
 import { freePort, spawnServe } from '../helpers/process.js';
 import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { type ChildServer, integrityCheck, type Seed, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
-function canMount(): boolean {
-  if (process.platform !== 'linux' || process.getuid?.() !== 0) return false;
-  const probe = tempDir('telemetryd-mount-probe-');
-  try {
-    if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe]).status !== 0) return false;
-    spawnSync('umount', [probe]);
-    return true;
-  } finally {
-    rmSync(probe, { recursive: true, force: true });
-  }
-}
-const MOUNT_OK = canMount();
+const MOUNT_OK = canMountTmpfs();
 if (!MOUNT_OK)
   console.warn('diskFull.test.ts: not root or mount not allowed; the tmpfs disk-full tests are skipped (CI runs them as root)');
 

@@ -2,7 +2,8 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { canMountTmpfs } from '../helpers/mount.js';
+import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
 import { jpegOfSize, tinyJpeg } from './images.js';
 
@@ -14,18 +15,7 @@ import { jpegOfSize, tinyJpeg } from './images.js';
  * a write) and a read-only mount (EROFS). The mount tests need CAP_SYS_ADMIN and are skipped
  * where mounting is not allowed; the chmod one runs only when not root.
  */
-function canMount(): boolean {
-  if (process.platform !== 'linux') return false;
-  const probe = tempDir('telemetryd-mount-probe-');
-  try {
-    if (spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', probe]).status !== 0) return false;
-    spawnSync('umount', [probe]);
-    return true;
-  } finally {
-    rmSync(probe, { recursive: true, force: true });
-  }
-}
-const MOUNT_OK = canMount();
+const MOUNT_OK = canMountTmpfs();
 const IS_ROOT = process.getuid?.() === 0;
 
 const sh = (cmd: string, args: string[]) => {
