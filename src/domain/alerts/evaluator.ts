@@ -314,6 +314,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     return repos.readings.newestMatchingTime(alert.deviceSeq, since, (text) => numericValueAt(JSON.parse(text), path) !== null);
   }
 
+  function stopSilenceChecks(): void {
+    if (silenceTimer) clearInterval(silenceTimer);
+    silenceTimer = null;
+  }
+
   /** Fires every enabled no_data alert of an active device that has been silent long enough. */
   function checkSilences(): void {
     if (closed) return;
@@ -391,6 +396,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       silenceTimer.unref();
     },
 
+    /** Stops the silence checks (close() does too). */
+    stopSilenceChecks,
+
     /** One pass of the silence check (tests). */
     checkSilences,
 
@@ -401,8 +409,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
 
     /** Stops retries, waits briefly for running deliveries, then stops recording outcomes. */
     async close(graceMs = 2_000): Promise<void> {
-      if (silenceTimer) clearInterval(silenceTimer);
-      silenceTimer = null;
+      stopSilenceChecks();
       flushQueued();
       notifier.close();
       const grace = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
