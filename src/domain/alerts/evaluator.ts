@@ -72,7 +72,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
   let silenceTimer: NodeJS.Timeout | null = null;
-  const inFlight = new Set<Promise<void>>();
+  /** Deliveries running, with what each would record: close() records those it abandons. */
+  const inFlight = new Map<Promise<void>, { type: NoticeType; event: AlertEvent; action: AlertAction }>();
   let closed = false;
 
   type Queued =
@@ -228,8 +229,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     }
   }
 
-  function track(task: Promise<void>) {
-    inFlight.add(task);
+  function track(task: Promise<void>, type: NoticeType, event: AlertEvent, action: AlertAction) {
+    inFlight.set(task, { type, event, action });
     void task.finally(() => inFlight.delete(task));
   }
 
@@ -277,6 +278,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
               settle(type, event, 'email', { status: 'failed', detail: reason }, Date.now());
             }
           })(),
+          type,
+          event,
+          action,
         );
         continue;
       }
@@ -300,6 +304,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
             settle(type, event, action, { status: 'failed', detail: (err as Error).message }, Date.now());
           }
         })(),
+        type,
+        event,
+        action,
       );
     }
   }
@@ -407,13 +414,19 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       return inFlight.size;
     },
 
-    /** Stops retries, waits briefly for running deliveries, then stops recording outcomes. */
+    /** Stops retries, waits briefly for running deliveries, records the rest as failed, then stops recording outcomes. */
     async close(graceMs = 2_000): Promise<void> {
       stopSilenceChecks();
       flushQueued();
       notifier.close();
       const grace = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
-      await Promise.race([Promise.allSettled([...inFlight]), grace]);
+      await Promise.race([Promise.allSettled([...inFlight.keys()]), grace]);
+      // Deliveries still running are abandoned (an SMTP server that does not answer): recorded
+      // as failed, not left pending forever. Their own outcome, if it ever comes, is ignored.
+      const at = Date.now();
+      for (const { type, event, action } of inFlight.values())
+        settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
+      inFlight.clear();
       closed = true;
     },
   };
