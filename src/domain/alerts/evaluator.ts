@@ -331,7 +331,15 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (closed) return;
     dropCacheIfChangedElsewhere();
     flushQueued();
-    watches ??= repos.alerts.noDataWatches();
+    if (watches === null) {
+      watches = repos.alerts.noDataWatches();
+      // Entries of alerts no longer watched go with them (deleted or disabled by the CLI, gone
+      // with their device, a paused device's): if watched again, the first check reads it back.
+      if (lastMatch.size > 0) {
+        const watched = new Set(watches.map((w) => w.alert.id));
+        for (const id of lastMatch.keys()) if (!watched.has(id)) lastMatch.delete(id);
+      }
+    }
     const now = clock.now();
     for (const watch of watches) {
       const { alert } = watch;
@@ -408,6 +416,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
 
     /** One pass of the silence check (tests). */
     checkSilences,
+
+    /** no_data alerts whose latest matching reading is held in memory (tests). */
+    get trackedSilences(): number {
+      return lastMatch.size;
+    },
 
     /** Deliveries still running (tests and shutdown wait on them). */
     get pending(): number {
