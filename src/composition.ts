@@ -105,7 +105,7 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     devices,
     telemetry: telemetryService(repos, clock),
     rollups,
-    aggregates: aggregateService(repos, clock, rollups),
+    aggregates: aggregateService(repos, clock, rollups, storageStatus),
     usage: usageService(repos, clock),
     alerts: alertService(repos, clock, events),
     alertEvaluation,

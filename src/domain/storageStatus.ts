@@ -16,7 +16,7 @@
  * /healthz says "degraded" with the reason, and the log gets one line per reason per 10 s.
  * This module knows no SQLite and no file system: the composition passes probes for them.
  */
-import { type AppError, storageUnavailable } from '../errors.js';
+import { AppError, storageUnavailable } from '../errors.js';
 import type { DomainEvents } from './events.js';
 import { type LogLine, ThrottledLog } from './throttledLog.js';
 
@@ -185,6 +185,11 @@ export class StorageStatus {
 
   commitSucceeded(): void {
     this.writeSucceeded('database');
+  }
+
+  /** Whether `err` is storage failing (disk full, I/O error, busy, read-only), not a bug or bad input. */
+  isStorageFailure(err: unknown): boolean {
+    return (err instanceof AppError && err.code === 'storage_unavailable') || this.options.probes.classify(err) !== null;
   }
 
   /** A write to `area` failed: see commitFailed. */

@@ -265,4 +265,18 @@ describe('reading rollups', () => {
     }
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
   });
+
+  it('a query does not hide a fault that is not storage: recomputing a corrupt dirty hour fails the query', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await server.services.rollups.runOnce();
+    // A late reading days before the queried range, whose data is not JSON: recomputing its
+    // (dirty) hour throws, and the fallback to the readings of the range would hide that.
+    server.storage.repos.readings.insertBatch([{ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' }]);
+    expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    const account = server.services.accounts.get(seed.account.seq)!;
+    expect(() => server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).toThrow(SyntaxError);
+  });
 });
