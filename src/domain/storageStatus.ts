@@ -21,7 +21,7 @@ import type { DomainEvents } from './events.js';
 import { type LogLine, ThrottledLog } from './throttledLog.js';
 
 /** Seconds a refused client is asked to wait: a few free-space checks, short enough to catch up. */
-const STORAGE_RETRY_AFTER_SECONDS = 10;
+export const STORAGE_RETRY_AFTER_SECONDS = 10;
 /** How often free disk space is looked at. */
 const FREE_SPACE_CHECK_MS = 1_000;
 
