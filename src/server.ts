@@ -7,7 +7,7 @@ import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js
 import { randomBase62 } from './ids.js';
 import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
-import { type Db, openDatabase } from './storage/db.js';
+import { openDatabase } from './storage/db.js';
 import type { Clock } from './time.js';
 import { VERSION } from './version.js';
 
@@ -16,7 +16,6 @@ const HTTP_DRAIN_MS = 5_000;
 
 export interface RunningServer {
   config: ServerConfig;
-  db: Db;
   services: Services;
   /** The storage below the services, for tests that seed or inspect it directly. */
   storage: Storage;
@@ -160,7 +159,6 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   let closed = false;
   return {
     config,
-    db,
     services,
     storage,
     app,

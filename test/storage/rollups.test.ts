@@ -50,7 +50,7 @@ async function aggregate(server: TestServer, key: string, deviceId: string, qs: 
 const MINUTES = 0;
 const HOURS = 2;
 const rollupCount = (server: TestServer, level: number, deviceSeq: number) =>
-  server.db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?').pluck().get(deviceSeq, level) as number;
+  server.storage.db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?').pluck().get(deviceSeq, level) as number;
 
 async function expectMatchesReadings(server: TestServer, key: string, device: { id: string; seq: number }, now: number) {
   const readings = storedReadings(server, device.seq);
@@ -96,7 +96,8 @@ describe('reading rollups', () => {
     expect(server.storage.repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     // Rows older than a level keeps are pruned (hourly); hour rollups stay.
-    const oldest = (level: number) => server.db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
+    const oldest = (level: number) =>
+      server.storage.db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
     expect(oldest(0)).toBeGreaterThanOrEqual(clock.t - LEVELS[0].keepMs - HOUR);
     expect(oldest(0)).toBeLessThan(clock.t - LEVELS[0].keepMs + HOUR);
     expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
@@ -121,7 +122,7 @@ describe('reading rollups', () => {
     const run = await server.retention.runOnce();
     expect(run.deleted).toBeGreaterThan(0);
     const cutoff = START - 2 * DAY;
-    const older = server.db
+    const older = server.storage.db
       .prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND bucket < ?')
       .pluck()
       .get(seed.device.seq, cutoff);
@@ -160,7 +161,7 @@ describe('reading rollups', () => {
     const before = await aggregate(server, seed.key, seed.device.id, 'range=7d');
     const archive = path.join(tempDir(), 'backup.tar.gz');
     dirs.push(path.dirname(archive));
-    await createBackup(server.db, server.dataDir, archive, VERSION);
+    await createBackup(server.storage.db, server.dataDir, archive, VERSION);
     const restoredDir = tempDir();
     dirs.push(restoredDir);
     rmSync(restoredDir, { recursive: true });
@@ -199,7 +200,7 @@ describe('reading rollups', () => {
     db.close();
 
     const server = await start(clock, dataDir);
-    expect(server.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
+    expect(server.storage.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
     expect(server.storage.repos.rollups.rolledUntil()).toBe(0);
     // Before the job has run, answers come from the readings and are already right.
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
@@ -254,14 +255,14 @@ describe('reading rollups', () => {
     // A late reading marks its (rolled-up) hour dirty; then writes start failing.
     insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
-    server.db.pragma('query_only = ON');
+    server.storage.db.pragma('query_only = ON');
     try {
       const account = server.services.accounts.get(seed.account.seq)!;
       const result = server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
       const buckets = JSON.parse(result.dataJson) as Bucket[];
       expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
     } finally {
-      server.db.pragma('query_only = OFF');
+      server.storage.db.pragma('query_only = OFF');
     }
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
   });

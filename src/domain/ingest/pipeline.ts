@@ -145,7 +145,7 @@ export function ingestPipeline(deps: {
 }) {
   const { devices, sink, events, clock } = deps;
   const gate: WriteGate = deps.gate ?? { readingsRefusal: null, refuseReading: () => new Error('unreachable') };
-  let evaluateAlerts: AlertEvaluator = deps.evaluateAlerts ?? (() => {});
+  const evaluateAlerts: AlertEvaluator = deps.evaluateAlerts ?? (() => {});
 
   function authorizeDevice(req: IngestRequest) {
     // A session authenticated at CONNECT (token undefined) is still re-checked, so a pause,
@@ -241,10 +241,6 @@ export function ingestPipeline(deps: {
       } catch {
         // nothing to count against
       }
-    },
-
-    setAlertEvaluator(fn: AlertEvaluator) {
-      evaluateAlerts = fn;
     },
   };
 }
