@@ -2,6 +2,7 @@ import type { Repositories } from '../storage/index.js';
 import type { OrderedRawRow, RawRow } from '../storage/repos/rollups.js';
 import { type Clock, HOUR_MS, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } from './numericStats.js';
+import { periodicJob } from './periodicJob.js';
 
 /**
  * Readings are rolled up once their minute is this far in the past: a reading is stamped
@@ -79,9 +80,7 @@ const sleep = (ms: number) =>
  */
 export function rollupService(repos: Repositories, clock: Clock, options: RollupOptions = {}) {
   const rollups = repos.rollups;
-  let timer: NodeJS.Timeout | null = null;
-  let running: Promise<RollupRun> | null = null;
-  let stopped = false;
+  const job = periodicJob(pass, options.onError);
   let prunedAt = 0;
 
   /**
@@ -224,8 +223,8 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       if (sinceYield >= ROWS_PER_STEP) {
         sinceYield = 0;
         await yieldToEventLoop();
-        while (!stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
-        if (stopped) break;
+        while (!job.stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
+        if (job.stopped) break;
       }
     }
     return run;
@@ -234,32 +233,12 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   return {
     /** Periodic passes on an unref'd timer; the first soon after start (an upgraded data dir rolls up its readings). */
     start(): void {
-      stopped = false;
-      const schedule = (delay: number) => {
-        timer = setTimeout(() => {
-          void this.runOnce()
-            .catch((err) => options.onError?.(err))
-            .finally(() => {
-              if (!stopped) schedule(options.intervalMs ?? ROLL_EVERY_MS);
-            });
-        }, delay);
-        timer.unref();
-      };
-      schedule(options.firstRunDelayMs ?? 2_000);
+      job.start({ intervalMs: options.intervalMs ?? ROLL_EVERY_MS, firstRunDelayMs: options.firstRunDelayMs ?? 2_000 });
     },
-    /** Runs one pass now (or joins the pass in progress). */
-    runOnce(): Promise<RollupRun> {
-      stopped = false;
-      running ??= pass().finally(() => (running = null));
-      return running;
-    },
+    /** Runs one pass now (or joins the pass in progress); after stop(), it ends at its first yield. */
+    runOnce: job.runOnce,
     /** Stops the timer and waits for a pass in progress to end at its next step. */
-    async stop(): Promise<void> {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      timer = null;
-      await running?.catch(() => undefined);
-    },
+    stop: job.stop,
     /** Before a query reads one device's rollups: recompute its dirty hours, if any. */
     settleDevice: (deviceSeq: number): number => settle(deviceSeq),
     /** Drops every rollup and rolls all readings up again, synchronously (bulk loads, tests). */

@@ -246,6 +246,29 @@ describe('reading rollups', () => {
     }
   });
 
+  it('a pass asked for while the job stops (shutdown) still ends at its next step', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    await server.services.rollups.runOnce();
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    // Four hours of readings, a few steps' worth.
+    const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 3 }, (_, i) => ({
+      time: rolledBefore + Math.floor((i * 4 * HOUR) / (ROWS_PER_STEP * 3)),
+      data: { v: i },
+    }));
+    insertReadings(server, seed.device.seq, readings);
+    clock.t += 5 * HOUR;
+    const rollups = server.services.rollups;
+    const pass = rollups.runOnce();
+    const stopping = rollups.stop();
+    const joined = rollups.runOnce();
+    const [run] = await Promise.all([pass, joined, stopping]);
+    expect(run.readings).toBeGreaterThan(0);
+    expect(run.readings).toBeLessThan(readings.length);
+    expect(server.storage.repos.rollups.rolledUntil()).toBe(rolledBefore);
+  });
+
   it('a query answers from the readings when a dirty hour cannot be recomputed (storage refusing writes)', async () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
