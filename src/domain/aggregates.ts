@@ -1,7 +1,6 @@
 import { badRequest } from '../errors.js';
 import type { Repositories } from '../storage/index.js';
-import { END_OF_TIME } from '../storage/repos/rollups.js';
-import { type Clock, DAY_MS, HOUR_MS, iso, MINUTE_MS } from '../time.js';
+import { type Clock, DAY_MS, END_OF_TIME, HOUR_MS, iso, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, mergeEncoded, type Stats } from './numericStats.js';
 import { keptFrom, LEVELS, type RollupService } from './rollups.js';
 import type { StorageStatus } from './storageStatus.js';

@@ -25,7 +25,9 @@ export const STORAGE_RETRY_AFTER_SECONDS = 10;
 /** How often free disk space is looked at. */
 const FREE_SPACE_CHECK_MS = 1_000;
 
-export type StorageFailureKind = 'low_disk' | 'disk_full' | 'io_error' | 'read_only' | 'busy';
+/** Why storage refuses writes: the `reason` label of the refused-writes metric. */
+export const STORAGE_FAILURE_KINDS = ['low_disk', 'disk_full', 'io_error', 'read_only', 'busy'] as const;
+export type StorageFailureKind = (typeof STORAGE_FAILURE_KINDS)[number];
 
 export interface StorageFailure {
   kind: StorageFailureKind;

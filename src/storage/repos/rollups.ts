@@ -1,3 +1,4 @@
+import { HOUR_MS } from '../../time.js';
 import type { Db } from '../db.js';
 
 /** (bucket start, stats JSON) of one rollup row. */
@@ -6,11 +7,6 @@ export type RollupRow = [number, string];
 export type RawRow = [number, string];
 /** (time, seq, data) of one reading, in (time, seq) order. */
 export type OrderedRawRow = [number, number, string];
-
-/** Past every stored time: the open end of a range read "up to now and beyond". */
-export const END_OF_TIME = Number.MAX_SAFE_INTEGER;
-
-const HOUR_MS = 3_600_000;
 
 /**
  * Per-device rollups of numeric paths (migration 7): rows per device, level and bucket, the
