@@ -197,7 +197,7 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
       if (r.time < late) rollups.markDirty(r.deviceSeq, r.time);
       const minute = Math.floor(r.time / MINUTE_MS);
       const accountSeq = r.accountSeq ?? accountOfDevice.get(r.deviceSeq);
-      // A device deleted meanwhile has no account: its reading is not counted (as before).
+      // A device deleted meanwhile has no account: its reading is not counted.
       if (accountSeq === undefined) continue;
       let perAccount = perMinute.get(minute);
       if (!perAccount) {
