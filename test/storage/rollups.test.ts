@@ -246,6 +246,40 @@ describe('reading rollups', () => {
     }
   });
 
+  it('an hour denser than a step is read in chunks of a step, and its rollups equal the readings', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    await server.services.rollups.runOnce();
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    const hour = Math.ceil(rolledBefore / HOUR) * HOUR;
+    // 2.5 steps of readings in one hour, seven to a millisecond (chunks end mid-millisecond),
+    // plus a few before and after it.
+    const dense = Math.floor(ROWS_PER_STEP * 2.5);
+    const readings: Reading[] = [
+      { time: hour - 10 * MIN, data: { v: -1 } },
+      ...Array.from({ length: dense }, (_, i) => ({ time: hour + 7 * MIN + Math.floor(i / 7), data: { v: i % 100, w: i } })),
+      { time: hour + HOUR + 3 * MIN, data: { v: 1e6 } },
+    ];
+    insertReadings(server, seed.device.seq, readings);
+    clock.t = hour + 2 * HOUR;
+    const run = await server.services.rollups.runOnce();
+    expect(run.readings).toBe(readings.length);
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+
+    // The same again, stopped at the pass's first yield: one step's worth was read.
+    const next = clock.t + HOUR;
+    insertReadings(
+      server,
+      seed.device.seq,
+      Array.from({ length: dense }, (_, i) => ({ time: next + Math.floor(i / 7), data: { v: i } })),
+    );
+    clock.t = next + 2 * HOUR;
+    const pass = server.services.rollups.runOnce();
+    await server.services.rollups.stop();
+    expect((await pass).readings).toBe(ROWS_PER_STEP);
+  });
+
   it('a pass asked for while the job stops (shutdown) still ends at its next step', async () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);

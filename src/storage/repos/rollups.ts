@@ -55,6 +55,16 @@ export function rollupsRepo(db: Db) {
     )
     .raw(true);
 
+  // The next readings after (time, seq) in [time, to), in (time, seq) order: the chunks of an
+  // hour too dense to read at once.
+  const rawAfter = db
+    .prepare<[number, number, number, number, number, number, number, number, number, number, number], OrderedRawRow>(
+      `SELECT time, seq, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND (time > ? OR seq > ?) AND time < ?
+       UNION ALL SELECT time, seq, data FROM readings_inbox WHERE device_seq = ? AND time >= ? AND (time > ? OR seq > ?) AND time < ?
+       ORDER BY time, seq LIMIT ?`,
+    )
+    .raw(true);
+
   const markDirty = db.prepare<[number, number]>('INSERT OR IGNORE INTO rollup_dirty (device_seq, hour) VALUES (?, ?)');
   const dirtyOfDevice = db.prepare<[number], number>('SELECT hour FROM rollup_dirty WHERE device_seq = ? ORDER BY hour').pluck();
   const allDirty = db.prepare<[], { device_seq: number; hour: number }>(
@@ -96,6 +106,9 @@ export function rollupsRepo(db: Db) {
     /** The first `limit` readings of [from, to) of one device, in (time, seq) order. */
     rawFirst: (deviceSeq: number, from: number, to: number, limit: number): OrderedRawRow[] =>
       rawFirst.all(deviceSeq, from, to, deviceSeq, from, to, limit),
+    /** The first `limit` readings after (time, seq) and before `to`, in (time, seq) order. */
+    rawAfter: (deviceSeq: number, time: number, seq: number, to: number, limit: number): OrderedRawRow[] =>
+      rawAfter.all(deviceSeq, time, time, seq, to, deviceSeq, time, time, seq, to, limit),
 
     /**
      * Retention deleted the readings before `cutoff`: their rollups go, and the hour the
