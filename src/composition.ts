@@ -105,7 +105,7 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     devices,
     telemetry: telemetryService(repos, clock),
     rollups,
-    aggregates: aggregateService(repos, clock, rollups),
+    aggregates: aggregateService(repos, clock, rollups, storageStatus),
     usage: usageService(repos, clock),
     alerts: alertService(repos, clock, events),
     alertEvaluation,
@@ -144,24 +144,21 @@ export function composeServices(db: Db, options: ServiceOptions = {}): Compositi
   const events = new DomainEvents(options.onListenerError);
   const dataDir = options.dataDir ?? path.dirname(db.name);
   const files = snapshotFiles(dataDir);
-  // The status watches free space and sees every commit of the writer; the writer reports to it.
-  const storageStatus: StorageStatus = new StorageStatus({
+  const writer = new ReadingWriter(repos.readings);
+  // The status watches free space and shows the writer's queue; the writer reports every
+  // commit, and every failed merge of its inbox, to it.
+  const storageStatus = new StorageStatus({
     dirs: { database: dataDir, snapshots: files.root },
     minFreeBytes: options.minFreeDiskBytes ?? 0,
     probes: storageProbes(db),
-    writerQueue: (): { depth: number; maxBatch: number } => writer,
+    writerQueue: () => writer,
     events,
     log: options.storageLog,
   });
   const onInboxMergeError = options.onInboxMergeError ?? (() => {});
-  const writer = new ReadingWriter(
-    repos.readings,
-    undefined,
-    (err) => {
-      if (!storageStatus.backgroundWriteFailed(err, 'merging the readings inbox')) onInboxMergeError(err);
-    },
-    storageStatus,
-  );
+  writer.reportTo(storageStatus, (err) => {
+    if (!storageStatus.backgroundWriteFailed(err, 'merging the readings inbox')) onInboxMergeError(err);
+  });
   const storage: Storage = { db, repos, writer };
   const services = buildServices(storage, { clock, events, files, storageStatus }, options);
   return {

@@ -7,7 +7,7 @@ import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js
 import { randomBase62 } from './ids.js';
 import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
-import { type Db, openDatabase } from './storage/db.js';
+import { openDatabase } from './storage/db.js';
 import type { Clock } from './time.js';
 import { VERSION } from './version.js';
 
@@ -16,7 +16,6 @@ const HTTP_DRAIN_MS = 5_000;
 
 export interface RunningServer {
   config: ServerConfig;
-  db: Db;
   services: Services;
   /** The storage below the services, for tests that seed or inspect it directly. */
   storage: Storage;
@@ -87,29 +86,54 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
   const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
 
-  let mqttCertificate: MqttCertificate | null = null;
-  app = await buildApp({
-    services,
-    config,
-    logger,
-    version: VERSION,
-    setupToken,
-    httpTimeouts: options.httpTimeouts,
-    mqttCertificate: () => mqttCertificate,
-  });
-  // Free space is known before the first request (a server started on a full disk refuses
-  // writes from the start), and after the logger exists (that is logged).
-  services.storageStatus.start();
-  const stopWatching = services.watchExternalCommits(250, (err) => app?.log.error({ err }, 'database change check failed'));
   const { retention } = services;
+  let stopWatching: (() => void) | null = null;
+  /** Stops every background job (a failed start, close()); stopping one not started does nothing. */
+  const stopJobs = async () => {
+    stopWatching?.();
+    stopWatching = null;
+    services.storageStatus.stop();
+    services.alertEvaluation.stopSilenceChecks();
+    await retention.stop();
+    await services.rollups.stop();
+  };
+  /** Undoes a start that failed part way (port in use, MQTT listener refused), then rethrows. */
+  const abortStart = async (err: unknown): Promise<never> => {
+    await stopJobs();
+    await app?.close();
+    await services.alertEvaluation.close();
+    closeStorage();
+    throw err;
+  };
+
+  let mqttCertificate: MqttCertificate | null = null;
+  let address: AddressInfo;
+  try {
+    app = await buildApp({
+      services,
+      config,
+      logger,
+      version: VERSION,
+      setupToken,
+      httpTimeouts: options.httpTimeouts,
+      mqttCertificate: () => mqttCertificate,
+    });
+    // Free space is known before the first request (a server started on a full disk refuses
+    // writes from the start), and after the logger exists (that is logged).
+    services.storageStatus.start();
+    await app.listen({ host: config.host, port: config.httpPort });
+    address = app.server.address() as AddressInfo;
+  } catch (err) {
+    return abortStart(err);
+  }
+  // The jobs start once the port is bound: a start refused before that leaves no job behind.
+  stopWatching = services.watchExternalCommits(250, (err) => app?.log.error({ err }, 'database change check failed'));
   retention.start();
   // no_data alerts (docs/alerts.md): silences are checked on a timer, stopped by close().
   services.alertEvaluation.startSilenceChecks(options.silenceCheckMs);
   // Rollups of numeric paths for aggregates: shortly after start, then every minute.
   services.rollups.start();
 
-  await app.listen({ host: config.host, port: config.httpPort });
-  const address = app.server.address() as AddressInfo;
   const shownHost = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
   const httpUrl = `http://${shownHost}:${address.port}`;
   // With an ephemeral port (0) the default public URL can only be known once bound.
@@ -121,15 +145,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   try {
     mqtt = await startMqtt(config, services, app.log, print);
   } catch (err) {
-    await app.close();
-    services.storageStatus.stop();
-    // The background jobs must not wake up later on a closed database.
-    stopWatching();
-    await retention.stop();
-    await services.rollups.stop();
-    await services.alertEvaluation.close();
-    closeStorage();
-    throw err;
+    return abortStart(err);
   }
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
   if (mqtt?.tls && mqtt.tlsPort !== null)
@@ -143,7 +159,6 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   let closed = false;
   return {
     config,
-    db,
     services,
     storage,
     app,
@@ -157,10 +172,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     async close() {
       if (closed) return;
       closed = true;
-      stopWatching();
-      services.storageStatus.stop();
-      await retention.stop();
-      await services.rollups.stop();
+      await stopJobs();
       // MQTT first: no new readings arrive while the HTTP side drains; what is queued commits below.
       await mqtt?.close();
       // Stop accepting, let in-flight requests finish (their writes commit), then close the db.

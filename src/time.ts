@@ -40,6 +40,8 @@ export function iso(ms: number | null | undefined): string | null {
 export const MINUTE_MS = 60_000;
 export const HOUR_MS = 3_600_000;
 export const DAY_MS = 86_400_000;
+/** Past every stored time: the open end of a range read "up to now and beyond". */
+export const END_OF_TIME = Number.MAX_SAFE_INTEGER;
 
 export function startOfUtcMonth(ms: number): number {
   const d = new Date(ms);

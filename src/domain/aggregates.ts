@@ -1,9 +1,9 @@
 import { badRequest } from '../errors.js';
 import type { Repositories } from '../storage/index.js';
-import { END_OF_TIME } from '../storage/repos/rollups.js';
-import { type Clock, DAY_MS, HOUR_MS, iso, MINUTE_MS } from '../time.js';
+import { type Clock, DAY_MS, END_OF_TIME, HOUR_MS, iso, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, mergeEncoded, type Stats } from './numericStats.js';
 import { keptFrom, LEVELS, type RollupService } from './rollups.js';
+import type { StorageStatus } from './storageStatus.js';
 import { capRangeToRetention, RANGE_NAMES, type RangeName, rangeMs } from './telemetry.js';
 import type { Account, Device } from './types.js';
 
@@ -66,7 +66,12 @@ export interface AggregateResult {
  *     the background job has not rolled yet, including readings committed a moment ago).
  * Minute rollups are only used inside their kept window; outside it the readings are read.
  */
-export function aggregateService(repos: Repositories, clock: Clock, rollupJob: RollupService) {
+export function aggregateService(
+  repos: Repositories,
+  clock: Clock,
+  rollupJob: RollupService,
+  storage: Pick<StorageStatus, 'isStorageFailure'>,
+) {
   return {
     aggregate(account: Account, device: Device, query: AggregateQuery): AggregateResult {
       const requested = (query.range ?? '24h') as RangeName;
@@ -88,9 +93,11 @@ export function aggregateService(repos: Repositories, clock: Clock, rollupJob: R
       try {
         rollupJob.settleDevice(device.seq);
         rolled = repos.rollups.rolledUntil();
-      } catch {
-        // The device's dirty hours could not be recomputed (storage refusing writes, a full
-        // disk): its rollups may be stale, so this answer comes from the readings alone.
+      } catch (err) {
+        // The device's dirty hours could not be recomputed because storage refuses writes (a
+        // full disk, a read-only database): its rollups may be stale, so this answer comes
+        // from the readings alone. Any other error is a fault that must not pass unseen.
+        if (!storage.isStorageFailure(err)) throw err;
         rolled = Number.NEGATIVE_INFINITY;
       }
 

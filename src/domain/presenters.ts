@@ -3,6 +3,7 @@
  * domain records into them, so the Public API, the CLI's --json and the dashboard agree.
  */
 import { iso } from '../time.js';
+import type { AggregateResult } from './aggregates.js';
 import type { Account, Alert, AlertEvent, ApiKey, Device, StoredReading } from './types.js';
 
 const readingId = (seq: number) => `tel_${seq.toString(36).padStart(8, '0')}`;
@@ -137,4 +138,25 @@ export function presentAccount(a: Account) {
     created_at: iso(a.createdAt),
     updated_at: iso(a.updatedAt),
   };
+}
+
+/**
+ * The aggregate endpoints' body (Public API and dashboard), as JSON text: the buckets are
+ * already JSON (aggregate service), written as they are like the history's readings.
+ */
+export function presentAggregateJson(
+  result: AggregateResult,
+  device: Device,
+  account: Account,
+  requestedRange: string | undefined,
+): string {
+  const query = {
+    device_id: device.id,
+    requested_range: requestedRange,
+    range: result.range,
+    interval: result.interval,
+    fields: result.fields,
+    data_retention_days: account.limits.retentionDays,
+  };
+  return `{"data":${result.dataJson},"query":${JSON.stringify(query)}}`;
 }

@@ -1,5 +1,6 @@
 import type { Repositories } from '../storage/index.js';
 import { type Clock, DAY_MS, HOUR_MS, MINUTE_MS } from '../time.js';
+import { periodicJob } from './periodicJob.js';
 import { LEVELS } from './rollups.js';
 import type { SnapshotService } from './snapshots.js';
 
@@ -35,9 +36,10 @@ const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resol
  * so `last_seen` survives even when every reading is past retention.
  */
 export class RetentionJob {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<RetentionRun> | null = null;
-  private stopped = false;
+  private readonly job = periodicJob(
+    () => this.pass(),
+    (err) => this.options.onError?.(err),
+  );
   private readonly batchSize: number;
 
   /** The first pass after start also clears temporary snapshot files a crash left mid-write. */
@@ -55,33 +57,17 @@ export class RetentionJob {
   /** Periodic runs on an unref'd timer: the job never keeps the process alive. */
   start(options: Pick<RetentionOptions, 'intervalMs' | 'firstRunDelayMs'> = {}): void {
     this.options = { ...this.options, ...options };
-    if (this.timer) clearTimeout(this.timer);
-    this.stopped = false;
-    const schedule = (delay: number) => {
-      this.timer = setTimeout(() => {
-        void this.runOnce()
-          .catch((err) => this.options.onError?.(err))
-          .finally(() => {
-            if (!this.stopped) schedule(this.options.intervalMs ?? HOUR_MS);
-          });
-      }, delay);
-      this.timer.unref();
-    };
-    schedule(this.options.firstRunDelayMs ?? MINUTE_MS);
+    this.job.start({ intervalMs: this.options.intervalMs ?? HOUR_MS, firstRunDelayMs: this.options.firstRunDelayMs ?? MINUTE_MS });
   }
 
   /** Runs one pass now (or joins the pass in progress). */
   runOnce(): Promise<RetentionRun> {
-    this.running ??= this.pass().finally(() => (this.running = null));
-    return this.running;
+    return this.job.runOnce();
   }
 
   /** Stops the timer and waits for a pass in progress to end at its next batch boundary. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    await this.running?.catch(() => undefined);
+  stop(): Promise<void> {
+    return this.job.stop();
   }
 
   private async pass(): Promise<RetentionRun> {
@@ -94,7 +80,7 @@ export class RetentionJob {
       const cutoff = now - days * DAY_MS;
       let touched = false;
       for (;;) {
-        if (this.stopped) return run;
+        if (this.job.stopped) return run;
         const deleted = this.repos.transaction(() => {
           this.repos.devices.archiveLastSeen(device.seq);
           const n = this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);

@@ -2,6 +2,7 @@ import type { Repositories } from '../storage/index.js';
 import type { OrderedRawRow, RawRow } from '../storage/repos/rollups.js';
 import { type Clock, HOUR_MS, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } from './numericStats.js';
+import { periodicJob } from './periodicJob.js';
 
 /**
  * Readings are rolled up once their minute is this far in the past: a reading is stamped
@@ -79,21 +80,24 @@ const sleep = (ms: number) =>
  */
 export function rollupService(repos: Repositories, clock: Clock, options: RollupOptions = {}) {
   const rollups = repos.rollups;
-  let timer: NodeJS.Timeout | null = null;
-  let running: Promise<RollupRun> | null = null;
-  let stopped = false;
+  const job = periodicJob(pass, options.onError);
   let prunedAt = 0;
+  /**
+   * The dense hour a pass is reading in chunks (between event-loop turns), not to be settled
+   * meanwhile: its rollups are written after, from what the chunks held, and would overwrite
+   * a settle's. A late reading leaves it dirty, for the settle at the end of the pass.
+   */
+  let accumulating: { deviceSeq: number; hour: number } | null = null;
 
   /**
-   * Writes the rollups of one device for [from, to) (from a whole minute) from `rows`, every
-   * reading of that span, level by level: minutes from the readings, each coarser level from
-   * the finer one. A bucket that began before `from` (rolled in part by an earlier span) is
+   * Writes the rollups of one device for [from, to) (from a whole minute) from `minutes`, the
+   * minute figures of every reading of that span, level by level: each coarser level from the
+   * finer one. A bucket that began before `from` (rolled in part by an earlier span) is
    * completed with the finer level's rows of that earlier part, or with the readings where
    * the finer level no longer keeps them. Only buckets a level still keeps are written.
    */
-  function rollSpan(deviceSeq: number, from: number, to: number, rows: readonly (RawRow | OrderedRawRow)[], now: number): void {
-    let finer = new Map<number, Stats>();
-    addRows(finer, rows, LEVELS[0].size, null);
+  function rollSpan(deviceSeq: number, from: number, to: number, minutes: Map<number, Stats>, now: number): void {
+    let finer = minutes;
     for (let level = 0; level < LEVELS.length; level++) {
       const { size } = LEVELS[level]!;
       let current: Map<number, Stats>;
@@ -136,20 +140,34 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     }
   }
 
-  /** Recomputes the dirty hours of one device (or of every device) from its readings. */
-  function settle(deviceSeq?: number): number {
-    const dirty = deviceSeq === undefined ? rollups.allDirty() : rollups.dirtyHours(deviceSeq).map((hour) => ({ deviceSeq, hour }));
-    if (dirty.length === 0) return 0;
+  const minutesOf = (rows: readonly (RawRow | OrderedRawRow)[]): Map<number, Stats> => {
+    const minutes = new Map<number, Stats>();
+    addRows(minutes, rows, MINUTE_MS, null);
+    return minutes;
+  };
+
+  /** Recomputes one dirty hour from its readings, in one transaction; returns the readings read. */
+  function settleHour(deviceSeq: number, hour: number, now: number): number {
+    return repos.transaction(() => {
+      // Up to the time before which readings are rolled (or being rolled by a pass).
+      const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
+      const rows = end > hour ? rollups.raw(deviceSeq, hour, end) : [];
+      if (end > hour) rollSpan(deviceSeq, hour, end, minutesOf(rows), now);
+      rollups.clearDirty(deviceSeq, hour);
+      return rows.length;
+    });
+  }
+
+  /** Recomputes the dirty hours of one device (a query is about to read them) but the one a pass is reading. */
+  function settleDevice(deviceSeq: number): number {
     const now = clock.now();
-    for (const { deviceSeq: seq, hour } of dirty) {
-      repos.transaction(() => {
-        // Up to the time before which readings are rolled (or being rolled by a pass).
-        const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
-        if (end > hour) rollSpan(seq, hour, end, rollups.raw(seq, hour, end), now);
-        rollups.clearDirty(seq, hour);
-      });
+    let settled = 0;
+    for (const hour of rollups.dirtyHours(deviceSeq)) {
+      if (accumulating?.deviceSeq === deviceSeq && accumulating.hour === hour) continue;
+      settleHour(deviceSeq, hour, now);
+      settled++;
     }
-    return dirty.length;
+    return settled;
   }
 
   /**
@@ -168,21 +186,41 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
         let cursor = start;
         let touched = false;
         while (cursor < target) {
-          let rows: readonly (RawRow | OrderedRawRow)[] = rollups.rawFirst(seq, cursor, target, ROWS_PER_STEP);
+          let rows: readonly OrderedRawRow[] = rollups.rawFirst(seq, cursor, target, ROWS_PER_STEP);
           let end = target;
-          if (rows.length === ROWS_PER_STEP) {
-            // Cut at the last hour boundary, so every step rolls whole hours (but the last).
-            const cut = bucketOf(rows[rows.length - 1]![0], HOUR_MS);
-            if (cut > cursor) {
-              end = cut;
-              rows = rows.filter((r) => r[0] < cut);
-            } else {
-              end = Math.min(cut + HOUR_MS, target);
-              rows = rollups.raw(seq, cursor, end);
+          const cut = rows.length === ROWS_PER_STEP ? bucketOf(rows[rows.length - 1]![0], HOUR_MS) : null;
+          if (cut !== null && cut <= cursor) {
+            // One hour holds ROWS_PER_STEP readings or more: read it in chunks of that many, in
+            // (time, seq) order, a step each, then written at once.
+            end = Math.min(cut + HOUR_MS, target);
+            const minutes = new Map<number, Stats>();
+            accumulating = { deviceSeq: seq, hour: cut };
+            try {
+              for (;;) {
+                addRows(minutes, rows, MINUTE_MS, null);
+                run.readings += rows.length;
+                if (rows.length < ROWS_PER_STEP) break;
+                const [time, after] = rows[rows.length - 1]!;
+                yield rows.length;
+                rows = rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
+              }
+              const from = cursor;
+              repos.transaction(() => rollSpan(seq, from, end, minutes, now));
+            } finally {
+              accumulating = null;
             }
+            touched = true;
+            cursor = end;
+            yield rows.length;
+            continue;
+          }
+          if (cut !== null) {
+            // Cut at the last hour boundary, so every step rolls whole hours (but the last).
+            end = cut;
+            rows = rows.filter((r) => r[0] < cut);
           }
           if (rows.length > 0) {
-            const span = rows;
+            const span = minutesOf(rows);
             const from = cursor;
             repos.transaction(() => rollSpan(seq, from, end, span, now));
             run.readings += rows.length;
@@ -197,7 +235,13 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       if (prune) prunedAt = bucketOf(now, HOUR_MS);
       rollups.setRolledUntil(target);
     }
-    run.dirtyHours += settle();
+    // Every dirty hour is a step of its own.
+    const settleAt = clock.now();
+    for (const { deviceSeq, hour } of rollups.allDirty()) {
+      const read = settleHour(deviceSeq, hour, settleAt);
+      run.dirtyHours++;
+      yield read;
+    }
   }
 
   let lastCount = 0;
@@ -224,8 +268,8 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       if (sinceYield >= ROWS_PER_STEP) {
         sinceYield = 0;
         await yieldToEventLoop();
-        while (!stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
-        if (stopped) break;
+        while (!job.stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
+        if (job.stopped) break;
       }
     }
     return run;
@@ -234,34 +278,14 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   return {
     /** Periodic passes on an unref'd timer; the first soon after start (an upgraded data dir rolls up its readings). */
     start(): void {
-      stopped = false;
-      const schedule = (delay: number) => {
-        timer = setTimeout(() => {
-          void this.runOnce()
-            .catch((err) => options.onError?.(err))
-            .finally(() => {
-              if (!stopped) schedule(options.intervalMs ?? ROLL_EVERY_MS);
-            });
-        }, delay);
-        timer.unref();
-      };
-      schedule(options.firstRunDelayMs ?? 2_000);
+      job.start({ intervalMs: options.intervalMs ?? ROLL_EVERY_MS, firstRunDelayMs: options.firstRunDelayMs ?? 2_000 });
     },
-    /** Runs one pass now (or joins the pass in progress). */
-    runOnce(): Promise<RollupRun> {
-      stopped = false;
-      running ??= pass().finally(() => (running = null));
-      return running;
-    },
+    /** Runs one pass now (or joins the pass in progress); after stop(), it ends at its first yield. */
+    runOnce: job.runOnce,
     /** Stops the timer and waits for a pass in progress to end at its next step. */
-    async stop(): Promise<void> {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      timer = null;
-      await running?.catch(() => undefined);
-    },
+    stop: job.stop,
     /** Before a query reads one device's rollups: recompute its dirty hours, if any. */
-    settleDevice: (deviceSeq: number): number => settle(deviceSeq),
+    settleDevice,
     /** Drops every rollup and rolls all readings up again, synchronously (bulk loads, tests). */
     rebuild(): RollupRun {
       rollups.clear();

@@ -16,16 +16,18 @@
  * /healthz says "degraded" with the reason, and the log gets one line per reason per 10 s.
  * This module knows no SQLite and no file system: the composition passes probes for them.
  */
-import { type AppError, storageUnavailable } from '../errors.js';
+import { AppError, storageUnavailable } from '../errors.js';
 import type { DomainEvents } from './events.js';
 import { type LogLine, ThrottledLog } from './throttledLog.js';
 
 /** Seconds a refused client is asked to wait: a few free-space checks, short enough to catch up. */
-const STORAGE_RETRY_AFTER_SECONDS = 10;
+export const STORAGE_RETRY_AFTER_SECONDS = 10;
 /** How often free disk space is looked at. */
 const FREE_SPACE_CHECK_MS = 1_000;
 
-export type StorageFailureKind = 'low_disk' | 'disk_full' | 'io_error' | 'read_only' | 'busy';
+/** Why storage refuses writes: the `reason` label of the refused-writes metric. */
+export const STORAGE_FAILURE_KINDS = ['low_disk', 'disk_full', 'io_error', 'read_only', 'busy'] as const;
+export type StorageFailureKind = (typeof STORAGE_FAILURE_KINDS)[number];
 
 export interface StorageFailure {
   kind: StorageFailureKind;
@@ -185,6 +187,11 @@ export class StorageStatus {
 
   commitSucceeded(): void {
     this.writeSucceeded('database');
+  }
+
+  /** Whether `err` is storage failing (disk full, I/O error, busy, read-only), not a bug or bad input. */
+  isStorageFailure(err: unknown): boolean {
+    return (err instanceof AppError && err.code === 'storage_unavailable') || this.options.probes.classify(err) !== null;
   }
 
   /** A write to `area` failed: see commitFailed. */

@@ -1,6 +1,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Counter, Gauge, type Metric, Registry } from 'prom-client';
 import type { Services } from '../composition.js';
+import { STORAGE_FAILURE_KINDS } from '../domain/storageStatus.js';
 
 /**
  * Prometheus metrics (docs/operations.md, "Metrics"). One registry per server (tests run
@@ -84,11 +85,11 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
   });
   const refusedWrites = new Counter({
     name: 'telemetryd_storage_refused_writes_total',
-    help: 'Readings and snapshots refused because storage could not take them, by reason (low_disk, disk_full, io_error, read_only, busy)',
+    help: `Readings and snapshots refused because storage could not take them, by reason (${STORAGE_FAILURE_KINDS.join(', ')})`,
     labelNames: ['reason'],
     registers: [registry],
   });
-  for (const reason of ['low_disk', 'disk_full', 'io_error', 'read_only', 'busy']) refusedWrites.inc({ reason }, 0);
+  for (const reason of STORAGE_FAILURE_KINDS) refusedWrites.inc({ reason }, 0);
   new Gauge({
     name: 'telemetryd_mqtt_connections',
     help: 'Open MQTT client connections (TLS and plain)',

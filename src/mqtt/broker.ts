@@ -21,8 +21,8 @@ import { loadTlsMaterial, type TlsMaterial } from './tls.js';
  * Largest MQTT packet accepted (remaining length). Above the 65,536-byte payload limit by
  * room for the topic and header, so a payload slightly too large still arrives and is
  * rejected and counted by the pipeline like any other (docs/mqtt.md, "Rejections"); anything bigger
- * ends the connection before it is buffered. aedes/mqtt-packet have no such limit
- * (aedes issue #831), hence limitPacketSize below.
+ * ends the connection before it is buffered. mqtt-packet, aedes's parser, has no packet
+ * size limit of its own (it buffers a packet of any announced length), hence limitPacketSize below.
  */
 export const MAX_PACKET_BYTES = MAX_INGEST_BYTES + 4_096;
 /** A connection must send CONNECT this soon, and finish the TLS handshake this soon. */

@@ -18,7 +18,6 @@ export function createRepositories(db: Db) {
   const authTables = new TableChanges(db, externalCommits, ['devices', 'accounts']);
   const rollups = rollupsRepo(db);
   return {
-    db,
     accounts: accountsRepo(db, authTables),
     apiKeys: apiKeysRepo(db),
     devices: devicesRepo(db, authTables),

@@ -53,19 +53,28 @@ export class ReadingWriter {
   private writtenSinceTick = false;
   private mergeRetryAt = 0;
   private readonly idleTimer: NodeJS.Timeout;
+  private commits: CommitObserver = NO_OBSERVER;
+  /** A merge that failed (busy database, I/O error): the rows stay in the inbox, retried later. */
+  private onMergeError: (err: unknown) => void = () => {};
 
   constructor(
     private readonly readings: ReadingsRepo,
     private readonly maxBatchSize = 5_000,
-    /** A merge that failed (busy database, I/O error): the rows stay in the inbox, retried later. */
-    private readonly onMergeError: (err: unknown) => void = () => {},
-    private readonly commits: CommitObserver = NO_OBSERVER,
   ) {
     this.idleTimer = setInterval(() => {
       if (!this.writtenSinceTick && this.readings.inboxRows() > 0) this.merge();
       this.writtenSinceTick = false;
     }, INBOX_IDLE_MERGE_MS);
     this.idleTimer.unref();
+  }
+
+  /**
+   * Where commit outcomes and failed merges go: set once, right after construction, by the
+   * composition (the storage status it reports to also reads this writer's queue).
+   */
+  reportTo(commits: CommitObserver, onMergeError: (err: unknown) => void): void {
+    this.commits = commits;
+    this.onMergeError = onMergeError;
   }
 
   get depth(): number {

@@ -11,24 +11,22 @@ import type { Db } from './db.js';
 export function storageProbes(db: Db): StorageProbes {
   return {
     async freeBytes(dir) {
-      for (let at = dir; ; at = path.dirname(at)) {
+      for (let at = dir; ; ) {
         try {
           const s = await statfs(at);
           return s.bavail * s.bsize;
         } catch (err) {
-          // A folder not created yet (the snapshots folder before the first upload) lives
-          // on its parent's file system.
-          if (!isMissing(err) || path.dirname(at) === at) throw err;
+          at = parentIfMissing(err, at);
         }
       }
     },
     freeBytesNow(dir) {
-      for (let at = dir; ; at = path.dirname(at)) {
+      for (let at = dir; ; ) {
         try {
           const s = statfsSync(at);
           return s.bavail * s.bsize;
         } catch (err) {
-          if (!isMissing(err) || path.dirname(at) === at) throw err;
+          at = parentIfMissing(err, at);
         }
       }
     },
@@ -47,7 +45,16 @@ export function storageProbes(db: Db): StorageProbes {
   };
 }
 
-const isMissing = (err: unknown) => (err as NodeJS.ErrnoException).code === 'ENOENT';
+/**
+ * Where to look next after statfs(at) failed with `err`: a folder not created yet (the
+ * snapshots folder before the first upload) lives on its parent's file system. Any other
+ * error, or a missing root, is thrown.
+ */
+function parentIfMissing(err: unknown, at: string): string {
+  const parent = path.dirname(at);
+  if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || parent === at) throw err;
+  return parent;
+}
 
 /**
  * SQLite result codes (better-sqlite3 puts the extended code on `code`, e.g. SQLITE_IOERR_WRITE)

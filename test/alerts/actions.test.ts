@@ -1,10 +1,12 @@
 import { createHmac } from 'node:crypto';
+import { rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDataDir } from '../../src/composition.js';
 import { runCliAsync } from '../helpers/cli.js';
-import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { history, send, waitFor } from './helpers.js';
 
 interface ReceivedMail {
@@ -326,5 +328,50 @@ describe('webhook action', () => {
     const d = await settledDelivery(server, alert.id, 'webhook');
     expect(d).toMatchObject({ status: 'failed', attempts: 4 });
     expect(d.detail).toMatch(/ECONNREFUSED/);
+  });
+});
+
+describe('deliveries running at shutdown', () => {
+  it('are recorded as failed ("server shut down"), whatever the action, not left pending', async () => {
+    // An SMTP server that accepts the connection and never greets: the email stays in flight.
+    const smtpSockets: net.Socket[] = [];
+    const silentSmtp = net.createServer((socket) => smtpSockets.push(socket));
+    await new Promise<void>((resolve) => silentSmtp.listen(0, '127.0.0.1', resolve));
+    const smtpPort = (silentSmtp.address() as AddressInfo).port;
+    // A webhook receiver that never answers.
+    const receiver = await startReceiver(() => undefined);
+    const dataDir = tempDir('telemetryd-shutdown-deliveries-');
+    try {
+      const server = await startTestServer({ 'data-dir': dataDir, 'smtp-url': `smtp://127.0.0.1:${smtpPort}` });
+      const s = await seedAccount(server);
+      const alert = server.services.alerts.create(s.device, {
+        name: 'held',
+        field: 'p',
+        operator: '>',
+        value: 0,
+        actions: ['email', 'webhook'],
+        webhookUrl: receiver.url,
+      });
+      await send(server, s.device, s.token, { p: 1 });
+      await waitFor(() => receiver.hooks.length === 1, 'the webhook attempt');
+      expect(server.services.alertEvaluation.pending).toBe(2);
+      await server.stop();
+
+      const reopened = openDataDir(dataDir);
+      try {
+        const stored = reopened.services.alerts.getAny(alert.id);
+        const [event] = reopened.services.alerts.historyWithDeliveries(stored, 10) as { deliveries: Delivery[] }[];
+        const byAction = Object.fromEntries(event!.deliveries.map((d) => [d.action, d]));
+        expect(byAction.email).toMatchObject({ status: 'failed', detail: 'server shut down' });
+        expect(byAction.webhook).toMatchObject({ status: 'failed' });
+      } finally {
+        reopened.close();
+      }
+    } finally {
+      await receiver.close();
+      for (const socket of smtpSockets) socket.destroy();
+      await new Promise<void>((resolve) => silentSmtp.close(() => resolve()));
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });

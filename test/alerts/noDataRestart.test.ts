@@ -5,6 +5,7 @@
  */
 import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
+import { SEARCH_ROWS_PER_CHECK } from '../../src/domain/alerts/evaluator.js';
 import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
 
@@ -57,4 +58,49 @@ describe('no_data across a restart', () => {
     expect(eventsOf(server, path.id)[0]!.resolved_at).not.toBeNull();
     expect(server.services.alerts.getAny(path.id).state).toBe('ok');
   }, 60_000);
+});
+
+describe('no_data after a start, on a long history without a match', () => {
+  it('searches the readings for the latest match a bounded number of rows per check, then counts from it', async () => {
+    const HOUR = 3_600_000;
+    const T0 = Date.UTC(2026, 2, 1, 12);
+    const clock = { t: T0 - 6 * HOUR, now: () => clock.t };
+    // The timer stays out of the way: this test runs each check itself.
+    const server = await startTestServer({}, { clock, silenceCheckMs: 24 * HOUR });
+    try {
+      const s = await seedAccount(server);
+      const alert = server.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'temp', value: 6 * 3_600 });
+      // One reading with the path five hours before T0, then a long run of readings without it
+      // (stored directly: the evaluator never saw them, as after a restart).
+      const lastTemp = T0 - 5 * HOUR;
+      const others = Math.floor(SEARCH_ROWS_PER_CHECK * 2.5);
+      server.storage.repos.readings.insertBatch([
+        { deviceSeq: s.device.seq, time: lastTemp, data: '{"temp":1}' },
+        ...Array.from({ length: others }, (_, i) => ({ deviceSeq: s.device.seq, time: lastTemp + 1_000 * (i + 1), data: '{"x":1}' })),
+      ]);
+      clock.t = T0;
+      const evaluation = server.services.alertEvaluation;
+      const tracked = evaluation.trackedSilences;
+      let checks = 0;
+      while (evaluation.trackedSilences === tracked) {
+        evaluation.checkSilences();
+        checks++;
+        expect(checks).toBeLessThanOrEqual(3);
+      }
+      // No check read the whole run of readings.
+      expect(checks).toBe(3);
+      expect(eventsOf(server, alert.id)).toEqual([]);
+
+      // Found: the silence counts from that reading, not from the window's start (T0 - 6 h).
+      clock.t = lastTemp + 6 * HOUR - 1_000;
+      evaluation.checkSilences();
+      expect(eventsOf(server, alert.id)).toEqual([]);
+      clock.t = lastTemp + 6 * HOUR;
+      evaluation.checkSilences();
+      const [event] = eventsOf(server, alert.id);
+      expect(event!.triggered_at).toBe(new Date(lastTemp + 6 * HOUR).toISOString());
+    } finally {
+      await server.stop();
+    }
+  });
 });

@@ -5,6 +5,8 @@
  * asserted closely; noData.test.ts holds the default period to SECONDS + 5 s.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { composeServices } from '../../src/composition.js';
+import { openDatabase } from '../../src/storage/db.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
 
@@ -79,4 +81,29 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     expect(server.services.alerts.getAny(alert.id).state).toBe('ok');
     expect(eventsOf(server, alert.id)[0]!.resolved_at).toBe(new Date(latestTime(s.device.seq)).toISOString());
   }, 30_000);
+
+  it('forgets the silences of alerts another process disabled, or deleted with their device', async () => {
+    const evaluation = server.services.alertEvaluation;
+    evaluation.checkSilences();
+    const before = evaluation.trackedSilences;
+    const s = await seedAccount(server);
+    const other = server.services.devices.create(server.services.accounts.list().find((a) => a.id === s.account.id)!, { name: 'other' });
+    const disabled = server.services.alerts.create(s.device, { name: 'to disable', kind: 'no_data', value: 600 });
+    server.services.alerts.create(other.device, { name: 'goes with its device', kind: 'no_data', field: 'x', value: 600 });
+    await send(server, s.device, s.token, { x: 1 });
+    await send(server, other.device, other.accessToken, { x: 1 });
+    evaluation.checkSilences();
+    expect(evaluation.trackedSilences).toBe(before + 2);
+
+    // The admin CLI's way: another connection commits, seen by the next check.
+    const admin = composeServices(openDatabase(server.dataDir));
+    try {
+      admin.services.alerts.setEnabled(admin.services.alerts.getAny(disabled.id), false);
+      admin.services.devices.remove(other.device);
+    } finally {
+      admin.close();
+    }
+    evaluation.checkSilences();
+    expect(evaluation.trackedSilences).toBe(before);
+  });
 });

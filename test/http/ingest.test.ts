@@ -5,7 +5,7 @@ describe('HTTP ingest', () => {
   let server: TestServer;
   let s: Awaited<ReturnType<typeof seedAccount>>;
 
-  const count = () => (server.db.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
+  const count = () => (server.storage.db.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
 
   beforeAll(async () => {
     server = await startTestServer();

@@ -66,7 +66,7 @@ export const until = async <T>(probe: () => Promise<T | null | undefined> | T | 
 
 /** Stored readings of a device, straight from SQLite (what is committed, nothing else). */
 export function storedReadings(server: TestServer, deviceSeq: number): Record<string, unknown>[] {
-  return (server.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(deviceSeq) as { data: string }[]).map((r) =>
-    JSON.parse(r.data),
-  );
+  return (
+    server.storage.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(deviceSeq) as { data: string }[]
+  ).map((r) => JSON.parse(r.data));
 }

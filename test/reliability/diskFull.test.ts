@@ -294,7 +294,7 @@ describe('--min-free-disk above the free space (any machine)', () => {
     const res = await server.request('/healthz');
     expect(res.status).toBe(503);
     expect(await res.json()).toMatchObject({ status: 'degraded', reason: expect.stringMatching(/^low disk space/) });
-    expect(server.db.prepare('SELECT count(*) AS n FROM readings').get()).toEqual({ n: 0 });
+    expect(server.storage.db.prepare('SELECT count(*) AS n FROM readings').get()).toEqual({ n: 0 });
   });
 
   it('--min-free-disk resolves like every option (MB; TELEMETRYD_MIN_FREE_DISK here), and a bad value is one clear line', async () => {

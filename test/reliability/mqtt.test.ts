@@ -112,9 +112,9 @@ describe('malformed MQTT packets', () => {
     const again = await connectPlain(server, { username: device.id, password: token });
     await again.publishAsync(`d/${device.id}/t`, '{"n":5}', { qos: 1 });
     await Promise.all([good.endAsync(), again.endAsync()]);
-    const stored = (server.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]).map(
-      (r) => r.n,
-    );
+    const stored = (
+      server.storage.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
+    ).map((r) => r.n);
     expect(stored).toEqual([1, 4, 5]);
     // Nothing else was stored by any malformed packet.
     expect(before.count).toBe(1);
@@ -170,9 +170,9 @@ describe('MQTT under a database write failure', () => {
       other.close();
     }
     await client.endAsync(true);
-    const stored = (server.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]).map(
-      (r) => r.n,
-    );
+    const stored = (
+      server.storage.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
+    ).map((r) => r.n);
     expect(stored).toEqual([1]);
     // Recovered without a restart.
     const again = await connectPlain(server, { username: device.id, password: token });

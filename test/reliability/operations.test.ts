@@ -68,7 +68,7 @@ describe('/healthz', () => {
     const ok = await server.request('/healthz');
     expect(ok.status).toBe(200);
     expect(await ok.json()).toMatchObject({ status: 'ok', database: 'ok' });
-    server.db.close();
+    server.storage.db.close();
     const down = await server.request('/healthz');
     expect(down.status).toBe(503);
     expect(await down.json()).toMatchObject({ status: 'unavailable' });

@@ -16,7 +16,7 @@ afterEach(async () => {
 const T0 = Date.UTC(2026, 0, 10, 12, 0, 0);
 
 function countReadings(s: TestServer, deviceSeq: number): number {
-  return (s.db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(deviceSeq) as { n: number }).n;
+  return (s.storage.db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(deviceSeq) as { n: number }).n;
 }
 
 describe('retention job', () => {

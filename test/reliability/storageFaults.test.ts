@@ -61,7 +61,7 @@ describe('database write failures', () => {
     const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
     try {
       // Shorten the server's wait so the test does not sit 10 s on the lock.
-      server.db.pragma('busy_timeout = 200');
+      server.storage.db.pragma('busy_timeout = 200');
       other.exec('BEGIN IMMEDIATE');
       const locked = await ingest(server, { device_id: device.id, access_token: token, data: { n: 1 } });
       expect(locked.status).toBe(503);

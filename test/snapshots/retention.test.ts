@@ -23,7 +23,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
   let business: Awaited<ReturnType<typeof seedAccount>>;
 
   const fileOf = (deviceId: string, id: string, ext: string) => path.join(server.dataDir, 'snapshots', deviceId, `${id}.${ext}`);
-  const rows = () => (server.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
+  const rows = () => (server.storage.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
 
   beforeAll(async () => {
     server = await startTestServer({}, { clock });

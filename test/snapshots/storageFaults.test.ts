@@ -30,7 +30,7 @@ describe('snapshot storage faults', () => {
   let deviceDir: string;
   let mounted = false;
 
-  const rowCount = () => (server.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
+  const rowCount = () => (server.storage.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
   const expect503 = async (reason: string, body = tinyJpeg()) => {
     const rowsBefore = rowCount();
     const up = await upload(server, cam.device.id, cam.token, body);

@@ -119,12 +119,12 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
 
     const dir = path.join(server.dataDir, 'snapshots', cam.device.id);
     const before = readdirSync(dir).sort();
-    const rowsBefore = server.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number };
+    const rowsBefore = server.storage.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number };
     const over = await upload(server, cam.device.id, cam.token, jpegOfSize(512_001));
     expect(over.status).toBe(413);
     expect(over.body).toEqual({ success: false, error: expect.stringMatching(/500 KB/) });
     expect(readdirSync(dir).sort()).toEqual(before);
-    expect(server.db.prepare('SELECT count(*) AS n FROM snapshots').get()).toEqual(rowsBefore);
+    expect(server.storage.db.prepare('SELECT count(*) AS n FROM snapshots').get()).toEqual(rowsBefore);
   });
 
   it('413 also for a chunked body without Content-Length: the limit is counted while streaming', async () => {

@@ -35,7 +35,7 @@ describe('cached device authentication', () => {
     const { device, accessToken } = services.devices.create(account, { name: 'd' });
     // Another connection on the same file stands for the admin CLI (another process).
     other = new Database(path.join(dir, DB_FILE));
-    return { repos, services, account, device, token: accessToken };
+    return { repos, storage: composed.storage, services, account, device, token: accessToken };
   }
 
   it('serves repeated lookups from memory', async () => {
@@ -69,7 +69,7 @@ describe('cached device authentication', () => {
   });
 
   it('sees changes made in-process through services and through raw SQL on the same connection', async () => {
-    const { services, device, token, account, repos } = await setup();
+    const { services, device, token, account, storage } = await setup();
     services.devices.authenticate(device.id, token);
     services.devices.pause(device);
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
@@ -79,15 +79,15 @@ describe('cached device authentication', () => {
     expect(services.devices.authenticate(device.id, fresh).account.plan).toBe('business');
     services.accounts.setPlan(account.id, 'scale');
     expect(services.devices.authenticate(device.id, fresh).account.plan).toBe('scale');
-    repos.db.prepare("UPDATE accounts SET status = 'suspended' WHERE seq = ?").run(account.seq);
+    storage.db.prepare("UPDATE accounts SET status = 'suspended' WHERE seq = ?").run(account.seq);
     expect(() => services.devices.authenticate(device.id, fresh)).toThrow(/suspended/);
   });
 
   it('does not remember a row read inside a transaction that rolls back', async () => {
-    const { services, device, token, repos } = await setup();
+    const { services, device, token, repos, storage } = await setup();
     expect(() =>
       repos.transaction(() => {
-        repos.db.prepare("UPDATE devices SET status = 'paused' WHERE seq = ?").run(device.seq);
+        storage.db.prepare("UPDATE devices SET status = 'paused' WHERE seq = ?").run(device.seq);
         expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
         throw new Error('roll back');
       }),

@@ -50,7 +50,7 @@ async function aggregate(server: TestServer, key: string, deviceId: string, qs: 
 const MINUTES = 0;
 const HOURS = 2;
 const rollupCount = (server: TestServer, level: number, deviceSeq: number) =>
-  server.db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?').pluck().get(deviceSeq, level) as number;
+  server.storage.db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?').pluck().get(deviceSeq, level) as number;
 
 async function expectMatchesReadings(server: TestServer, key: string, device: { id: string; seq: number }, now: number) {
   const readings = storedReadings(server, device.seq);
@@ -96,7 +96,8 @@ describe('reading rollups', () => {
     expect(server.storage.repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     // Rows older than a level keeps are pruned (hourly); hour rollups stay.
-    const oldest = (level: number) => server.db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
+    const oldest = (level: number) =>
+      server.storage.db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
     expect(oldest(0)).toBeGreaterThanOrEqual(clock.t - LEVELS[0].keepMs - HOUR);
     expect(oldest(0)).toBeLessThan(clock.t - LEVELS[0].keepMs + HOUR);
     expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
@@ -121,7 +122,7 @@ describe('reading rollups', () => {
     const run = await server.retention.runOnce();
     expect(run.deleted).toBeGreaterThan(0);
     const cutoff = START - 2 * DAY;
-    const older = server.db
+    const older = server.storage.db
       .prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND bucket < ?')
       .pluck()
       .get(seed.device.seq, cutoff);
@@ -160,7 +161,7 @@ describe('reading rollups', () => {
     const before = await aggregate(server, seed.key, seed.device.id, 'range=7d');
     const archive = path.join(tempDir(), 'backup.tar.gz');
     dirs.push(path.dirname(archive));
-    await createBackup(server.db, server.dataDir, archive, VERSION);
+    await createBackup(server.storage.db, server.dataDir, archive, VERSION);
     const restoredDir = tempDir();
     dirs.push(restoredDir);
     rmSync(restoredDir, { recursive: true });
@@ -199,7 +200,7 @@ describe('reading rollups', () => {
     db.close();
 
     const server = await start(clock, dataDir);
-    expect(server.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
+    expect(server.storage.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
     expect(server.storage.repos.rollups.rolledUntil()).toBe(0);
     // Before the job has run, answers come from the readings and are already right.
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
@@ -245,6 +246,63 @@ describe('reading rollups', () => {
     }
   });
 
+  it('an hour denser than a step is read in chunks of a step, and its rollups equal the readings', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    await server.services.rollups.runOnce();
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    const hour = Math.ceil(rolledBefore / HOUR) * HOUR;
+    // 2.5 steps of readings in one hour, seven to a millisecond (chunks end mid-millisecond),
+    // plus a few before and after it.
+    const dense = Math.floor(ROWS_PER_STEP * 2.5);
+    const readings: Reading[] = [
+      { time: hour - 10 * MIN, data: { v: -1 } },
+      ...Array.from({ length: dense }, (_, i) => ({ time: hour + 7 * MIN + Math.floor(i / 7), data: { v: i % 100, w: i } })),
+      { time: hour + HOUR + 3 * MIN, data: { v: 1e6 } },
+    ];
+    insertReadings(server, seed.device.seq, readings);
+    clock.t = hour + 2 * HOUR;
+    const run = await server.services.rollups.runOnce();
+    expect(run.readings).toBe(readings.length);
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+
+    // The same again, stopped at the pass's first yield: one step's worth was read.
+    const next = clock.t + HOUR;
+    insertReadings(
+      server,
+      seed.device.seq,
+      Array.from({ length: dense }, (_, i) => ({ time: next + Math.floor(i / 7), data: { v: i } })),
+    );
+    clock.t = next + 2 * HOUR;
+    const pass = server.services.rollups.runOnce();
+    await server.services.rollups.stop();
+    expect((await pass).readings).toBe(ROWS_PER_STEP);
+  });
+
+  it('a pass asked for while the job stops (shutdown) still ends at its next step', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    await server.services.rollups.runOnce();
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    // Four hours of readings, a few steps' worth.
+    const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 3 }, (_, i) => ({
+      time: rolledBefore + Math.floor((i * 4 * HOUR) / (ROWS_PER_STEP * 3)),
+      data: { v: i },
+    }));
+    insertReadings(server, seed.device.seq, readings);
+    clock.t += 5 * HOUR;
+    const rollups = server.services.rollups;
+    const pass = rollups.runOnce();
+    const stopping = rollups.stop();
+    const joined = rollups.runOnce();
+    const [run] = await Promise.all([pass, joined, stopping]);
+    expect(run.readings).toBeGreaterThan(0);
+    expect(run.readings).toBeLessThan(readings.length);
+    expect(server.storage.repos.rollups.rolledUntil()).toBe(rolledBefore);
+  });
+
   it('a query answers from the readings when a dirty hour cannot be recomputed (storage refusing writes)', async () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
@@ -254,15 +312,29 @@ describe('reading rollups', () => {
     // A late reading marks its (rolled-up) hour dirty; then writes start failing.
     insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
-    server.db.pragma('query_only = ON');
+    server.storage.db.pragma('query_only = ON');
     try {
       const account = server.services.accounts.get(seed.account.seq)!;
       const result = server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
       const buckets = JSON.parse(result.dataJson) as Bucket[];
       expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
     } finally {
-      server.db.pragma('query_only = OFF');
+      server.storage.db.pragma('query_only = OFF');
     }
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+  });
+
+  it('a query does not hide a fault that is not storage: recomputing a corrupt dirty hour fails the query', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await server.services.rollups.runOnce();
+    // A late reading days before the queried range, whose data is not JSON: recomputing its
+    // (dirty) hour throws, and the fallback to the readings of the range would hide that.
+    server.storage.repos.readings.insertBatch([{ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' }]);
+    expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    const account = server.services.accounts.get(seed.account.seq)!;
+    expect(() => server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).toThrow(SyntaxError);
   });
 });

@@ -80,7 +80,7 @@ describe('dashboard in a browser', () => {
     expect(cookie.httpOnly).toBe(true);
     expect(cookie.sameSite).toBe('Lax');
     // Only a hash of the session id is stored.
-    const rows = server.db.prepare('SELECT id_hash FROM sessions').all() as { id_hash: string }[];
+    const rows = server.storage.db.prepare('SELECT id_hash FROM sessions').all() as { id_hash: string }[];
     expect(rows.map((r) => r.id_hash)).not.toContain(cookie.value);
 
     // The token worked once: the same link is now refused.

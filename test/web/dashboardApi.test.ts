@@ -283,7 +283,7 @@ describe('dashboard API: alerts of both kinds', () => {
     }
 
     // Seen once, 3 minutes ago, with a 60 s interval: silent. Paused: not silent.
-    server.storage.repos.db.prepare('UPDATE devices SET last_seen = ? WHERE seq = ?').run(Date.now() - 180_000, device.seq);
+    server.storage.db.prepare('UPDATE devices SET last_seen = ? WHERE seq = ?').run(Date.now() - 180_000, device.seq);
     let list = await call('GET', '/devices');
     expect(list.body.data.find((d: { id: string }) => d.id === device.id).silent).toBe(true);
     server.services.devices.pause(device);

@@ -53,7 +53,7 @@ describe('storage banner', () => {
 
     const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
     try {
-      server.db.pragma('busy_timeout = 200');
+      server.storage.db.pragma('busy_timeout = 200');
       other.exec('BEGIN IMMEDIATE');
       const refused = await ingest(server, { device_id: seed.device.id, access_token: seed.token, data: { t: 1 } });
       expect(refused.status).toBe(503);

@@ -24,8 +24,9 @@
  *   touched only for devices that have such an alert, found in the cached list above) and
  *   resolves it if firing. A timer (`startSilenceChecks`) walks the enabled no_data alerts of
  *   active devices and fires those silent for their SECONDS. After a restart the latest
- *   matching reading is read back from the readings once per alert, so ingest never writes
- *   anything for this bookkeeping.
+ *   matching reading is read back from the readings once per alert (a bounded number of rows
+ *   per check, a long search going on at the next ones), so ingest never writes anything for
+ *   this bookkeeping.
  * - Actions (email, webhook, slack, discord, ntfy) run afterwards, asynchronously; their
  *   outcome is written back into the event's `deliveries` (`resolution_deliveries` for a
  *   resolution notice) and never reaches the ingest caller.
@@ -34,7 +35,7 @@ import { newId } from '../../ids.js';
 import type { AlertNotifier } from '../../notify/index.js';
 import type { Repositories } from '../../storage/index.js';
 import type { NoDataWatch } from '../../storage/repos/alerts.js';
-import { type Clock, systemClock } from '../../time.js';
+import { type Clock, END_OF_TIME, systemClock } from '../../time.js';
 import type { AccountService } from '../accounts.js';
 import type { DomainEvents } from '../events.js';
 import type { Account, ActionDelivery, Alert, AlertAction, AlertEvent, AlertOperator, Device, StoredReading } from '../types.js';
@@ -55,6 +56,12 @@ export interface AlertEvaluatorDeps {
 
 /** How often silences are checked unless the server says otherwise: well inside the 5 s bound. */
 const DEFAULT_SILENCE_CHECK_MS = 1_000;
+/**
+ * Readings a silence check parses at most (about, see readings.newestMatchingTime) while it
+ * looks for path alerts' latest matches after a start: a few milliseconds of the event loop
+ * per check, however long the history. A longer search goes on at the next check.
+ */
+export const SEARCH_ROWS_PER_CHECK = 5_000;
 
 export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const { repos, events, accounts, notifier } = deps;
@@ -69,10 +76,16 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const enabledByDevice = new Map<number, CachedAlert[]>();
   /** no_data alerts: the time of the latest matching reading known, by alert id. */
   const lastMatch = new Map<string, number>();
+  /**
+   * Path no_data alerts whose latest match is still being looked for in the readings, by
+   * alert id: the search window's start, and the start of the part already searched.
+   */
+  const searches = new Map<string, { window: number; before: number }>();
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
   let silenceTimer: NodeJS.Timeout | null = null;
-  const inFlight = new Set<Promise<void>>();
+  /** Deliveries running, with what each would record: close() records those it abandons. */
+  const inFlight = new Map<Promise<void>, { type: NoticeType; event: AlertEvent; action: AlertAction }>();
   let closed = false;
 
   type Queued =
@@ -96,7 +109,10 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   }
   events.on('alert.changed', ({ alertId, change }) => {
     // A changed condition's matches so far belong to the old condition.
-    if (change === 'updated' || change === 'deleted') lastMatch.delete(alertId);
+    if (change === 'updated' || change === 'deleted') {
+      lastMatch.delete(alertId);
+      searches.delete(alertId);
+    }
     dropCache();
   });
   events.on('external.change', dropCache);
@@ -228,8 +244,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     }
   }
 
-  function track(task: Promise<void>) {
-    inFlight.add(task);
+  function track(task: Promise<void>, type: NoticeType, event: AlertEvent, action: AlertAction) {
+    inFlight.set(task, { type, event, action });
     void task.finally(() => inFlight.delete(task));
   }
 
@@ -277,6 +293,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
               settle(type, event, 'email', { status: 'failed', detail: reason }, Date.now());
             }
           })(),
+          type,
+          event,
+          action,
         );
         continue;
       }
@@ -300,18 +319,52 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
             settle(type, event, action, { status: 'failed', detail: (err as Error).message }, Date.now());
           }
         })(),
+        type,
+        event,
+        action,
       );
     }
   }
 
   /**
-   * The latest reading that a no_data alert counts, from the database: the device's last
-   * seen for `*`, else the newest reading with a number at the path at or after `since`.
+   * The latest reading a no_data alert counts, read back from the database on its first
+   * check in this process (start-up, a new or changed alert): the device's last seen for `*`;
+   * for a path, the newest reading with a number there, searched back over one SECONDS
+   * window at most (with no match in it the alert is due anyway, and the window's start
+   * stands in for the unknown older reading). The path search reads at most `budget.rows`
+   * rows per check; undefined: not known yet, the search goes on at the next check (unless
+   * a matching reading arrives meanwhile: newer than anything searched, it ends the search).
    */
-  function lastMatchFromReadings(alert: Alert, since: number): number | null {
-    if (alert.field === '*') return repos.devices.findBySeq(alert.deviceSeq)?.lastSeen ?? null;
+  function lastMatchFromReadings(watch: NoDataWatch, now: number, budget: { rows: number }): number | undefined {
+    const { alert } = watch;
+    if (alert.field === '*') return repos.devices.findBySeq(alert.deviceSeq)?.lastSeen ?? alert.enabledAt;
+    if (budget.rows <= 0) return undefined;
+    let search = searches.get(alert.id);
+    if (!search) {
+      const window = Math.max(silenceStart(null, alert.enabledAt, watch.deviceResumedAt), now - alert.value * 1000);
+      search = { window, before: END_OF_TIME };
+      searches.set(alert.id, search);
+    }
     const path = fieldPath(alert.field);
-    return repos.readings.newestMatchingTime(alert.deviceSeq, since, (text) => numericValueAt(JSON.parse(text), path) !== null);
+    const found = repos.readings.newestMatchingTime(
+      alert.deviceSeq,
+      search.window,
+      search.before,
+      (text) => numericValueAt(JSON.parse(text), path) !== null,
+      budget.rows,
+    );
+    budget.rows -= found.scanned;
+    if (found.time === null && found.before !== null) {
+      search.before = found.before;
+      return undefined;
+    }
+    searches.delete(alert.id);
+    return found.time ?? search.window;
+  }
+
+  function stopSilenceChecks(): void {
+    if (silenceTimer) clearInterval(silenceTimer);
+    silenceTimer = null;
   }
 
   /** Fires every enabled no_data alert of an active device that has been silent long enough. */
@@ -319,21 +372,27 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (closed) return;
     dropCacheIfChangedElsewhere();
     flushQueued();
-    watches ??= repos.alerts.noDataWatches();
+    if (watches === null) {
+      watches = repos.alerts.noDataWatches();
+      // Entries of alerts no longer watched go with them (deleted or disabled by the CLI, gone
+      // with their device, a paused device's): if watched again, the first check reads it back.
+      if (lastMatch.size > 0 || searches.size > 0) {
+        const watched = new Set(watches.map((w) => w.alert.id));
+        for (const id of lastMatch.keys()) if (!watched.has(id)) lastMatch.delete(id);
+        for (const id of searches.keys()) if (!watched.has(id)) searches.delete(id);
+      }
+    }
     const now = clock.now();
+    const budget = { rows: SEARCH_ROWS_PER_CHECK };
     for (const watch of watches) {
       const { alert } = watch;
       if (alert.state !== 'ok') continue;
       let last = lastMatch.get(alert.id);
       if (last === undefined) {
-        // First sight in this process (start-up, or a new or changed alert). A path is searched
-        // back over one SECONDS window at most: with no match in it the alert is due anyway,
-        // and the walk stays bounded whatever the device's history. The window's start then
-        // stands in for the unknown older reading.
-        const window = Math.max(silenceStart(null, alert.enabledAt, watch.deviceResumedAt), now - alert.value * 1000);
-        last = lastMatchFromReadings(alert, window) ?? (alert.field === '*' ? alert.enabledAt : window);
+        last = lastMatchFromReadings(watch, now, budget);
+        if (last === undefined) continue;
         lastMatch.set(alert.id, last);
-      }
+      } else if (searches.size > 0) searches.delete(alert.id);
       const start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
       const silentMs = now - start;
       if (silentMs < alert.value * 1000) continue;
@@ -391,22 +450,35 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       silenceTimer.unref();
     },
 
+    /** Stops the silence checks (close() does too). */
+    stopSilenceChecks,
+
     /** One pass of the silence check (tests). */
     checkSilences,
+
+    /** no_data alerts whose latest matching reading is held in memory (tests). */
+    get trackedSilences(): number {
+      return lastMatch.size;
+    },
 
     /** Deliveries still running (tests and shutdown wait on them). */
     get pending(): number {
       return inFlight.size;
     },
 
-    /** Stops retries, waits briefly for running deliveries, then stops recording outcomes. */
+    /** Stops retries, waits briefly for running deliveries, records the rest as failed, then stops recording outcomes. */
     async close(graceMs = 2_000): Promise<void> {
-      if (silenceTimer) clearInterval(silenceTimer);
-      silenceTimer = null;
+      stopSilenceChecks();
       flushQueued();
       notifier.close();
       const grace = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
-      await Promise.race([Promise.allSettled([...inFlight]), grace]);
+      await Promise.race([Promise.allSettled([...inFlight.keys()]), grace]);
+      // Deliveries still running are abandoned (an SMTP server that does not answer): recorded
+      // as failed, not left pending forever. Their own outcome, if it ever comes, is ignored.
+      const at = Date.now();
+      for (const { type, event, action } of inFlight.values())
+        settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
+      inFlight.clear();
       closed = true;
     },
   };

@@ -1,7 +1,11 @@
 /**
  * The one path a reading takes, from HTTP and MQTT alike (docs/architecture.md, "The path of a reading"):
  *
- *   authorizeDevice → parsePayload → validateData → checkSchema → (storage gate) → store → afterStore
+ *   authorizeDevice → data → checkSchema → (storage gate) → store → afterStore
+ *
+ * where the data step is, for a raw payload (MQTT), payloadText → parsePayloadText →
+ * requireObject → checkShape, and for data already parsed (the HTTP body), validateData
+ * (requireObject → checkShape).
  *
  * Authorization comes first so that a refused payload is counted against the device that
  * sent it (its rejected count and last reason, shown by `devices list` and the dashboard).
@@ -68,8 +72,8 @@ const MAX_DATA_DEPTH = 32;
  * MAX_DATA_DEPTH (JSON.stringify would overflow the stack on thousands of levels: a 500)
  * and numbers that JSON cannot carry back out (1e400 parses to Infinity and would be
  * stored as null) are refused with 400. Iterative, so the check itself cannot overflow.
+ * Returns the number of object keys at all levels (see store()).
  */
-/** Returns the number of object keys at all levels (see store()). */
 function checkShape(data: Record<string, unknown>): number {
   let keys = 0;
   // Two parallel stacks of containers still to look into (no tuple per value: the common
@@ -145,7 +149,7 @@ export function ingestPipeline(deps: {
 }) {
   const { devices, sink, events, clock } = deps;
   const gate: WriteGate = deps.gate ?? { readingsRefusal: null, refuseReading: () => new Error('unreachable') };
-  let evaluateAlerts: AlertEvaluator = deps.evaluateAlerts ?? (() => {});
+  const evaluateAlerts: AlertEvaluator = deps.evaluateAlerts ?? (() => {});
 
   function authorizeDevice(req: IngestRequest) {
     // A session authenticated at CONNECT (token undefined) is still re-checked, so a pause,
@@ -241,10 +245,6 @@ export function ingestPipeline(deps: {
       } catch {
         // nothing to count against
       }
-    },
-
-    setAlertEvaluator(fn: AlertEvaluator) {
-      evaluateAlerts = fn;
     },
   };
 }

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Services } from '../../composition.js';
 import {
   presentAccount,
+  presentAggregateJson,
   presentAlertDetail,
   presentAlertEventDetail,
   presentApiKey,
@@ -151,16 +152,8 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
       const acc = account(request);
       const device = devices.getOwned(acc, request.params.id);
       const requested = parseRange(request.query.range);
-      const { range, interval, fields, dataJson } = services.aggregates.aggregate(acc, device, { ...request.query, range: requested });
-      const query = {
-        device_id: device.id,
-        requested_range: requested,
-        range,
-        interval,
-        fields,
-        data_retention_days: acc.limits.retentionDays,
-      };
-      return reply.type('application/json; charset=utf-8').send(`{"data":${dataJson},"query":${JSON.stringify(query)}}`);
+      const result = services.aggregates.aggregate(acc, device, { ...request.query, range: requested });
+      return reply.type('application/json; charset=utf-8').send(presentAggregateJson(result, device, acc, requested));
     },
   );
 

@@ -3,6 +3,7 @@ import type { Services } from '../../composition.js';
 import { INTERVAL_NAMES, MAX_FIELDS } from '../../domain/aggregates.js';
 import { planHasApiAccess } from '../../domain/plans.js';
 import {
+  presentAggregateJson,
   presentAlert,
   presentAlertEvent,
   presentApiKey,
@@ -244,17 +245,8 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     async (request, reply) => {
       const account = request.account!;
       const device = devices.getOwned(account, request.params.id);
-      const { range, interval, fields, dataJson } = aggregates.aggregate(account, device, request.query);
-      const query = {
-        device_id: device.id,
-        requested_range: request.query.range,
-        range,
-        interval,
-        fields,
-        data_retention_days: account.limits.retentionDays,
-      };
-      // Written as text like the history: the buckets are already JSON (aggregate service).
-      return reply.type('application/json; charset=utf-8').send(`{"data":${dataJson},"query":${JSON.stringify(query)}}`);
+      const result = aggregates.aggregate(account, device, request.query);
+      return reply.type('application/json; charset=utf-8').send(presentAggregateJson(result, device, account, request.query.range));
     },
   );
 

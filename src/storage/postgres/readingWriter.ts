@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
-import { type AppError, unavailable } from '../../errors.js';
+import { STORAGE_RETRY_AFTER_SECONDS } from '../../domain/storageStatus.js';
+import { storageUnavailable } from '../../errors.js';
 import type { PendingReading } from '../repos/readings.js';
 import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl } from './connect.js';
 import { partitionWeek, readingPartitions } from './migrations.js';
@@ -63,8 +64,6 @@ export class PostgresReadingWriter {
   private readonly weeks = new Set<number>();
   /** Largest batch seen, for /metrics and the benchmark report. */
   maxBatch = 0;
-  /** Batches written (statements that committed). */
-  batches = 0;
   /** Where the pool connects, for the detail of a failure (never shown to clients). */
   private readonly database: DatabaseUrl;
 
@@ -128,7 +127,6 @@ export class PostgresReadingWriter {
         for (const w of batch) w.reject(failure);
         continue;
       }
-      this.batches++;
       for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
     }
   }
@@ -171,7 +169,7 @@ export class PostgresReadingWriter {
     for (const w of [...weeks, ahead]) this.weeks.add(w);
   }
 
-  /** What a failed batch is rejected with: 503 when it may succeed later, the error itself otherwise. */
+  /** What a failed batch is rejected with: 503 with Retry-After when it may succeed later, the error itself otherwise. */
   private failure(err: unknown): unknown {
     const code = (err as { code?: string }).code ?? '';
     if (!isConnectionError(err) && !TRANSIENT.test(code)) return err;
@@ -182,7 +180,7 @@ export class PostgresReadingWriter {
         : code === '25006'
           ? 'database read-only'
           : 'database busy';
-    const failure: AppError = unavailable(`storage unavailable: ${reason}`);
+    const failure = storageUnavailable(reason, STORAGE_RETRY_AFTER_SECONDS);
     // The detail (host, port, server message) is for the log, not for the device.
     failure.cause = new Error(describeDatabaseError(err, this.database));
     return failure;

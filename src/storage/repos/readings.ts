@@ -106,15 +106,14 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
       'SELECT seq, time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC LIMIT ?',
     )
     .raw(true);
-  // Newest first within [since, ∞), one row at a time: the caller stops at the first match.
-  const newestFirstStored = db
-    .prepare<[number, number], [number, string]>(
-      'SELECT time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC',
-    )
-    .raw(true);
-  const newestFirstInbox = db
-    .prepare<[number, number], [number, string]>(
-      'SELECT time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? ORDER BY time DESC, seq DESC',
+  // Newest first within [since, before), one row at a time, the caller stopping at the first
+  // match or at its budget: SQLite merges the clustered table's backwards range scan with the
+  // (small) inbox, so only the rows looked at are read.
+  const newestFirstBetween = db
+    .prepare<[number, number, number, number, number, number], [number, string]>(
+      `SELECT time, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?
+       UNION ALL SELECT time, data FROM readings_inbox WHERE device_seq = ? AND time >= ? AND time < ?
+       ORDER BY time DESC`,
     )
     .raw(true);
   // Oldest first, for exports that stream a whole range: SQLite merges the two ordered arms.
@@ -198,7 +197,7 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
       if (r.time < late) rollups.markDirty(r.deviceSeq, r.time);
       const minute = Math.floor(r.time / MINUTE_MS);
       const accountSeq = r.accountSeq ?? accountOfDevice.get(r.deviceSeq);
-      // A device deleted meanwhile has no account: its reading is not counted (as before).
+      // A device deleted meanwhile has no account: its reading is not counted.
       if (accountSeq === undefined) continue;
       let perAccount = perMinute.get(minute);
       if (!perAccount) {
@@ -218,22 +217,30 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
     /** Readings in the inbox, as counted at open and by this connection since. */
     inboxRows: (): number => inboxRows,
     /**
-     * Time of the newest reading at or after `since` whose JSON text `matches`, or null. Walks
-     * backwards and stops at the first match in each table: cheap when matches are frequent,
-     * bounded by `since` otherwise.
+     * The newest reading in [since, before) whose JSON text `matches`, looking at about
+     * `maxRows` rows at most (newest first; the rows of the last millisecond looked at are
+     * all seen, so a search always moves on). `time` is that reading's time; null with
+     * `before` null: no reading matches; null with a `before`: the budget ran out, and
+     * [since, before) is what is left to search.
      */
-    newestMatchingTime(deviceSeq: number, since: number, matches: (data: string) => boolean): number | null {
-      let newest: number | null = null;
-      for (const stmt of [newestFirstInbox, newestFirstStored]) {
-        for (const [time, data] of stmt.iterate(deviceSeq, since) as IterableIterator<[number, string]>) {
-          if (newest !== null && time <= newest) break;
-          if (matches(data)) {
-            newest = time;
-            break;
-          }
-        }
+    newestMatchingTime(
+      deviceSeq: number,
+      since: number,
+      before: number,
+      matches: (data: string) => boolean,
+      maxRows: number,
+    ): { time: number | null; before: number | null; scanned: number } {
+      let scanned = 0;
+      let last = before;
+      const rows = newestFirstBetween.iterate(deviceSeq, since, before, deviceSeq, since, before) as IterableIterator<[number, string]>;
+      for (const [time, data] of rows) {
+        // Every row of [last, before) has been looked at.
+        if (scanned >= maxRows && time < last) return { time: null, before: last, scanned };
+        last = time;
+        scanned++;
+        if (matches(data)) return { time, before: null, scanned };
       }
-      return newest;
+      return { time: null, before: null, scanned };
     },
     latest(deviceSeq: number) {
       const stored = latestStored.get(deviceSeq);

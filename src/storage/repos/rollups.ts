@@ -1,3 +1,4 @@
+import { HOUR_MS } from '../../time.js';
 import type { Db } from '../db.js';
 
 /** (bucket start, stats JSON) of one rollup row. */
@@ -6,11 +7,6 @@ export type RollupRow = [number, string];
 export type RawRow = [number, string];
 /** (time, seq, data) of one reading, in (time, seq) order. */
 export type OrderedRawRow = [number, number, string];
-
-/** Past every stored time: the open end of a range read "up to now and beyond". */
-export const END_OF_TIME = Number.MAX_SAFE_INTEGER;
-
-const HOUR_MS = 3_600_000;
 
 /**
  * Per-device rollups of numeric paths (migration 7): rows per device, level and bucket, the
@@ -59,6 +55,16 @@ export function rollupsRepo(db: Db) {
     )
     .raw(true);
 
+  // The next readings after (time, seq) in [time, to), in (time, seq) order: the chunks of an
+  // hour too dense to read at once.
+  const rawAfter = db
+    .prepare<[number, number, number, number, number, number, number, number, number, number, number], OrderedRawRow>(
+      `SELECT time, seq, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND (time > ? OR seq > ?) AND time < ?
+       UNION ALL SELECT time, seq, data FROM readings_inbox WHERE device_seq = ? AND time >= ? AND (time > ? OR seq > ?) AND time < ?
+       ORDER BY time, seq LIMIT ?`,
+    )
+    .raw(true);
+
   const markDirty = db.prepare<[number, number]>('INSERT OR IGNORE INTO rollup_dirty (device_seq, hour) VALUES (?, ?)');
   const dirtyOfDevice = db.prepare<[number], number>('SELECT hour FROM rollup_dirty WHERE device_seq = ? ORDER BY hour').pluck();
   const allDirty = db.prepare<[], { device_seq: number; hour: number }>(
@@ -100,6 +106,9 @@ export function rollupsRepo(db: Db) {
     /** The first `limit` readings of [from, to) of one device, in (time, seq) order. */
     rawFirst: (deviceSeq: number, from: number, to: number, limit: number): OrderedRawRow[] =>
       rawFirst.all(deviceSeq, from, to, deviceSeq, from, to, limit),
+    /** The first `limit` readings after (time, seq) and before `to`, in (time, seq) order. */
+    rawAfter: (deviceSeq: number, time: number, seq: number, to: number, limit: number): OrderedRawRow[] =>
+      rawAfter.all(deviceSeq, time, time, seq, to, deviceSeq, time, time, seq, to, limit),
 
     /**
      * Retention deleted the readings before `cutoff`: their rollups go, and the hour the
