@@ -34,6 +34,28 @@ const limitParam = { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEG
 const offsetParam = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 } as const;
 const idParams = { type: 'object', properties: { id: { type: 'string', maxLength: 200 } }, required: ['id'] } as const;
 
+/**
+ * The body of a range query over one device's telemetry (history and aggregates): its rows,
+ * and the query as answered, with the range after capping to retention plus `extra` fields.
+ */
+function rangeResponse(items: object, extra: Record<string, object>) {
+  const queryProperties = {
+    device_id: { type: 'string' },
+    requested_range: { type: 'string' },
+    range: { type: 'string' },
+    ...extra,
+    data_retention_days: { type: 'integer' },
+  };
+  return {
+    type: 'object',
+    properties: {
+      data: { type: 'array', items },
+      query: { type: 'object', properties: queryProperties, required: Object.keys(queryProperties) },
+    },
+    required: ['data', 'query'],
+  } as const;
+}
+
 function setRateHeaders(reply: { header(k: string, v: string): unknown }, s: RateLimitState) {
   reply.header('X-RateLimit-Limit', String(s.limit));
   reply.header('X-RateLimit-Remaining', String(s.remaining));
@@ -148,24 +170,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         params: idParams,
         querystring: { type: 'object', properties: { range: { type: 'string', enum: RANGE_NAMES, default: '24h' }, limit: limitParam } },
         response: {
-          200: {
-            type: 'object',
-            properties: {
-              data: { type: 'array', items: ref('TelemetryReading') },
-              query: {
-                type: 'object',
-                properties: {
-                  device_id: { type: 'string' },
-                  requested_range: { type: 'string' },
-                  range: { type: 'string' },
-                  limit: { type: 'integer' },
-                  data_retention_days: { type: 'integer' },
-                },
-                required: ['device_id', 'requested_range', 'range', 'limit', 'data_retention_days'],
-              },
-            },
-            required: ['data', 'query'],
-          },
+          200: rangeResponse(ref('TelemetryReading'), { limit: { type: 'integer' } }),
           ...publicErrorResponses,
         },
       },
@@ -219,25 +224,10 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
           },
         },
         response: {
-          200: {
-            type: 'object',
-            properties: {
-              data: { type: 'array', items: ref('AggregateBucket') },
-              query: {
-                type: 'object',
-                properties: {
-                  device_id: { type: 'string' },
-                  requested_range: { type: 'string' },
-                  range: { type: 'string' },
-                  interval: { type: 'string' },
-                  fields: { type: 'array', items: { type: 'string' } },
-                  data_retention_days: { type: 'integer' },
-                },
-                required: ['device_id', 'requested_range', 'range', 'interval', 'fields', 'data_retention_days'],
-              },
-            },
-            required: ['data', 'query'],
-          },
+          200: rangeResponse(ref('AggregateBucket'), {
+            interval: { type: 'string' },
+            fields: { type: 'array', items: { type: 'string' } },
+          }),
           ...publicErrorResponses,
         },
       },
