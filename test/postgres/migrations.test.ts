@@ -1,5 +1,9 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../../src/storage/db.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { migratePostgres, POSTGRES_MIGRATIONS, partitionWeek, readingPartitions } from '../../src/storage/postgres/migrations.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
@@ -41,10 +45,45 @@ describe('PostgreSQL schema and migrations', () => {
       'devices',
       'reading_counts',
       'readings',
+      'rollup_dirty',
+      'rollup_state',
+      'rollups',
       'schema_migrations',
       'sessions',
       'snapshots',
     ]);
+  });
+
+  it('has every table and column of the SQLite schema, so an archive moves table by table', async () => {
+    const p = await pool(await createDatabase(pg));
+    await migratePostgres(p);
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'tlm-pg-parity-'));
+    const sqlite = openDatabase(dir);
+    try {
+      // SQLite splits readings into an inbox and a clustered table and keeps its sequence in a
+      // table; PostgreSQL has one partitioned table and a sequence.
+      const local = (
+        sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().all() as string[]
+      )
+        .filter((t) => !['readings_inbox', 'readings_by_device', 'reading_seq'].includes(t))
+        .concat('readings');
+      for (const table of local) {
+        const columns = (
+          sqlite
+            .prepare(`SELECT name FROM pragma_table_info('${table === 'readings' ? 'readings_by_device' : table}')`)
+            .pluck()
+            .all() as string[]
+        ).sort();
+        const { rows } = await p.query<{ column_name: string }>(
+          "SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' AND table_name = $1 ORDER BY column_name",
+          [table],
+        );
+        expect({ table, columns: rows.map((r) => r.column_name) }).toEqual({ table, columns });
+      }
+    } finally {
+      sqlite.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('does nothing when run again', async () => {

@@ -213,6 +213,43 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
       END $$;
     `,
   },
+  {
+    // Per-device rollups of numeric paths and the alert kinds, state and channels: the same
+    // tables and columns as SQLite's migrations 7 and 8 (src/storage/migrations.ts), so an
+    // archive moves between the backends table by table.
+    version: 2,
+    name: 'rollups, alert kinds, state and channels',
+    sql: `
+      CREATE TABLE rollups (
+        device_seq bigint NOT NULL,
+        level integer NOT NULL,
+        bucket bigint NOT NULL,
+        stats text NOT NULL,
+        PRIMARY KEY (device_seq, level, bucket)
+      );
+      CREATE TABLE rollup_state (rolled_until bigint NOT NULL);
+      INSERT INTO rollup_state (rolled_until) VALUES (0);
+      CREATE TABLE rollup_dirty (
+        device_seq bigint NOT NULL,
+        hour bigint NOT NULL,
+        PRIMARY KEY (device_seq, hour)
+      );
+
+      ALTER TABLE alerts ADD COLUMN kind text NOT NULL DEFAULT 'threshold' CHECK (kind IN ('threshold', 'no_data'));
+      ALTER TABLE alerts ADD COLUMN state text NOT NULL DEFAULT 'ok' CHECK (state IN ('ok', 'firing'));
+      ALTER TABLE alerts ADD COLUMN notify_resolved boolean NOT NULL DEFAULT true;
+      ALTER TABLE alerts ADD COLUMN clear_value double precision;
+      ALTER TABLE alerts ADD COLUMN slack_url text;
+      ALTER TABLE alerts ADD COLUMN discord_url text;
+      ALTER TABLE alerts ADD COLUMN ntfy_url text;
+      ALTER TABLE alerts ADD COLUMN enabled_at bigint;
+      UPDATE alerts SET enabled_at = created_at;
+      CREATE INDEX alerts_no_data ON alerts (device_seq) WHERE kind = 'no_data' AND enabled;
+      ALTER TABLE alert_events ADD COLUMN resolved_at bigint;
+      ALTER TABLE alert_events ADD COLUMN resolution_deliveries text NOT NULL DEFAULT '[]';
+      ALTER TABLE devices ADD COLUMN resumed_at bigint;
+    `,
+  },
 ];
 
 /** Session-level advisory lock held while migrating: 'tlmg'. */
