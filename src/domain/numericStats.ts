@@ -37,6 +37,11 @@ function walk(obj: Record<string, unknown>, prefix: string, stats: Stats, only: 
   }
 }
 
+/** Adds the numbers of one reading's parsed data. */
+export function addValues(stats: Stats, values: Record<string, unknown>): void {
+  walk(values, '', stats, null);
+}
+
 /** Adds the numbers of one reading's JSON text; `only` restricts to those paths. */
 function addReading(stats: Stats, data: string, only: Set<string> | null): void {
   const parsed = JSON.parse(data) as unknown;

@@ -1,6 +1,7 @@
 import type { Repositories } from '../storage/index.js';
 import type { OrderedRawRow, RawRow } from '../storage/repos/rollups.js';
 import { type Clock, HOUR_MS, MINUTE_MS } from '../time.js';
+import { LiveMinutes } from './liveMinutes.js';
 import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } from './numericStats.js';
 import { periodicJob } from './periodicJob.js';
 
@@ -81,6 +82,8 @@ const sleep = (ms: number) =>
 export function rollupService(repos: Repositories, clock: Clock, options: RollupOptions = {}) {
   const rollups = repos.rollups;
   const job = periodicJob(pass, options.onError);
+  const live = new LiveMinutes(clock.now());
+  repos.readings.observeCommits((batch) => live.addCommitted(batch, rollups.lateBefore(), clock.now()));
   let prunedAt = 0;
   /**
    * The dense hour a pass is reading in chunks (between event-loop turns), not to be settled
@@ -88,6 +91,8 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
    * a settle's. A late reading leaves it dirty, for the settle at the end of the pass.
    */
   let accumulating: { deviceSeq: number; hour: number } | null = null;
+  /** Readings read back from the database since the pass last yielded to the event loop. */
+  let readBack = 0;
 
   /**
    * Writes the rollups of one device for [from, to) (from a whole minute) from `minutes`, the
@@ -182,17 +187,21 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       rollups.setLateBefore(target);
       // Rows older than a level keeps are pruned once an hour.
       const prune = bucketOf(now, HOUR_MS) > prunedAt;
+      // Readings from `live.since` on are rolled from the figures held in memory, those
+      // before it are read back from the database.
+      const readUntil = Math.min(target, live.since);
       for (const { seq } of repos.devices.allSeqs()) {
         let cursor = start;
         let touched = false;
-        while (cursor < target) {
-          let rows: readonly OrderedRawRow[] = rollups.rawFirst(seq, cursor, target, ROWS_PER_STEP);
-          let end = target;
+        while (cursor < readUntil) {
+          let rows: readonly OrderedRawRow[] = rollups.rawFirst(seq, cursor, readUntil, ROWS_PER_STEP);
+          readBack += rows.length;
+          let end = readUntil;
           const cut = rows.length === ROWS_PER_STEP ? bucketOf(rows[rows.length - 1]![0], HOUR_MS) : null;
           if (cut !== null && cut <= cursor) {
             // One hour holds ROWS_PER_STEP readings or more: read it in chunks of that many, in
             // (time, seq) order, a step each, then written at once.
-            end = Math.min(cut + HOUR_MS, target);
+            end = Math.min(cut + HOUR_MS, readUntil);
             const minutes = new Map<number, Stats>();
             accumulating = { deviceSeq: seq, hour: cut };
             try {
@@ -203,6 +212,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
                 const [time, after] = rows[rows.length - 1]!;
                 yield rows.length;
                 rows = rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
+                readBack += rows.length;
               }
               const from = cursor;
               repos.transaction(() => rollSpan(seq, from, end, minutes, now));
@@ -229,16 +239,30 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
           cursor = end;
           yield rows.length;
         }
+        if (cursor < target) {
+          const held = live.take(seq, cursor, target);
+          if (held !== null) {
+            const from = cursor;
+            repos.transaction(() => rollSpan(seq, from, target, held.minutes, now));
+            run.readings += held.readings;
+            touched = true;
+          }
+          // Minutes, not readings: writing one costs about what reading a few rows did.
+          yield held === null ? 0 : held.minutes.size;
+        }
         if (prune) for (let level = 0; level < LEVELS.length; level++) yield rollups.deleteRange(seq, level, 0, keptFrom(level, now));
         if (touched) run.devices++;
       }
       if (prune) prunedAt = bucketOf(now, HOUR_MS);
       rollups.setRolledUntil(target);
+      // What is left before the target belongs to devices deleted meanwhile.
+      live.dropBefore(target);
     }
     // Every dirty hour is a step of its own.
     const settleAt = clock.now();
     for (const { deviceSeq, hour } of rollups.allDirty()) {
       const read = settleHour(deviceSeq, hour, settleAt);
+      readBack += read;
       run.dirtyHours++;
       yield read;
     }
@@ -268,7 +292,9 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       if (sinceYield >= ROWS_PER_STEP) {
         sinceYield = 0;
         await yieldToEventLoop();
-        while (!job.stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
+        // Only reading readings back competes with ingest; rolling held figures is cheap.
+        if (readBack > 0) while (!job.stopped && ingestBusy() && clock.now() - rollups.rolledUntil() < MAX_DEFER_MS) await sleep(1_000);
+        readBack = 0;
         if (job.stopped) break;
       }
     }
@@ -289,6 +315,8 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     /** Drops every rollup and rolls all readings up again, synchronously (bulk loads, tests). */
     rebuild(): RollupRun {
       rollups.clear();
+      // Everything is read from the database.
+      live.dropAll(clock.now());
       prunedAt = 0;
       const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
       for (const _ of steps(run));

@@ -90,6 +90,7 @@ export class ReadingWriter {
         accountSeq: reading.accountSeq,
         time: reading.time,
         data: reading.data,
+        parsed: reading.parsed,
         resolve,
         reject,
       });

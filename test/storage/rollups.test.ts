@@ -12,7 +12,7 @@ import { createBackup, restoreBackup } from '../../src/storage/backup.js';
 import { openDatabase } from '../../src/storage/db.js';
 import { MIGRATIONS } from '../../src/storage/migrations.js';
 import { VERSION } from '../../src/version.js';
-import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { type Bucket, expectedBuckets, expectSameBuckets, insertReadings, type Reading, seededRandom } from '../http/aggregateHelpers.js';
 
 const MIN = 60_000;
@@ -31,6 +31,21 @@ async function start(clock: { now(): number }, dataDir?: string) {
   const server = await startTestServer(dataDir ? { 'data-dir': dataDir } : {}, { clock });
   servers.push(server);
   return server;
+}
+
+/**
+ * A server on its own data dir, and a restart of it: readings committed before the restart
+ * are rolled from the database, those committed after from the figures held in memory.
+ */
+async function startOnOwnDir(clock: { now(): number }) {
+  const dir = tempDir();
+  dirs.push(dir);
+  return start(clock, dir);
+}
+async function restart(server: TestServer, clock: { now(): number }) {
+  servers.splice(servers.indexOf(server), 1);
+  await server.stop();
+  return start(clock, server.dataDir);
 }
 
 /** Every stored reading of a device (not capped at 1,000 like the history endpoint). */
@@ -105,6 +120,37 @@ describe('reading rollups', () => {
     // A rebuild from the readings gives the same answers.
     server.services.rollups.rebuild();
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+  });
+
+  it('are rolled from the values ingest parsed, and from the database for what came before a restart mid-hour', async () => {
+    const clock = { t: START, now: () => clock.t };
+    let server = await startOnOwnDir(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const rnd = seededRandom(11);
+    let total = 0;
+    // Three hours of readings over HTTP, a pass every 20 minutes, a restart 1 h 45 min in.
+    for (let minute = 0; minute < 180; minute++) {
+      for (let i = 0, n = Math.floor(rnd() * 4); i < n; i++) {
+        clock.t += Math.floor(rnd() * 10_000);
+        const data = { t: Math.round(rnd() * 4000) / 100 - 10, env: { rh: Math.floor(rnd() * 100), ok: true }, tag: 'x', list: [1, 2] };
+        expect((await ingest(server, { device_id: seed.device.id, access_token: seed.token, data })).status).toBe(200);
+        total++;
+      }
+      clock.t = START + (minute + 1) * MIN;
+      if (minute % 20 === 19) await server.services.rollups.runOnce();
+      if (minute === 105) server = await restart(server, clock);
+    }
+    clock.t += 10 * MIN;
+    await server.services.rollups.runOnce();
+    expect(storedReadings(server, seed.device.seq)).toHaveLength(total);
+    await expectMatchesReadings(server, seed.key, seed.device, clock.t);
+    // The rollups alone (no raw tail: everything is rolled) hold every reading once.
+    const minuteRows = server.storage.repos.rollups.rows(seed.device.seq, MINUTES, 0, clock.t);
+    const counted = minuteRows.reduce((n, [, text]) => {
+      const t = (JSON.parse(text) as Record<string, number | number[]>).t!;
+      return n + (typeof t === 'number' ? 1 : t[0]!);
+    }, 0);
+    expect(counted).toBe(total);
   });
 
   it('follow retention: rollups of deleted readings go, so a longer retention later counts only what is left', async () => {
@@ -210,9 +256,9 @@ describe('reading rollups', () => {
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
   });
 
-  it('wait while ingest commits fast, then catch up', { timeout: 20_000 }, async () => {
+  it('wait while ingest commits fast, then catch up, when they read readings back after a restart', { timeout: 20_000 }, async () => {
     const clock = { t: START, now: () => clock.t };
-    const server = await start(clock);
+    let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     const other = server.services.devices.create(seed.account, { name: 'busy' }).device;
     await server.services.rollups.runOnce();
@@ -223,6 +269,7 @@ describe('reading rollups', () => {
       data: { v: i },
     }));
     insertReadings(server, seed.device.seq, readings);
+    server = await restart(server, clock);
     // Another device's readings through the writer, ~4,000 a second.
     const noise = setInterval(() => {
       for (let i = 0; i < 200; i++) void server.storage.writer.append({ deviceSeq: other.seq, time: clock.now(), data: '{"n":1}' });
@@ -248,7 +295,7 @@ describe('reading rollups', () => {
 
   it('an hour denser than a step is read in chunks of a step, and its rollups equal the readings', async () => {
     const clock = { t: START, now: () => clock.t };
-    const server = await start(clock);
+    let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     await server.services.rollups.runOnce();
     const rolledBefore = server.storage.repos.rollups.rolledUntil();
@@ -263,6 +310,7 @@ describe('reading rollups', () => {
     ];
     insertReadings(server, seed.device.seq, readings);
     clock.t = hour + 2 * HOUR;
+    server = await restart(server, clock);
     const run = await server.services.rollups.runOnce();
     expect(run.readings).toBe(readings.length);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
@@ -275,6 +323,7 @@ describe('reading rollups', () => {
       Array.from({ length: dense }, (_, i) => ({ time: next + Math.floor(i / 7), data: { v: i } })),
     );
     clock.t = next + 2 * HOUR;
+    server = await restart(server, clock);
     const pass = server.services.rollups.runOnce();
     await server.services.rollups.stop();
     expect((await pass).readings).toBe(ROWS_PER_STEP);
@@ -282,7 +331,7 @@ describe('reading rollups', () => {
 
   it('a pass asked for while the job stops (shutdown) still ends at its next step', async () => {
     const clock = { t: START, now: () => clock.t };
-    const server = await start(clock);
+    let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     await server.services.rollups.runOnce();
     const rolledBefore = server.storage.repos.rollups.rolledUntil();
@@ -293,6 +342,7 @@ describe('reading rollups', () => {
     }));
     insertReadings(server, seed.device.seq, readings);
     clock.t += 5 * HOUR;
+    server = await restart(server, clock);
     const rollups = server.services.rollups;
     const pass = rollups.runOnce();
     const stopping = rollups.stop();

@@ -173,7 +173,7 @@ export function ingestPipeline(deps: {
     const json = text ?? JSON.stringify(data);
     // Not an async function: one promise per reading fewer on the MQTT hot path.
     return sink
-      .append({ deviceSeq: device.seq, accountSeq: device.accountSeq, time, data: json })
+      .append({ deviceSeq: device.seq, accountSeq: device.accountSeq, time, data: json, parsed: data })
       .then((seq) => ({ seq, deviceSeq: device.seq, time, data: json }));
   }
 
