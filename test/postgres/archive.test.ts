@@ -74,7 +74,10 @@ function hashes(dir: string): Record<string, string> {
     for (const entry of readdirSync(path.join(dir, sub), { withFileTypes: true })) {
       const rel = path.join(sub, entry.name);
       if (entry.isDirectory()) walk(rel);
-      else out[rel] = createHash('sha256').update(readFileSync(path.join(dir, rel))).digest('hex');
+      else
+        out[rel] = createHash('sha256')
+          .update(readFileSync(path.join(dir, rel)))
+          .digest('hex');
     }
   };
   walk('');
@@ -135,7 +138,8 @@ function fillDataDir(dir: string): void {
       for (let i = 0; i < CLUSTERED_READINGS; i++) {
         const device = [1, 2, 5][i % 3]!;
         const time = NOW - 20 * DAY + Math.floor((i * 20 * DAY) / CLUSTERED_READINGS);
-        const data = i % 7 === 0 ? `{"t": ${i / 8},"label":"ä\\"b\\\\c 🌡","nested":{"a":[1, 2e3]}}` : `{"t":${(i % 400) / 10},"h":${i % 97}}`;
+        const data =
+          i % 7 === 0 ? `{"t": ${i / 8},"label":"ä\\"b\\\\c 🌡","nested":{"a":[1, 2e3]}}` : `{"t":${(i % 400) / 10},"h":${i % 97}}`;
         clustered.run(device, time, ++seq, data);
       }
       clustered.run(2, Date.UTC(2019, 0, 1), ++seq, '{"old":true}');
@@ -170,7 +174,9 @@ async function pgState(pool: Pool): Promise<Record<string, unknown>> {
     'rollup_dirty',
   ];
   for (const t of tables) {
-    const { rows } = await pool.query(`SELECT count(*)::int AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM ${t} x`);
+    const { rows } = await pool.query(
+      `SELECT count(*)::int AS n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) AS h FROM ${t} x`,
+    );
     out[t] = rows[0];
   }
   out.partitions = (await pool.query("SELECT tablename FROM pg_tables WHERE tablename LIKE 'readings\\_%' ORDER BY 1")).rows;
@@ -248,7 +254,11 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     const unpacked = path.join(root, 'unpacked');
     mkdirSync(unpacked);
     await tar.extract({ file: second, cwd: unpacked });
-    expect(JSON.parse(readFileSync(path.join(unpacked, 'backup.json'), 'utf8'))).toMatchObject({ format: 1, snapshots: true, source: 'postgres' });
+    expect(JSON.parse(readFileSync(path.join(unpacked, 'backup.json'), 'utf8'))).toMatchObject({
+      format: 1,
+      snapshots: true,
+      source: 'postgres',
+    });
 
     const target = path.join(root, 'back-in-sqlite');
     const back = cli('restore', second, '--data-dir', target, '--json');
@@ -269,7 +279,9 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     const refused = cli('restore', first, '--database-url', url, '--snapshots-dir', pgSnapshots, '--json');
     expect(refused.status).toBe(1);
     expect(refused.stdout).toBe('');
-    expect(refused.stderr).toMatch(/^telemetryd: the PostgreSQL database "test_[0-9a-f]+" already holds accounts; pass --force to replace them\n$/);
+    expect(refused.stderr).toMatch(
+      /^telemetryd: the PostgreSQL database "test_[0-9a-f]+" already holds accounts; pass --force to replace them\n$/,
+    );
     expect(await pgState(p)).toEqual(stateBefore);
     const forced = cli('restore', first, '--database-url', url, '--snapshots-dir', pgSnapshots, '--force', '--json');
     expect(forced.status, forced.stderr).toBe(0);
@@ -291,7 +303,12 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     // SQLite stores a NUL character in text; PostgreSQL refuses it. The row comes after every
     // other table and after most readings (and after a new week's partition was created).
     const db = new Database(path.join(source, 'telemetryd.db'));
-    db.prepare('INSERT INTO readings_inbox (seq, device_seq, time, data) VALUES (?, ?, ?, ?)').run(999_999, 1, Date.UTC(2030, 0, 1), 'a\u0000b');
+    db.prepare('INSERT INTO readings_inbox (seq, device_seq, time, data) VALUES (?, ?, ?, ?)').run(
+      999_999,
+      1,
+      Date.UTC(2030, 0, 1),
+      'a\u0000b',
+    );
     db.prepare("UPDATE accounts SET name = 'changed' WHERE seq = 3").run();
     db.close();
     writeFileSync(path.join(source, 'snapshots', 'dev_cam', 'snp_a.jpg'), Buffer.from([1, 2, 3]));
@@ -343,9 +360,11 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
         await Promise.all(
           Array.from({ length: 50 }, () => {
             i++;
-            return writer.append({ deviceSeq: devices[i % 20]!, accountSeq: account, time: NOW + (i % 600) * 1000, data: `{"w":${i}}` }).then(() => {
-              acknowledged++;
-            });
+            return writer
+              .append({ deviceSeq: devices[i % 20]!, accountSeq: account, time: NOW + (i % 600) * 1000, data: `{"w":${i}}` })
+              .then(() => {
+                acknowledged++;
+              });
           }),
         );
       }
@@ -395,8 +414,14 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     const wrongDb = url.replace(/\/test_[0-9a-f]+$/, '/nosuchdb');
     const archive = path.join(root, 'never.tar.gz');
     const cases: [string[], RegExp][] = [
-      [['backup', archive, '--database-url', wrongPassword], /^telemetryd: PostgreSQL at 127\.0\.0\.1:\d+: password authentication failed for user "postgres"\n$/],
-      [['backup', archive, '--database-url', wrongDb], /^telemetryd: PostgreSQL at 127\.0\.0\.1:\d+: database "nosuchdb" does not exist\n$/],
+      [
+        ['backup', archive, '--database-url', wrongPassword],
+        /^telemetryd: PostgreSQL at 127\.0\.0\.1:\d+: password authentication failed for user "postgres"\n$/,
+      ],
+      [
+        ['backup', archive, '--database-url', wrongDb],
+        /^telemetryd: PostgreSQL at 127\.0\.0\.1:\d+: database "nosuchdb" does not exist\n$/,
+      ],
       [
         ['restore', archive, '--database-url', wrongPassword.replace('postgres://', 'mysql://'), '--snapshots-dir', path.join(root, 'x')],
         /^telemetryd: --database-url: the scheme must be postgres:\/\/ or postgresql:\/\/, not mysql:\/\/ in mysql:\/\/postgres:\*\*\*@127\.0\.0\.1:\d+\/test_[0-9a-f]+ \(expected postgres:\/\/USER\[:PASSWORD\]@HOST\[:PORT\]\/DB\)\n$/,
