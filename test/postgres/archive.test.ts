@@ -317,6 +317,9 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
 
     const failed = cli('restore', bad, '--database-url', url, '--snapshots-dir', pgSnapshots, '--force');
     expect(failed.status).toBe(1);
+    expect(failed.stderr).toMatch(
+      /^telemetryd: restore rolled back, the database is as it was: readings_inbox: invalid byte sequence for encoding "UTF8": 0x00/,
+    );
     expect(failed.stderr.trim().split('\n')).toHaveLength(1);
     expect(failed.stderr).not.toContain(pg.password);
     expect(await pgState(p)).toEqual(stateBefore);
@@ -436,6 +439,18 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
       expect(r.stderr).not.toContain(pg.password);
     }
     expect(existsSync(archive)).toBe(false);
+    // flag > env > config file: the wrong URL of the environment and of the config file loses
+    // to the flag, and the environment's wins over the config file's.
+    const config = path.join(root, 'pg-config.json');
+    writeFileSync(config, JSON.stringify({ 'database-url': wrongDb }));
+    const fromEnv = runCli(['backup', archive, '--config', config], { env: { TELEMETRYD_DATABASE_URL: wrongPassword } });
+    expect(fromEnv.stderr).toMatch(/password authentication failed/);
+    const fromFile = runCli(['backup', archive, '--config', config]);
+    expect(fromFile.stderr).toMatch(/database "nosuchdb" does not exist/);
+    const flagWins = runCli(['backup', archive, '--config', config, '--database-url', url], {
+      env: { TELEMETRYD_DATABASE_URL: wrongPassword },
+    });
+    expect(flagWins.stderr).toMatch(/no telemetryd data in the PostgreSQL database/);
     // A database that has never had telemetryd's schema is not backed up (nor given one).
     const empty = cli('backup', archive, '--database-url', url);
     expect(empty.status).toBe(1);

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Pool, PoolClient } from 'pg';
@@ -179,6 +179,7 @@ export async function restorePostgresBackup(
   opts: { force: boolean; snapshotsDir: string },
 ): Promise<{ file: string; snapshots_dir: string; readings: number }> {
   const source = path.resolve(file);
+  if (!existsSync(source)) throw new Error(`no backup file ${source}`);
   await migratePostgres(pool);
   const { rows: state } = await pool.query<{ db: string; has_accounts: boolean }>(
     'SELECT current_database() AS db, EXISTS (SELECT 1 FROM accounts) AS has_accounts',
@@ -251,7 +252,7 @@ async function loadArchive(pool: Pool, sqlite: Db): Promise<void> {
   } catch (err) {
     broken = err as Error;
     await client.query('ROLLBACK').catch(() => {});
-    throw err;
+    throw new Error(`restore rolled back, the database is as it was: ${(err as Error).message}`, { cause: err });
   } finally {
     client.release(broken);
   }
@@ -267,7 +268,11 @@ async function copyIn(client: PoolClient, sqlite: Db, pgTable: string, sqliteTab
   let size = 0;
   const flush = async () => {
     if (size === 0) return;
-    await client.query(insert, batch);
+    try {
+      await client.query(insert, batch);
+    } catch (err) {
+      throw new Error(`${sqliteTable}: ${(err as Error).message}`, { cause: err });
+    }
     batch = columns.map(() => []);
     size = 0;
   };
