@@ -10,7 +10,7 @@ import Database from 'better-sqlite3';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/storage/db.js';
-import { REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
+import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
 import { createPostgresBackup } from '../../src/storage/postgres/archive.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
@@ -409,6 +409,44 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     } finally {
       db.close();
     }
+  });
+
+  it('an archive of an older schema is migrated forward before it is loaded', async () => {
+    // An archive as a version before rollups and alert kinds wrote it (SQLite schema 5).
+    const staging = path.join(root, 'old-archive');
+    mkdirSync(staging);
+    const db = new Database(path.join(staging, 'telemetryd.db'));
+    for (const m of MIGRATIONS.filter((m) => m.version <= 5)) db.exec(m.sql);
+    db.pragma('user_version = 5');
+    db.exec(`
+      INSERT INTO accounts (seq, id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
+        snapshot_retention_days, field_limit, created_at, updated_at) VALUES (1, 'acc_old', 'old@example.com', 'free', 1, 1, 1, 1, 1, 1, 1, 5, 5);
+      INSERT INTO devices (seq, id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+        VALUES (1, 'dev_old', 1, 'old', 'sensor', 'flexible', 'tok', 5, 5);
+      INSERT INTO alerts (seq, id, account_seq, device_seq, name, field, operator, value, severity, created_at, updated_at)
+        VALUES (1, 'alr_old', 1, 1, 'old', 't', '>', 1, 'warning', 1234, 1234);
+      INSERT INTO readings_inbox (seq, device_seq, time, data) VALUES (1, 1, ${NOW}, '{"t":1}');
+      UPDATE reading_seq SET last = 1;
+    `);
+    db.close();
+    writeFileSync(
+      path.join(staging, 'backup.json'),
+      JSON.stringify({ format: 1, version: '0.0.9', created_at: new Date().toISOString(), snapshots: false }),
+    );
+    const archive = path.join(root, 'old.tar.gz');
+    const tar = await import('tar');
+    await tar.create({ gzip: true, file: archive, cwd: staging }, ['backup.json', 'telemetryd.db']);
+
+    const url = await createDatabase(pg);
+    const restored = cli('restore', archive, '--database-url', url, '--snapshots-dir', path.join(root, 'old-snapshots'), '--json');
+    expect(restored.status, restored.stderr).toBe(0);
+    expect(restored.json.readings).toBe(1);
+    const p = await pool(url);
+    // Columns the old archive did not have get the values SQLite's migrations give them.
+    const alert = await p.query('SELECT kind, state, notify_resolved, enabled_at FROM alerts');
+    expect(alert.rows).toEqual([{ kind: 'threshold', state: 'ok', notify_resolved: true, enabled_at: 1234 }]);
+    expect((await p.query('SELECT rolled_until FROM rollup_state')).rows).toEqual([{ rolled_until: 0 }]);
+    expect((await p.query('SELECT seq, data FROM readings')).rows).toEqual([{ seq: 1, data: '{"t":1}' }]);
   });
 
   it('a wrong database URL is one line without the password, exit 1', async () => {
