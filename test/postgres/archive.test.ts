@@ -3,6 +3,7 @@
  * moves a SQLite data dir holding every kind of row into a fresh PostgreSQL database and back,
  * and the two SQLite files agree table by table, row by row; snapshot files by hash.
  */
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
@@ -15,7 +16,7 @@ import { createPostgresBackup } from '../../src/storage/postgres/archive.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
 import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
-import { runCli } from '../helpers/cli.js';
+import { CLI, runCli } from '../helpers/cli.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { tempDir } from '../helpers/server.js';
 
@@ -259,6 +260,19 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
       snapshots: true,
       source: 'postgres',
     });
+
+    // On a terminal (util-linux `script` gives one) the rows copied per table show on stderr.
+    if (spawnSync('script', ['--version']).status === 0) {
+      const ttyFile = path.join(root, 'tty.tar.gz');
+      const command = [process.execPath, CLI, 'backup', ttyFile, '--snapshots-dir', pgSnapshots].map((a) => JSON.stringify(a)).join(' ');
+      const tty = spawnSync('script', ['-qec', command, '/dev/null'], {
+        encoding: 'utf8',
+        env: { ...process.env, TELEMETRYD_DATABASE_URL: url },
+      });
+      expect(tty.status, tty.stdout).toBe(0);
+      expect(tty.stdout).toContain(`backup: readings ${CLUSTERED_READINGS + 1 + INBOX_READINGS} rows`);
+      expect(tty.stdout).toContain(`wrote ${ttyFile}`);
+    }
 
     const target = path.join(root, 'back-in-sqlite');
     const back = cli('restore', second, '--data-dir', target, '--json');
