@@ -1,7 +1,8 @@
 import { Command } from 'commander';
-import type { BackupProgress } from '../src/composition.js';
-import { hasDatabase, openDataDir, restoreDataDir } from '../src/composition.js';
-import { dataDirOf, fail, withCommonOptions } from './context.js';
+import type { BackupProgress, PostgresBackupProgress } from '../src/composition.js';
+import { backupPostgres, hasDatabase, openDataDir, restoreDataDir, restorePostgres } from '../src/composition.js';
+import { redactDatabaseUrl } from '../src/storage/postgres/connect.js';
+import { fail, storageOf, withCommonOptions } from './context.js';
 
 /** Progress on stderr, only when it is a terminal (scripts and --json get a quiet stderr). */
 function terminalProgress(): ((p: BackupProgress) => void) | undefined {
@@ -13,6 +14,12 @@ function terminalProgress(): ((p: BackupProgress) => void) | undefined {
   };
 }
 
+/** The same from PostgreSQL: rows copied per table (a count, as the total is not known up front). */
+function terminalTableProgress(): ((p: PostgresBackupProgress) => void) | undefined {
+  if (!process.stderr.isTTY) return undefined;
+  return ({ table, rows }) => process.stderr.write(`\rbackup: ${table} ${rows} rows\x1b[K`);
+}
+
 /** `telemetryd backup FILE` and `telemetryd restore FILE` (docs/operations.md, "Backup and restore"). */
 export function backupCommands(): Command[] {
   const backup = withCommonOptions(
@@ -21,17 +28,23 @@ export function backupCommands(): Command[] {
       .argument('<file>', 'archive to write (replaced atomically if it exists)'),
   ).action(async (file: string, opts: { json?: boolean }, cmd: Command) => {
     try {
-      const dataDir = dataDirOf(cmd);
-      // Never create an empty database just to back it up.
-      if (!hasDatabase(dataDir)) throw new Error(`no database in ${dataDir}`);
-      const composition = openDataDir(dataDir);
+      const { dataDir, snapshotsDir, databaseUrl } = storageOf(cmd);
       let result: { file: string; bytes: number };
-      try {
-        const progress = terminalProgress();
-        result = await composition.services.backup.create(file, progress);
+      if (databaseUrl !== null) {
+        const progress = terminalTableProgress();
+        result = await backupPostgres(databaseUrl, snapshotsDir, file, progress);
         if (progress) process.stderr.write('\n');
-      } finally {
-        composition.close();
+      } else {
+        // Never create an empty database just to back it up.
+        if (!hasDatabase(dataDir)) throw new Error(`no database in ${dataDir}`);
+        const composition = openDataDir(dataDir, { snapshotsDir });
+        try {
+          const progress = terminalProgress();
+          result = await composition.services.backup.create(file, progress);
+          if (progress) process.stderr.write('\n');
+        } finally {
+          composition.close();
+        }
       }
       process.stdout.write(opts.json ? `${JSON.stringify(result)}\n` : `wrote ${result.file} (${result.bytes} bytes)\n`);
     } catch (err) {
@@ -41,12 +54,22 @@ export function backupCommands(): Command[] {
 
   const restore = withCommonOptions(
     new Command('restore')
-      .description('restore a backup into --data-dir (stop the server first)')
+      .description('restore a backup into --data-dir, or into the PostgreSQL database of --database-url (stop the server first)')
       .argument('<file>', 'archive written by `telemetryd backup`')
-      .option('--force', 'replace the database already in the data dir'),
+      .option('--force', 'replace the database already in the data dir (or the accounts already in the PostgreSQL database)'),
   ).action(async (file: string, opts: { json?: boolean; force?: boolean }, cmd: Command) => {
     try {
-      const result = await restoreDataDir(file, dataDirOf(cmd), { force: Boolean(opts.force) });
+      const { dataDir, snapshotsDir, databaseUrl } = storageOf(cmd);
+      const force = Boolean(opts.force);
+      if (databaseUrl !== null) {
+        const restored = await restorePostgres(databaseUrl, file, { force, snapshotsDir });
+        const result = { ...restored, database: redactDatabaseUrl(databaseUrl) };
+        process.stdout.write(
+          opts.json ? `${JSON.stringify(result)}\n` : `restored ${result.file} into ${result.database} (${result.readings} readings)\n`,
+        );
+        return;
+      }
+      const result = await restoreDataDir(file, dataDir, { force, snapshotsDir });
       process.stdout.write(
         opts.json ? `${JSON.stringify(result)}\n` : `restored ${result.file} into ${result.data_dir} (${result.readings} readings)\n`,
       );

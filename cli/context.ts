@@ -1,7 +1,14 @@
-import path from 'node:path';
 import { type Command, Option } from 'commander';
 import { openDataDir, type Services } from '../src/composition.js';
-import { CONFIG_OPTION, DATA_DIR_OPTION, envName, loadConfigFile, type OptionSpec } from '../src/config.js';
+import {
+  buildStorageConfig,
+  CONFIG_OPTION,
+  envName,
+  loadConfigFile,
+  type OptionSpec,
+  STORAGE_OPTIONS,
+  type StorageConfig,
+} from '../src/config.js';
 import { AppError } from '../src/errors.js';
 
 /** Declares an option once: flag, TELEMETRYD_<FLAG> env var, and its default in the help. */
@@ -10,9 +17,9 @@ export function addSpecOption(cmd: Command, spec: OptionSpec): Command {
   return cmd.addOption(new Option(spec.flags, description).env(envName(spec.name)));
 }
 
-/** Options every command takes: --data-dir, --config, --json. */
+/** Options every command takes: --data-dir, --snapshots-dir, --database-url, --config, --json. */
 export function withCommonOptions(cmd: Command): Command {
-  addSpecOption(cmd, DATA_DIR_OPTION);
+  for (const spec of STORAGE_OPTIONS) addSpecOption(cmd, spec);
   addSpecOption(cmd, CONFIG_OPTION);
   return cmd.option('--json', 'print exactly one JSON object on stdout');
 }
@@ -51,7 +58,9 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
   const opts = cmd.opts() as { json?: boolean };
   const json = Boolean(opts.json);
   try {
-    const composition = openDataDir(dataDirOf(cmd));
+    const storage = storageOf(cmd);
+    if (storage.databaseUrl !== null) throw postgresNotYet(cmd);
+    const composition = openDataDir(storage.dataDir, { snapshotsDir: storage.snapshotsDir });
     try {
       const { services } = composition;
       await fn({
@@ -69,10 +78,20 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
   }
 }
 
-/** The data dir a command works on: --data-dir > env > config file > default. */
-export function dataDirOf(cmd: Command): string {
-  const raw = resolveRawOptions(cmd, [DATA_DIR_OPTION]);
-  return path.resolve((raw['data-dir'] as string | undefined) ?? DATA_DIR_OPTION.default!);
+/** Where a command's data is (data dir, snapshots dir, database URL): flag > env > config file > default. */
+export function storageOf(cmd: Command): StorageConfig {
+  return buildStorageConfig(resolveRawOptions(cmd, STORAGE_OPTIONS));
+}
+
+/**
+ * Only backup and restore run on PostgreSQL in this version: every other command refuses
+ * --database-url rather than quietly using the SQLite database of the data dir.
+ */
+export function postgresNotYet(cmd: Command): Error {
+  const names: string[] = [];
+  for (let c: Command | null = cmd; c?.parent; c = c.parent) names.unshift(c.name());
+  const what = names[0] === 'serve' ? 'serving from PostgreSQL' : `\`${names.join(' ')}\` on PostgreSQL`;
+  return new Error(`--database-url: ${what} is not available in this version yet (only backup and restore use PostgreSQL)`);
 }
 
 export function fail(err: unknown): never {

@@ -26,10 +26,13 @@ import { usageService } from './domain/usage.js';
 import { createNotifier, type NotifySettings } from './notify/index.js';
 import { type BackupProgress, createBackup, restoreBackup } from './storage/backup.js';
 
-export type { BackupProgress };
+export type { BackupProgress, PostgresBackupProgress };
 
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
 import { createRepositories, type Repositories } from './storage/index.js';
+import { createPostgresBackup, type PostgresBackupProgress, restorePostgresBackup } from './storage/postgres/archive.js';
+import { connectPostgres } from './storage/postgres/connect.js';
+import { migratePostgres } from './storage/postgres/migrations.js';
 import { ReadingWriter } from './storage/readingWriter.js';
 import { type SnapshotFiles, snapshotFiles } from './storage/snapshotFiles.js';
 import { storageProbes } from './storage/storageProbes.js';
@@ -39,8 +42,10 @@ import { VERSION } from './version.js';
 export interface ServiceOptions {
   clock?: Clock;
   onListenerError?: (err: unknown, event: string) => void;
-  /** The data dir; snapshot files live in its snapshots/ folder. Default: the database's folder. */
+  /** The data dir. Default: the database's folder. */
   dataDir?: string;
+  /** Where snapshot files live (--snapshots-dir). Default: the data dir's snapshots/ folder. */
+  snapshotsDir?: string;
   /** Alert action settings (the server passes --smtp-url/--smtp-from); admin commands send nothing. */
   notify?: NotifySettings;
   /** Where failed alert deliveries are reported. */
@@ -76,7 +81,6 @@ interface Shared {
 function buildServices(storage: Storage, shared: Shared, options: ServiceOptions) {
   const { repos, writer, db } = storage;
   const { clock, events, files, storageStatus } = shared;
-  const dataDir = path.dirname(files.root);
   const devices = deviceService(repos, events, clock);
   const accounts = accountService(repos, events, clock);
   // Started by the server only (like retention); admin commands and bulk loads use rebuild().
@@ -117,7 +121,7 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     retention: new RetentionJob(repos, clock, snapshots, options.retention),
     backup: {
       /** A consistent archive of the database and the snapshot files, taken while serving. */
-      create: (file: string, onProgress?: (p: BackupProgress) => void) => createBackup(db, dataDir, file, VERSION, onProgress),
+      create: (file: string, onProgress?: (p: BackupProgress) => void) => createBackup(db, files.root, file, VERSION, onProgress),
     },
     /**
      * Emits 'external.change' once another process (an admin command) has committed, checked
@@ -143,7 +147,7 @@ export function composeServices(db: Db, options: ServiceOptions = {}): Compositi
   const clock = options.clock ?? systemClock;
   const events = new DomainEvents(options.onListenerError);
   const dataDir = options.dataDir ?? path.dirname(db.name);
-  const files = snapshotFiles(dataDir);
+  const files = snapshotFiles(path.resolve(options.snapshotsDir ?? path.join(dataDir, 'snapshots')));
   const writer = new ReadingWriter(repos.readings);
   // The status watches free space and shows the writer's queue; the writer reports every
   // commit, and every failed merge of its inbox, to it.
@@ -182,3 +186,36 @@ export const hasDatabase = (dataDir: string) => existsSync(path.join(dataDir, DB
 
 /** Restores an archive into a data dir, which no server may be using. */
 export const restoreDataDir = restoreBackup;
+
+/**
+ * Writes the archive of a PostgreSQL database (the SQLite backend's format) while it keeps
+ * taking writes. A database without telemetryd's schema is refused rather than given one.
+ */
+export async function backupPostgres(
+  databaseUrl: string,
+  snapshotsDir: string,
+  file: string,
+  onProgress?: (p: PostgresBackupProgress) => void,
+): Promise<{ file: string; bytes: number }> {
+  const pool = await connectPostgres(databaseUrl, { max: 1 });
+  try {
+    const { rows } = await pool.query<{ db: string; schema: boolean }>(
+      "SELECT current_database() AS db, to_regclass('schema_migrations') IS NOT NULL AS schema",
+    );
+    if (!rows[0]!.schema) throw new Error(`no telemetryd data in the PostgreSQL database "${rows[0]!.db}"`);
+    await migratePostgres(pool);
+    return await createPostgresBackup(pool, snapshotsDir, file, VERSION, onProgress);
+  } finally {
+    await pool.end();
+  }
+}
+
+/** Restores an archive into a PostgreSQL database (creating its schema if needed). */
+export async function restorePostgres(databaseUrl: string, file: string, opts: { force: boolean; snapshotsDir: string }) {
+  const pool = await connectPostgres(databaseUrl, { max: 1 });
+  try {
+    return await restorePostgresBackup(pool, file, opts);
+  } finally {
+    await pool.end();
+  }
+}

@@ -9,6 +9,10 @@ import path from 'node:path';
  */
 export interface ServerConfig {
   dataDir: string;
+  /** Snapshot files (`--snapshots-dir`, default `<data-dir>/snapshots`). */
+  snapshotsDir: string;
+  /** PostgreSQL instead of SQLite (`--database-url`); null: SQLite in the data dir. */
+  databaseUrl: string | null;
   host: string;
   httpPort: number;
   /** TLS MQTT listener port; null when turned off with `--mqtt-port off`. */
@@ -40,12 +44,45 @@ export interface OptionSpec {
   default?: string;
 }
 
-export const DATA_DIR_OPTION: OptionSpec = {
+const DATA_DIR_OPTION: OptionSpec = {
   name: 'data-dir',
   flags: '--data-dir <dir>',
   description: 'data directory (SQLite database, snapshots, TLS material)',
   default: './telemetryd-data',
 };
+
+const SNAPSHOTS_DIR_OPTION: OptionSpec = {
+  name: 'snapshots-dir',
+  flags: '--snapshots-dir <dir>',
+  description: 'folder of the snapshot image files (default: <data-dir>/snapshots)',
+};
+
+/** The password in it is never printed: messages show it through redactDatabaseUrl. */
+const DATABASE_URL_OPTION: OptionSpec = {
+  name: 'database-url',
+  flags: '--database-url <url>',
+  description: 'PostgreSQL instead of SQLite: postgres://USER[:PASSWORD]@HOST[:PORT]/DB (backup and restore only in this version)',
+};
+
+/** Where a command keeps its data: the options every command takes besides --config and --json. */
+export const STORAGE_OPTIONS: OptionSpec[] = [DATA_DIR_OPTION, SNAPSHOTS_DIR_OPTION, DATABASE_URL_OPTION];
+
+export interface StorageConfig {
+  dataDir: string;
+  snapshotsDir: string;
+  databaseUrl: string | null;
+}
+
+/** The storage options resolved (flag > env > file > default), as buildServerConfig does for serve. */
+export function buildStorageConfig(values: Record<string, unknown>): StorageConfig {
+  const dataDir = path.resolve(str(values['data-dir']) ?? DATA_DIR_OPTION.default!);
+  const snapshotsDir = str(values['snapshots-dir']);
+  return {
+    dataDir,
+    snapshotsDir: snapshotsDir === null ? path.join(dataDir, 'snapshots') : path.resolve(snapshotsDir),
+    databaseUrl: str(values['database-url']),
+  };
+}
 
 export const CONFIG_OPTION: OptionSpec = {
   name: 'config',
@@ -135,7 +172,7 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
   const get = (name: string) => {
     const v = values[name];
     if (v !== undefined) return v;
-    const spec = [DATA_DIR_OPTION, ...SERVE_OPTIONS].find((o) => o.name === name);
+    const spec = [...STORAGE_OPTIONS, ...SERVE_OPTIONS].find((o) => o.name === name);
     return spec?.default;
   };
   const host = str(get('host')) ?? '0.0.0.0';
@@ -169,7 +206,7 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
   const publicHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
   const publicUrl = (str(get('public-url')) ?? `http://${publicHost}:${httpPort}`).replace(/\/+$/, '');
   return {
-    dataDir: path.resolve(str(get('data-dir')) ?? './telemetryd-data'),
+    ...buildStorageConfig(values),
     host,
     httpPort,
     mqttPort: port('mqtt-port', get('mqtt-port'), true),

@@ -68,6 +68,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   } = composeServices(db, {
     clock: options.clock,
     dataDir: config.dataDir,
+    snapshotsDir: config.snapshotsDir,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),

@@ -1,5 +1,6 @@
 import {
   chmodSync,
+  cpSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -39,6 +40,8 @@ interface BackupManifest {
   version: string;
   created_at: string;
   snapshots: boolean;
+  /** The backend the archive was taken from when not SQLite (information only). */
+  source?: 'postgres';
 }
 
 /**
@@ -66,21 +69,39 @@ async function copyDatabase(db: Db, dest: string, onProgress?: (p: BackupProgres
 /** Writes the archive of a data dir to `file` (atomically: a temp file renamed into place). */
 export async function createBackup(
   db: Db,
-  dataDir: string,
+  snapshotsDir: string,
   file: string,
   version: string,
   onProgress?: (p: BackupProgress) => void,
+): Promise<{ file: string; bytes: number }> {
+  return writeArchive(file, { snapshotsDir, version }, (staging) => copyDatabase(db, path.join(staging, DB_FILE), onProgress));
+}
+
+/**
+ * Writes an archive: `fillDatabase` puts `telemetryd.db` into a staging folder beside the
+ * target (either backend's copy), then the snapshot files and the manifest join it in one
+ * gzip'd tar, written to a temp name and renamed into place.
+ */
+export async function writeArchive(
+  file: string,
+  opts: { snapshotsDir: string; version: string; source?: 'postgres' },
+  fillDatabase: (staging: string) => Promise<void>,
 ): Promise<{ file: string; bytes: number }> {
   const target = path.resolve(file);
   const staging = mkdtempSync(path.join(path.dirname(target), '.telemetryd-backup-'));
   const partial = `${target}.partial-${process.pid}`;
   try {
-    await copyDatabase(db, path.join(staging, DB_FILE), onProgress);
-    const snapshots = path.join(dataDir, SNAPSHOTS_DIR);
-    const hasSnapshots = existsSync(snapshots);
+    await fillDatabase(staging);
+    const hasSnapshots = existsSync(opts.snapshotsDir);
     // The snapshot files are archived in place (a link followed by tar), not copied twice.
-    if (hasSnapshots) symlinkSync(snapshots, path.join(staging, SNAPSHOTS_DIR), 'dir');
-    const manifest: BackupManifest = { format: BACKUP_FORMAT, version, created_at: new Date().toISOString(), snapshots: hasSnapshots };
+    if (hasSnapshots) symlinkSync(path.resolve(opts.snapshotsDir), path.join(staging, SNAPSHOTS_DIR), 'dir');
+    const manifest: BackupManifest = {
+      format: BACKUP_FORMAT,
+      version: opts.version,
+      created_at: new Date().toISOString(),
+      snapshots: hasSnapshots,
+      ...(opts.source ? { source: opts.source } : {}),
+    };
     writeFileSync(path.join(staging, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`);
     // Loaded on first use: a serve that never backs up does not load tar (and zlib) at start.
     const tar = await import('tar');
@@ -134,6 +155,72 @@ function databaseInUse(dataDir: string): boolean {
 
 class RestoreError extends Error {}
 
+/** An archive unpacked into a staging folder and checked: its database and snapshot files. */
+export interface UnpackedArchive {
+  /** `telemetryd.db`, passed integrity_check. */
+  dbFile: string;
+  /** The snapshot files, or null when the archive has none. */
+  snapshots: string | null;
+  readings: number;
+}
+
+/**
+ * Unpacks `source` into `staging` and checks it (manifest, format, integrity_check), so that
+ * a bad archive is refused before anything is replaced.
+ */
+export async function unpackArchive(source: string, staging: string, nativeDir: string): Promise<UnpackedArchive> {
+  if (!existsSync(source)) throw new RestoreError(`no backup file ${source}`);
+  try {
+    const tar = await import('tar');
+    await tar.extract({
+      file: source,
+      cwd: staging,
+      // Only regular files and folders: no links, devices or absolute paths from an archive.
+      filter: (_p, entry) => 'type' in entry && (entry.type === 'File' || entry.type === 'Directory'),
+      strict: true,
+    });
+  } catch (err) {
+    throw new RestoreError(`${source} is not a telemetryd backup: ${(err as Error).message}`);
+  }
+  let manifest: BackupManifest;
+  try {
+    manifest = JSON.parse(readFileSync(path.join(staging, MANIFEST), 'utf8')) as BackupManifest;
+  } catch {
+    throw new RestoreError(`${source} is not a telemetryd backup (no ${MANIFEST})`);
+  }
+  if (manifest.format !== BACKUP_FORMAT)
+    throw new RestoreError(`backup format ${manifest.format} is not supported (expected ${BACKUP_FORMAT})`);
+  const dbFile = path.join(staging, DB_FILE);
+  if (!existsSync(dbFile)) throw new RestoreError(`${source} holds no ${DB_FILE}`);
+  let readings: number;
+  const check = new Database(dbFile, { nativeBinding: loadNativeBinding(nativeDir) } as Database.Options);
+  try {
+    const result = check.pragma('integrity_check', { simple: true });
+    if (result !== 'ok') throw new RestoreError(`the database in ${source} is damaged: ${String(result)}`);
+    readings = (check.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
+  } finally {
+    check.close();
+  }
+  const snapshots = path.join(staging, SNAPSHOTS_DIR);
+  return { dbFile, snapshots: existsSync(snapshots) ? snapshots : null, readings };
+}
+
+/**
+ * Replaces the snapshot files in `snapshotsDir` with the restored ones (none: the folder is
+ * emptied). A rename when both are on one file system, else a copy.
+ */
+export function placeSnapshots(restored: string | null, snapshotsDir: string): void {
+  if (restored || existsSync(snapshotsDir)) rmSync(snapshotsDir, { recursive: true, force: true });
+  if (!restored) return;
+  mkdirSync(path.dirname(snapshotsDir), { recursive: true, mode: 0o700 });
+  try {
+    renameSync(restored, snapshotsDir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EXDEV') throw err;
+    cpSync(restored, snapshotsDir, { recursive: true, preserveTimestamps: true });
+  }
+}
+
 /**
  * Puts an archive back into a data dir (the server must be stopped). The archive is
  * unpacked and checked (manifest, integrity_check) in a staging folder inside the data dir
@@ -142,7 +229,7 @@ class RestoreError extends Error {}
 export async function restoreBackup(
   file: string,
   dataDir: string,
-  opts: { force: boolean },
+  opts: { force: boolean; snapshotsDir?: string },
 ): Promise<{ file: string; data_dir: string; readings: number }> {
   const source = path.resolve(file);
   if (!existsSync(source)) throw new RestoreError(`no backup file ${source}`);
@@ -155,47 +242,13 @@ export async function restoreBackup(
   if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
   const staging = mkdtempSync(path.join(dir, '.restore-'));
   try {
-    try {
-      const tar = await import('tar');
-      await tar.extract({
-        file: source,
-        cwd: staging,
-        // Only regular files and folders: no links, devices or absolute paths from an archive.
-        filter: (_p, entry) => 'type' in entry && (entry.type === 'File' || entry.type === 'Directory'),
-        strict: true,
-      });
-    } catch (err) {
-      throw new RestoreError(`${source} is not a telemetryd backup: ${(err as Error).message}`);
-    }
-    let manifest: BackupManifest;
-    try {
-      manifest = JSON.parse(readFileSync(path.join(staging, MANIFEST), 'utf8')) as BackupManifest;
-    } catch {
-      throw new RestoreError(`${source} is not a telemetryd backup (no ${MANIFEST})`);
-    }
-    if (manifest.format !== BACKUP_FORMAT)
-      throw new RestoreError(`backup format ${manifest.format} is not supported (expected ${BACKUP_FORMAT})`);
-    const restoredDb = path.join(staging, DB_FILE);
-    if (!existsSync(restoredDb)) throw new RestoreError(`${source} holds no ${DB_FILE}`);
-    let readings: number;
-    const check = new Database(restoredDb, { nativeBinding: loadNativeBinding(dir) } as Database.Options);
-    try {
-      const result = check.pragma('integrity_check', { simple: true });
-      if (result !== 'ok') throw new RestoreError(`the database in ${source} is damaged: ${String(result)}`);
-      readings = (check.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
-    } finally {
-      check.close();
-    }
-
+    const unpacked = await unpackArchive(source, staging, dir);
     for (const suffix of ['-wal', '-shm', '']) rmSync(dbPath + suffix, { force: true });
-    renameSync(restoredDb, dbPath);
+    renameSync(unpacked.dbFile, dbPath);
     chmodSync(dbPath, 0o600);
-    const snapshots = path.join(dir, SNAPSHOTS_DIR);
-    const restoredSnapshots = path.join(staging, SNAPSHOTS_DIR);
-    if (existsSync(restoredSnapshots) || existsSync(snapshots)) rmSync(snapshots, { recursive: true, force: true });
-    if (existsSync(restoredSnapshots)) renameSync(restoredSnapshots, snapshots);
+    placeSnapshots(unpacked.snapshots, path.resolve(opts.snapshotsDir ?? path.join(dir, SNAPSHOTS_DIR)));
     chmodSync(dir, 0o700);
-    return { file: source, data_dir: dir, readings };
+    return { file: source, data_dir: dir, readings: unpacked.readings };
   } finally {
     rmSync(staging, { recursive: true, force: true });
   }

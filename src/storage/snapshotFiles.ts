@@ -5,7 +5,8 @@ import path from 'node:path';
 import { type AppError, unavailable } from '../errors.js';
 
 /**
- * Snapshot bytes on disk: `<data-dir>/snapshots/<device id>/<snapshot id>.<jpg|png>`.
+ * Snapshot bytes on disk: `<snapshots dir>/<device id>/<snapshot id>.<jpg|png>`, the snapshots
+ * dir being `<data-dir>/snapshots` unless `--snapshots-dir` names another.
  * One folder per device, so deleting a device removes one folder, and no folder grows with
  * the number of devices times their snapshots.
  *
@@ -13,8 +14,6 @@ import { type AppError, unavailable } from '../errors.js';
  * folder, are fsynced, then renamed over the final name (rename is atomic within one file
  * system). Temporary names start with "." so they never collide with a snapshot id.
  */
-const SNAPSHOTS_DIR = 'snapshots';
-
 const EXTENSIONS: Record<string, string> = { 'image/jpeg': 'jpg', 'image/png': 'png' };
 // Both parts come from our own database (dev_… ids, UUIDs), never raw from a URL; checked
 // anyway so no value can ever point outside the snapshots folder.
@@ -32,8 +31,7 @@ function storageFailure(err: unknown): AppError {
   return failure;
 }
 
-export function snapshotFiles(dataDir: string) {
-  const root = path.join(dataDir, SNAPSHOTS_DIR);
+export function snapshotFiles(root: string) {
   const deviceDir = (deviceId: string) => path.join(root, part(deviceId));
   const fileOf = (deviceId: string, id: string, contentType: string) => {
     const ext = EXTENSIONS[contentType];

@@ -207,7 +207,7 @@ describe('reading rollups', () => {
     const before = await aggregate(server, seed.key, seed.device.id, 'range=7d');
     const archive = path.join(tempDir(), 'backup.tar.gz');
     dirs.push(path.dirname(archive));
-    await createBackup(server.storage.db, server.dataDir, archive, VERSION);
+    await createBackup(server.storage.db, path.join(server.dataDir, 'snapshots'), archive, VERSION);
     const restoredDir = tempDir();
     dirs.push(restoredDir);
     rmSync(restoredDir, { recursive: true });

@@ -1,0 +1,110 @@
+/**
+ * --database-url and --snapshots-dir (docs/cli.md, "Common options"): only backup and restore
+ * run on PostgreSQL in this version, so every other command refuses --database-url from any
+ * source (flag, env, config file) in one line; --snapshots-dir moves the snapshot files of a
+ * SQLite installation, for serve, admin commands, backup and restore alike.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { runCli } from '../helpers/cli.js';
+import { tempDir } from '../helpers/server.js';
+import { seedViaCli, startChildServer, stopChild } from '../reliability/helpers.js';
+
+const URL_WITH_PASSWORD = 'postgres://app:Secret-Pw@127.0.0.1:1/telemetry';
+
+describe('--database-url outside backup and restore', () => {
+  it('is refused by serve and the admin commands, from a flag, the environment or the config file', () => {
+    const dir = tempDir();
+    const config = path.join(dir, 'config.json');
+    writeFileSync(config, JSON.stringify({ 'database-url': URL_WITH_PASSWORD }));
+    const cases: [string[], Record<string, string>, RegExp][] = [
+      [
+        ['serve', '--http-port', '0', '--mqtt-port', 'off', '--database-url', URL_WITH_PASSWORD],
+        {},
+        /^telemetryd: --database-url: serving from PostgreSQL is not available in this version yet \(only backup and restore use PostgreSQL\)\n$/,
+      ],
+      [
+        ['accounts', 'list', '--json'],
+        { TELEMETRYD_DATABASE_URL: URL_WITH_PASSWORD },
+        /^telemetryd: --database-url: `accounts list` on PostgreSQL is not available in this version yet \(only backup and restore use PostgreSQL\)\n$/,
+      ],
+      [
+        ['devices', 'list', '--account', 'a@example.com', '--config', config],
+        {},
+        /^telemetryd: --database-url: `devices list` on PostgreSQL/,
+      ],
+      [['serve', '--config', config], {}, /^telemetryd: --database-url: serving from PostgreSQL/],
+    ];
+    for (const [args, env, message] of cases) {
+      const r = runCli([...args, '--data-dir', dir], { env });
+      expect(r.status, args.join(' ')).toBe(1);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toMatch(message);
+      expect(r.stderr).not.toContain('Secret-Pw');
+    }
+    // Nothing was opened or created on SQLite instead.
+    expect(existsSync(path.join(dir, 'telemetryd.db'))).toBe(false);
+  });
+
+  it('is listed in every command help', () => {
+    for (const command of [['serve'], ['backup'], ['restore'], ['accounts', 'list'], ['version']]) {
+      const help = runCli([...command, '--help']).stdout;
+      expect(help, command.join(' ')).toContain('--database-url <url>');
+      expect(help, command.join(' ')).toContain('--snapshots-dir <dir>');
+    }
+  });
+});
+
+describe('--snapshots-dir on SQLite', () => {
+  it('is where serve writes and reads snapshot files, devices delete removes them, backup and restore carry them', async () => {
+    const root = tempDir();
+    const dataDir = path.join(root, 'data');
+    const snapshotsDir = path.join(root, 'images');
+    const seed = await seedViaCli(dataDir);
+    const cam = runCli(['devices', 'create', '--account', seed.accountId, '--name', 'cam', '--snapshots', '--json'], { dataDir });
+    expect(cam.status, cam.stderr).toBe(0);
+
+    const server = await startChildServer(dataDir, [], { TELEMETRYD_SNAPSHOTS_DIR: snapshotsDir });
+    const image = Buffer.concat([Buffer.from([0xff, 0xd8, 0xff, 0xe0]), Buffer.alloc(2_000, 7)]);
+    let snapshotUrl: string;
+    let snapshotId: string;
+    try {
+      const upload = await fetch(`${server.url}/api/devices/${cam.json.id}/snapshot`, {
+        method: 'POST',
+        headers: { 'content-type': 'image/jpeg', authorization: `Bearer ${cam.json.access_token}` },
+        body: image,
+      });
+      expect(upload.status).toBe(200);
+      const body = (await upload.json()) as { id: string; url: string };
+      snapshotUrl = body.url;
+      snapshotId = body.id;
+      expect(readFileSync(path.join(snapshotsDir, cam.json.id, `${snapshotId}.jpg`))).toEqual(image);
+      expect(existsSync(path.join(dataDir, 'snapshots'))).toBe(false);
+      const served = await fetch(new URL(snapshotUrl, server.url), { headers: { authorization: `Bearer ${seed.key}` } });
+      expect(served.status).toBe(200);
+      expect(Buffer.from(await served.arrayBuffer())).toEqual(image);
+    } finally {
+      await stopChild(server);
+    }
+
+    // backup reads the files from --snapshots-dir; restore writes them to its own --snapshots-dir.
+    const archive = path.join(root, 'backup.tar.gz');
+    expect(runCli(['backup', archive, '--snapshots-dir', snapshotsDir], { dataDir }).status).toBe(0);
+    const restoredDir = path.join(root, 'restored');
+    const restoredImages = path.join(root, 'restored-images');
+    const restored = runCli(['restore', archive, '--snapshots-dir', restoredImages, '--json'], { dataDir: restoredDir });
+    expect(restored.status, restored.stderr).toBe(0);
+    const hash = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
+    expect(hash(path.join(restoredImages, cam.json.id, `${snapshotId}.jpg`))).toBe(
+      hash(path.join(snapshotsDir, cam.json.id, `${snapshotId}.jpg`)),
+    );
+    expect(existsSync(path.join(restoredDir, 'snapshots'))).toBe(false);
+
+    // An admin command deleting the device removes its files from --snapshots-dir.
+    const deleted = runCli(['devices', 'delete', cam.json.id, '--yes', '--snapshots-dir', snapshotsDir], { dataDir });
+    expect(deleted.status, deleted.stderr).toBe(0);
+    expect(readdirSync(snapshotsDir)).toEqual([]);
+  });
+});
