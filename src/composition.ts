@@ -29,7 +29,7 @@ import { type BackupProgress, createBackup, restoreBackup } from './storage/back
 export type { BackupProgress };
 
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
-import { createRepositories, type Repositories } from './storage/index.js';
+import { createRepositories, type SqliteRepositories } from './storage/index.js';
 import { ReadingWriter } from './storage/readingWriter.js';
 import { type SnapshotFiles, snapshotFiles } from './storage/snapshotFiles.js';
 import { storageProbes } from './storage/storageProbes.js';
@@ -61,7 +61,7 @@ export interface ServiceOptions {
 /** What the composition holds below the services: for the server's lifecycle and for tests. */
 export interface Storage {
   db: Db;
-  repos: Repositories;
+  repos: SqliteRepositories;
   writer: ReadingWriter;
 }
 

@@ -1,5 +1,4 @@
-import type { Repositories } from '../storage/index.js';
-import type { OrderedRawRow, RawRow } from '../storage/repos/rollups.js';
+import type { OrderedRawRow, RawRow, Repositories, RollupLevelWrite } from '../storage/repositories.js';
 import { type Clock, HOUR_MS, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } from './numericStats.js';
 import { periodicJob } from './periodicJob.js';
@@ -90,13 +89,21 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   let accumulating: { deviceSeq: number; hour: number } | null = null;
 
   /**
-   * Writes the rollups of one device for [from, to) (from a whole minute) from `minutes`, the
+   * The rollup writes of one device for [from, to) (from a whole minute) from `minutes`, the
    * minute figures of every reading of that span, level by level: each coarser level from the
    * finer one. A bucket that began before `from` (rolled in part by an earlier span) is
    * completed with the finer level's rows of that earlier part, or with the readings where
    * the finer level no longer keeps them. Only buckets a level still keeps are written.
+   * Reads what it needs first; the caller stores the result in one transaction.
    */
-  function rollSpan(deviceSeq: number, from: number, to: number, minutes: Map<number, Stats>, now: number): void {
+  async function rollSpan(
+    deviceSeq: number,
+    from: number,
+    to: number,
+    minutes: Map<number, Stats>,
+    now: number,
+  ): Promise<RollupLevelWrite[]> {
+    const writes: RollupLevelWrite[] = [];
     let finer = minutes;
     for (let level = 0; level < LEVELS.length; level++) {
       const { size } = LEVELS[level]!;
@@ -119,10 +126,11 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
           // [first, from) was rolled before: the finer level's rows of it, but those this span
           // recomputed (a finer bucket that `from` cuts into and that got new readings).
           if (first >= keptFrom(level - 1, now)) {
-            for (const [b, text] of rollups.rows(deviceSeq, level - 1, first, from)) if (!finer.has(b)) mergeEncoded(partial, text, null);
+            for (const [b, text] of await rollups.rows(deviceSeq, level - 1, first, from))
+              if (!finer.has(b)) mergeEncoded(partial, text, null);
           } else {
             const before = new Map<number, Stats>();
-            addRows(before, rollups.raw(deviceSeq, first, from), size, null);
+            addRows(before, await rollups.raw(deviceSeq, first, from), size, null);
             const earlier = before.get(first);
             if (earlier) mergeStats(partial, earlier);
           }
@@ -130,14 +138,16 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       }
       const kept = keptFrom(level, now);
       const firstWhole = Math.max(Math.ceil(from / size) * size, kept);
-      if (to > firstWhole) rollups.deleteRange(deviceSeq, level, firstWhole, to);
+      const write: RollupLevelWrite = { level, deleteFrom: firstWhole, deleteTo: to, rows: [] };
       for (const [b, stats] of current) {
         if (b < kept) continue;
         const text = encodeStats(stats);
-        if (text !== null) rollups.put(deviceSeq, level, b, text);
+        if (text !== null) write.rows.push([b, text]);
       }
+      writes.push(write);
       finer = current;
     }
+    return writes;
   }
 
   const minutesOf = (rows: readonly (RawRow | OrderedRawRow)[]): Map<number, Stats> => {
@@ -146,35 +156,33 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     return minutes;
   };
 
-  /** Recomputes one dirty hour from its readings, in one transaction; returns the readings read. */
-  function settleHour(deviceSeq: number, hour: number, now: number): number {
-    return repos.transaction(() => {
-      // Up to the time before which readings are rolled (or being rolled by a pass).
-      const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
-      const rows = end > hour ? rollups.raw(deviceSeq, hour, end) : [];
-      if (end > hour) rollSpan(deviceSeq, hour, end, minutesOf(rows), now);
-      rollups.clearDirty(deviceSeq, hour);
-      return rows.length;
-    });
+  /** Recomputes one dirty hour from its readings, written in one transaction; returns the readings read. */
+  async function settleHour(deviceSeq: number, hour: number, now: number): Promise<number> {
+    // Up to the time before which readings are rolled (or being rolled by a pass).
+    const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
+    const rows = end > hour ? await rollups.raw(deviceSeq, hour, end) : [];
+    const writes = end > hour ? await rollSpan(deviceSeq, hour, end, minutesOf(rows), now) : [];
+    await rollups.settleHour(deviceSeq, hour, writes);
+    return rows.length;
   }
 
   /** Recomputes the dirty hours of one device (a query is about to read them) but the one a pass is reading. */
-  function settleDevice(deviceSeq: number): number {
+  async function settleDevice(deviceSeq: number): Promise<number> {
     const now = clock.now();
     let settled = 0;
-    for (const hour of rollups.dirtyHours(deviceSeq)) {
+    for (const hour of await rollups.dirtyHours(deviceSeq)) {
       if (accumulating?.deviceSeq === deviceSeq && accumulating.hour === hour) continue;
-      settleHour(deviceSeq, hour, now);
+      await settleHour(deviceSeq, hour, now);
       settled++;
     }
     return settled;
   }
 
   /**
-   * One pass as a sequence of synchronous steps; the caller decides whether to yield to the
-   * event loop between them (the background job) or not (a rebuild).
+   * One pass as a sequence of steps; the caller decides whether to yield to the event loop
+   * between them (the background job) or not (a rebuild).
    */
-  function* steps(run: RollupRun): Generator<number, void> {
+  async function* steps(run: RollupRun): AsyncGenerator<number, void> {
     const now = clock.now();
     const target = bucketOf(now - ROLL_LAG_MS, MINUTE_MS);
     const start = rollups.rolledUntil();
@@ -182,11 +190,11 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       rollups.setLateBefore(target);
       // Rows older than a level keeps are pruned once an hour.
       const prune = bucketOf(now, HOUR_MS) > prunedAt;
-      for (const { seq } of repos.devices.allSeqs()) {
+      for (const { seq } of await repos.devices.allSeqs()) {
         let cursor = start;
         let touched = false;
         while (cursor < target) {
-          let rows: readonly OrderedRawRow[] = rollups.rawFirst(seq, cursor, target, ROWS_PER_STEP);
+          let rows: readonly OrderedRawRow[] = await rollups.rawFirst(seq, cursor, target, ROWS_PER_STEP);
           let end = target;
           const cut = rows.length === ROWS_PER_STEP ? bucketOf(rows[rows.length - 1]![0], HOUR_MS) : null;
           if (cut !== null && cut <= cursor) {
@@ -202,10 +210,9 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
                 if (rows.length < ROWS_PER_STEP) break;
                 const [time, after] = rows[rows.length - 1]!;
                 yield rows.length;
-                rows = rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
+                rows = await rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
               }
-              const from = cursor;
-              repos.transaction(() => rollSpan(seq, from, end, minutes, now));
+              await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutes, now));
             } finally {
               accumulating = null;
             }
@@ -220,25 +227,23 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
             rows = rows.filter((r) => r[0] < cut);
           }
           if (rows.length > 0) {
-            const span = minutesOf(rows);
-            const from = cursor;
-            repos.transaction(() => rollSpan(seq, from, end, span, now));
+            await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutesOf(rows), now));
             run.readings += rows.length;
             touched = true;
           }
           cursor = end;
           yield rows.length;
         }
-        if (prune) for (let level = 0; level < LEVELS.length; level++) yield rollups.deleteRange(seq, level, 0, keptFrom(level, now));
+        if (prune) for (let level = 0; level < LEVELS.length; level++) yield await rollups.deleteRange(seq, level, 0, keptFrom(level, now));
         if (touched) run.devices++;
       }
       if (prune) prunedAt = bucketOf(now, HOUR_MS);
-      rollups.setRolledUntil(target);
+      await rollups.setRolledUntil(target);
     }
     // Every dirty hour is a step of its own.
     const settleAt = clock.now();
-    for (const { deviceSeq, hour } of rollups.allDirty()) {
-      const read = settleHour(deviceSeq, hour, settleAt);
+    for (const { deviceSeq, hour } of await rollups.allDirty()) {
+      const read = await settleHour(deviceSeq, hour, settleAt);
       run.dirtyHours++;
       yield read;
     }
@@ -263,7 +268,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   async function pass(): Promise<RollupRun> {
     const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
     let sinceYield = 0;
-    for (const n of steps(run)) {
+    for await (const n of steps(run)) {
       sinceYield += n + 50;
       if (sinceYield >= ROWS_PER_STEP) {
         sinceYield = 0;
@@ -286,12 +291,12 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     stop: job.stop,
     /** Before a query reads one device's rollups: recompute its dirty hours, if any. */
     settleDevice,
-    /** Drops every rollup and rolls all readings up again, synchronously (bulk loads, tests). */
-    rebuild(): RollupRun {
-      rollups.clear();
+    /** Drops every rollup and rolls all readings up again, without yielding to the event loop between steps (bulk loads, tests). */
+    async rebuild(): Promise<RollupRun> {
+      await rollups.clear();
       prunedAt = 0;
       const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
-      for (const _ of steps(run));
+      for await (const _ of steps(run));
       return run;
     },
   };

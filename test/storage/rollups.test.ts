@@ -103,7 +103,7 @@ describe('reading rollups', () => {
     expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
     expect(oldest(HOURS)).toBe(Math.floor(START / HOUR) * HOUR);
     // A rebuild from the readings gives the same answers.
-    server.services.rollups.rebuild();
+    await server.services.rollups.rebuild();
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
   });
 
@@ -118,7 +118,7 @@ describe('reading rollups', () => {
     const hoursBefore = rollupCount(server, HOURS, seed.device.seq);
     expect(hoursBefore).toBeGreaterThan(6 * 24 - 2);
 
-    server.services.accounts.setPlan(seed.account.id, 'enterprise', { retentionDays: 2 });
+    await server.services.accounts.setPlan(seed.account.id, 'enterprise', { retentionDays: 2 });
     const run = await server.retention.runOnce();
     expect(run.deleted).toBeGreaterThan(0);
     const cutoff = START - 2 * DAY;
@@ -130,7 +130,7 @@ describe('reading rollups', () => {
     expect(rollupCount(server, HOURS, seed.device.seq)).toBeLessThan(hoursBefore / 2);
 
     // Back to a long retention: the 7-day figures are those of the readings still stored.
-    server.services.accounts.setPlan(seed.account.id, 'enterprise');
+    await server.services.accounts.setPlan(seed.account.id, 'enterprise');
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     const week = await aggregate(server, seed.key, seed.device.id, 'range=7d&interval=1d');
     expect(week.reduce((n, b) => n + b.values.v!.count, 0)).toBe(storedReadings(server, seed.device.seq).length);
@@ -145,7 +145,7 @@ describe('reading rollups', () => {
     await server.services.rollups.runOnce();
     expect(rollupCount(server, HOURS, seed.device.seq)).toBe(1);
     expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(1);
-    server.services.devices.remove(seed.device);
+    await server.services.devices.remove(seed.device);
     expect(rollupCount(server, HOURS, seed.device.seq)).toBe(0);
     expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(0);
   });
@@ -214,7 +214,7 @@ describe('reading rollups', () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    const other = server.services.devices.create(seed.account, { name: 'busy' }).device;
+    const other = (await server.services.devices.create(seed.account, { name: 'busy' })).device;
     await server.services.rollups.runOnce();
     clock.t += 3 * MIN;
     const rolledBefore = server.storage.repos.rollups.rolledUntil();
@@ -314,8 +314,8 @@ describe('reading rollups', () => {
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
     server.storage.db.pragma('query_only = ON');
     try {
-      const account = server.services.accounts.get(seed.account.seq)!;
-      const result = server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
+      const account = (await server.services.accounts.get(seed.account.seq))!;
+      const result = await server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
       const buckets = JSON.parse(result.dataJson) as Bucket[];
       expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
     } finally {
@@ -334,7 +334,7 @@ describe('reading rollups', () => {
     // (dirty) hour throws, and the fallback to the readings of the range would hide that.
     server.storage.repos.readings.insertBatch([{ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' }]);
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
-    const account = server.services.accounts.get(seed.account.seq)!;
-    expect(() => server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).toThrow(SyntaxError);
+    const account = (await server.services.accounts.get(seed.account.seq))!;
+    await expect(server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).rejects.toThrow(SyntaxError);
   });
 });
