@@ -162,7 +162,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
     const rows = end > hour ? await rollups.raw(deviceSeq, hour, end) : [];
     const writes = end > hour ? await rollSpan(deviceSeq, hour, end, minutesOf(rows), now) : [];
-    await rollups.settleHour(deviceSeq, hour, writes);
+    await rollups.settleHour(deviceSeq, hour, writes, { to: end, readings: rows.length });
     return rows.length;
   }
 

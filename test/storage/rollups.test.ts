@@ -324,6 +324,28 @@ describe('reading rollups', () => {
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
   });
 
+  it('a dirty hour is not settled from readings that changed after they were read', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const hour = Math.floor((START - 2 * HOUR) / HOUR) * HOUR;
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await server.services.rollups.runOnce();
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    const rollups = server.storage.repos.rollups;
+    expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
+    // Rows computed from the one reading read before the late one committed: refused, the
+    // mark stays and the stored rollup is left as it was.
+    const stale = [{ level: HOURS, deleteFrom: hour, deleteTo: hour + HOUR, rows: [[hour, '{"v":[9,9,9,9]}']] as [number, string][] }];
+    expect(rollups.settleHour(seed.device.seq, hour, stale, { to: hour + HOUR, readings: 1 })).toBe(false);
+    expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
+    expect(rollups.rows(seed.device.seq, HOURS, hour, hour + HOUR).map(([, text]) => text)).not.toContain('{"v":[9,9,9,9]}');
+    // The next settle reads both readings and clears the mark.
+    expect(await server.services.rollups.settleDevice(seed.device.seq)).toBe(1);
+    expect(rollups.dirtyHours(seed.device.seq)).toEqual([]);
+    await expectMatchesReadings(server, seed.key, seed.device, START);
+  });
+
   it('a query does not hide a fault that is not storage: recomputing a corrupt dirty hour fails the query', async () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);

@@ -49,6 +49,11 @@ export function rollupsRepo(db: Db) {
     )
     .raw(true);
 
+  const rawCount = db.prepare<[number, number, number, number, number, number], { n: number }>(
+    `SELECT (SELECT count(*) FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?)
+      + (SELECT count(*) FROM readings_inbox WHERE device_seq = ? AND time >= ? AND time < ?) AS n`,
+  );
+
   // The next readings after (time, seq) in [time, to), in (time, seq) order: the chunks of an
   // hour too dense to read at once.
   const rawAfter = db
@@ -75,10 +80,14 @@ export function rollupsRepo(db: Db) {
     }
   };
   const writeSpan = db.transaction(writeLevels);
-  const settleHour = db.transaction((deviceSeq: number, hour: number, writes: RollupLevelWrite[]) => {
-    writeLevels(deviceSeq, writes);
-    clearDirty.run(deviceSeq, hour);
-  });
+  const settleHour = db.transaction(
+    (deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }) => {
+      if (read.to > hour && rawCount.get(deviceSeq, hour, read.to, deviceSeq, hour, read.to)!.n !== read.readings) return false;
+      writeLevels(deviceSeq, writes);
+      clearDirty.run(deviceSeq, hour);
+      return true;
+    },
+  );
   const clear = db.transaction(() => {
     db.exec('DELETE FROM rollups; DELETE FROM rollup_dirty; UPDATE rollup_state SET rolled_until = 0');
   });
@@ -108,7 +117,8 @@ export function rollupsRepo(db: Db) {
     deleteRange: (deviceSeq: number, level: number, from: number, to: number): number =>
       deleteRange.run(deviceSeq, level, from, to).changes,
     writeSpan: (deviceSeq: number, writes: RollupLevelWrite[]): void => writeSpan.immediate(deviceSeq, writes),
-    settleHour: (deviceSeq: number, hour: number, writes: RollupLevelWrite[]): void => settleHour.immediate(deviceSeq, hour, writes),
+    settleHour: (deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }): boolean =>
+      settleHour.immediate(deviceSeq, hour, writes, read),
 
     /** Readings of [from, to) of one device, unordered. */
     raw: (deviceSeq: number, from: number, to: number): RawRow[] => rawRange.all(deviceSeq, from, to, deviceSeq, from, to),
