@@ -38,10 +38,14 @@ describe('cached device authentication', () => {
     return { repos, storage: composed.storage, services, account, device, token: accessToken };
   }
 
-  it('serves repeated lookups from memory', async () => {
+  it('serves repeated lookups from memory, as values: the ingest path awaits no promise for them', async () => {
     const { services, device, token } = await setup();
-    const first = await services.devices.authenticate(device.id, token);
-    const second = await services.devices.authenticate(device.id, token);
+    const first = services.devices.authenticate(device.id, token);
+    const second = services.devices.authenticate(device.id, token);
+    const session = services.devices.authorizeSession(device.id);
+    expect(first).not.toBeInstanceOf(Promise);
+    expect(session).not.toBeInstanceOf(Promise);
+    if (first instanceof Promise || second instanceof Promise) throw new Error('unreachable');
     expect(second.device).toBe(first.device);
     expect(second.account).toBe(first.account);
   });
