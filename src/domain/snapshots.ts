@@ -88,8 +88,8 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
   /**
    * Deletes snapshots older than their account's snapshot retention at `now` (files first,
    * then rows, so a failure never leaves a file without its row). Works in small batches,
-   * each one statement (snapshots.removeMany), yielding to the event loop in between. Returns how many
-   * were deleted.
+   * each its own short transaction (snapshots.removeMany), yielding to the event loop in
+   * between. Returns how many were deleted.
    */
   async function purgeExpiredSnapshots(now: number = clock.now(), batchSize = 200): Promise<number> {
     let total = 0;
