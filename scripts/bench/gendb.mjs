@@ -26,7 +26,8 @@ for (let i = 0; i < cfg.devices; i++) {
   devices.push({ id: device.id, seq: device.seq, token: accessToken });
 }
 
-const dense = cfg.dense?.rows > 0 ? (await services.devices.create(account, { name: 'dense sensor', schemaMode: 'flexible' })).device : null;
+const dense =
+  cfg.dense?.rows > 0 ? (await services.devices.create(account, { name: 'dense sensor', schemaMode: 'flexible' })).device : null;
 const denseRows = dense ? cfg.dense.rows : 0;
 
 // Readings: interleaved over all devices in time order, as real ingest writes them (reading
