@@ -101,7 +101,7 @@ export function brokerHooks(deps: {
         // Username = device id, password = access token (docs/api.md, "Authentication").
         // Answered from the cache without a promise but on an asynchronous backend's miss.
         const authenticated = services.devices.authenticate(username, password?.toString('utf8'));
-        if (authenticated instanceof Promise) authenticated.then(accept, refuse);
+        if (authenticated instanceof Promise) authenticated.then(accept).catch(refuse);
         else accept(authenticated);
       } catch (err) {
         refuse(err);

@@ -34,7 +34,11 @@ import type {
 /** A value, or the promise of one: what a synchronous and an asynchronous backend both return. */
 export type Awaitable<T> = T | Promise<T>;
 
-/** Whether a repository's answer is still to come (an asynchronous backend), without a microtask when it is not. */
+/**
+ * Whether a repository's answer is still to come (an asynchronous backend), without a
+ * microtask when it is not. Asynchronous implementations return native promises (async
+ * functions do), which is what this checks for.
+ */
 export const isPromise = <T>(value: Awaitable<T>): value is Promise<T> => value instanceof Promise;
 
 // ---------------------------------------------------------------------------------------
