@@ -275,7 +275,10 @@ export interface ReadingsRepository {
   latest(deviceSeq: number): Awaitable<StoredReading | null>;
   /** Up to `limit` readings with time >= since, newest first (time, then seq, descending). */
   history(deviceSeq: number, since: number, limit: number): Awaitable<StoredReading[]>;
-  /** Readings of [since, until), oldest first (time, then seq): exports stream it; iterate with `for await`. */
+  /**
+   * Readings of [since, until), oldest first (time, then seq): exports stream it, in chunks,
+   * leaving the loop after each (which must release the cursor); iterate with `for await`.
+   */
   iterateRange(deviceSeq: number, since: number, until: number): Iterable<StoredReading> | AsyncIterable<StoredReading>;
   /**
    * The newest reading in [since, before) whose JSON text `matches`, looking at about
@@ -293,8 +296,6 @@ export interface ReadingsRepository {
   ): Awaitable<{ time: number | null; before: number | null; scanned: number }>;
   /** Readings of an account's devices with time >= since (usage's data_points_24h), from the per-minute counts. */
   countSinceForAccount(accountSeq: number, since: number): Awaitable<number>;
-  /** Readings of the given devices with time >= since, summed. */
-  countSince(deviceSeqs: number[], since: number): Awaitable<number>;
   /**
    * Deletes up to `batch` of a device's readings, oldest first, in one statement (its own
    * transaction, short: ingest is not held up); returns how many went, 0 when none are left.
