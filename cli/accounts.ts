@@ -26,8 +26,8 @@ export function accountsCommand(): Command {
   );
 
   withCommonOptions(accounts.command('list').description('list accounts')).action((_o, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
-      const data = services.accounts.list().map(presentAccount);
+    runAdmin(cmd, async ({ services, print }) => {
+      const data = (await services.accounts.list()).map(presentAccount);
       print({ data }, data.length ? data.map(human).join('\n') : 'no accounts');
     }),
   );
@@ -48,10 +48,10 @@ export function accountsCommand(): Command {
     .argument('<plan>', PLAN_NAMES.join(', '));
   for (const [flag, key] of overrides) setPlan.option(`--${flag} <n>`, `override ${key}`, intOption(`--${flag}`));
   withCommonOptions(setPlan).action((account: string, plan: string, opts: Record<string, number | undefined>, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
+    runAdmin(cmd, async ({ services, print }) => {
       const limits: Partial<PlanLimits> = {};
       for (const [, key] of overrides) if (opts[key] !== undefined) limits[key] = opts[key];
-      const shown = presentAccount(services.accounts.setPlan(account, plan, limits));
+      const shown = presentAccount(await services.accounts.setPlan(account, plan, limits));
       print(shown, `${human(shown)}  ${JSON.stringify(shown.limits)}`);
     }),
   );
@@ -66,8 +66,8 @@ export function accountsCommand(): Command {
         .description(name === 'suspend' ? 'suspend an account: Public API 403, its devices refused' : 'lift a suspension')
         .argument('<account>', 'account id or email'),
     ).action((account: string, _o, cmd: Command) =>
-      runAdmin(cmd, ({ services, print }) => {
-        const shown = presentAccount(services.accounts.setStatus(account, status));
+      runAdmin(cmd, async ({ services, print }) => {
+        const shown = presentAccount(await services.accounts.setStatus(account, status));
         print(shown, human(shown));
       }),
     );
@@ -80,8 +80,8 @@ export function accountsCommand(): Command {
       .argument('<account>', 'account id or email')
       .option('--rotate', 'replace the secret with a new one'),
   ).action((account: string, opts: { rotate?: boolean }, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
-      const { account: a, secret } = services.accounts.webhookSecret(account, Boolean(opts.rotate));
+    runAdmin(cmd, async ({ services, print }) => {
+      const { account: a, secret } = await services.accounts.webhookSecret(account, Boolean(opts.rotate));
       print({ account: a.id, webhook_secret: secret }, secret);
     }),
   );

@@ -105,10 +105,10 @@ export function alertsCommand(): Command {
       .option('--no-notify-resolved', 'do not notify when the alert resolves')
       .option('--disabled', 'create it disabled'),
   ).action((opts: CreateOptions, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
+    runAdmin(cmd, async ({ services, print }) => {
       const input = createInput(opts);
-      const device = services.devices.getAny(opts.device);
-      const shown = presentAlertDetail(services.alerts.create(device, input));
+      const device = await services.devices.getAny(opts.device);
+      const shown = presentAlertDetail(await services.alerts.create(device, input));
       print(shown, `created ${human(shown)}`);
     }),
   );
@@ -116,8 +116,8 @@ export function alertsCommand(): Command {
   for (const action of ['enable', 'disable'] as const) {
     withCommonOptions(alerts.command(action).description(`${action} an alert`).argument('<id>', 'alert_… id')).action(
       (id: string, _o, cmd: Command) =>
-        runAdmin(cmd, ({ services, print }) => {
-          const shown = presentAlertDetail(services.alerts.setEnabled(services.alerts.getAny(id), action === 'enable'));
+        runAdmin(cmd, async ({ services, print }) => {
+          const shown = presentAlertDetail(await services.alerts.setEnabled(await services.alerts.getAny(id), action === 'enable'));
           print(shown, human(shown));
         }),
     );

@@ -54,13 +54,13 @@ export function devicesCommand(): Command {
       },
       cmd: Command,
     ) =>
-      runAdmin(cmd, ({ services, print }) => {
-        const account = services.accounts.resolve(opts.account);
+      runAdmin(cmd, async ({ services, print }) => {
+        const account = await services.accounts.resolve(opts.account);
         const fields = [
           ...(opts.fieldsFile ? (readFieldsFile(opts.fieldsFile) as unknown[]) : []),
           ...(opts.field ?? []).map(parseFieldFlag),
         ];
-        const { device, accessToken } = services.devices.create(account, {
+        const { device, accessToken } = await services.devices.create(account, {
           name: opts.name,
           type: opts.type,
           description: opts.description,
@@ -77,9 +77,9 @@ export function devicesCommand(): Command {
   withCommonOptions(
     devices.command('list').description("list an account's devices").requiredOption('--account <account>', 'account id or email'),
   ).action((opts: { account: string }, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
-      const account = services.accounts.resolve(opts.account);
-      const data = services.devices.list(account, { limit: Number.MAX_SAFE_INTEGER, offset: 0 }).devices.map(presentDeviceDetail);
+    runAdmin(cmd, async ({ services, print }) => {
+      const account = await services.accounts.resolve(opts.account);
+      const data = (await services.devices.list(account, { limit: Number.MAX_SAFE_INTEGER, offset: 0 })).devices.map(presentDeviceDetail);
       print({ data }, data.length ? data.map(human).join('\n') : 'no devices');
     }),
   );
@@ -95,9 +95,9 @@ export function devicesCommand(): Command {
         )
         .argument('<id>', 'dev_… id'),
     ).action((id: string, _o, cmd: Command) =>
-      runAdmin(cmd, ({ services, print }) => {
-        const device = services.devices.getAny(id);
-        const shown = presentDeviceDetail(services.devices[action](device));
+      runAdmin(cmd, async ({ services, print }) => {
+        const device = await services.devices.getAny(id);
+        const shown = presentDeviceDetail(await services.devices[action](device));
         print(shown, human(shown));
       }),
     );
@@ -110,9 +110,9 @@ export function devicesCommand(): Command {
       .argument('<id>', 'dev_… id')
       .option('--yes', 'confirm the deletion'),
   ).action((id: string, opts: { yes?: boolean }, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
+    runAdmin(cmd, async ({ services, print }) => {
       if (!opts.yes) throw badRequest(`deleting ${id} removes all its data; repeat with --yes to confirm`);
-      services.devices.remove(services.devices.getAny(id));
+      await services.devices.remove(await services.devices.getAny(id));
       print({ deleted: id }, `deleted ${id}`);
     }),
   );
@@ -123,8 +123,8 @@ export function devicesCommand(): Command {
       .description('issue a new access token; the old one stops working at once')
       .argument('<id>', 'dev_… id'),
   ).action((id: string, _o, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
-      const { device, accessToken } = services.devices.regenerateToken(services.devices.getAny(id));
+    runAdmin(cmd, async ({ services, print }) => {
+      const { device, accessToken } = await services.devices.regenerateToken(await services.devices.getAny(id));
       print({ id: device.id, access_token: accessToken }, `access token: ${accessToken}\n(shown once: store it now)`);
     }),
   );

@@ -15,9 +15,9 @@ export function keysCommand(): Command {
       .requiredOption('--account <account>', 'account id or email')
       .requiredOption('--name <name>', 'label of the key'),
   ).action((opts: { account: string; name: string }, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
-      const account = services.accounts.resolve(opts.account);
-      const { key, record } = services.keys.create(account, opts.name);
+    runAdmin(cmd, async ({ services, print }) => {
+      const account = await services.accounts.resolve(opts.account);
+      const { key, record } = await services.keys.create(account, opts.name);
       print({ ...presentApiKey(record), key }, `${key}\n(${record.id}; shown once: store it now)`);
     }),
   );
@@ -28,8 +28,8 @@ export function keysCommand(): Command {
       .description("list an account's keys, newest first, revoked included")
       .requiredOption('--account <account>', 'account id or email'),
   ).action((opts: { account: string }, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
-      const data = services.keys.list(services.accounts.resolve(opts.account)).map(presentApiKey);
+    runAdmin(cmd, async ({ services, print }) => {
+      const data = (await services.keys.list(await services.accounts.resolve(opts.account))).map(presentApiKey);
       print({ data }, data.length ? data.map(human).join('\n') : 'no keys');
     }),
   );
@@ -37,8 +37,8 @@ export function keysCommand(): Command {
   withCommonOptions(
     keys.command('revoke').description('revoke a key: refused with 401 from its next request').argument('<key-id>', 'key_… id'),
   ).action((keyId: string, _o, cmd: Command) =>
-    runAdmin(cmd, ({ services, print }) => {
-      const shown = presentApiKey(services.keys.revoke(keyId));
+    runAdmin(cmd, async ({ services, print }) => {
+      const shown = presentApiKey(await services.keys.revoke(keyId));
       print(shown, human(shown));
     }),
   );

@@ -29,7 +29,7 @@ import { type BackupProgress, createBackup, restoreBackup } from './storage/back
 export type { BackupProgress, PostgresBackupProgress };
 
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
-import { createRepositories, type Repositories } from './storage/index.js';
+import { createRepositories, type SqliteRepositories } from './storage/index.js';
 import { createPostgresBackup, type PostgresBackupProgress, restorePostgresBackup } from './storage/postgres/archive.js';
 import { connectPostgres } from './storage/postgres/connect.js';
 import { migratePostgres } from './storage/postgres/migrations.js';
@@ -66,7 +66,7 @@ export interface ServiceOptions {
 /** What the composition holds below the services: for the server's lifecycle and for tests. */
 export interface Storage {
   db: Db;
-  repos: Repositories;
+  repos: SqliteRepositories;
   writer: ReadingWriter;
 }
 

@@ -85,7 +85,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   });
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
-  const setupToken = services.accounts.count() === 0 ? randomBase62(32) : null;
+  const setupToken = (await services.accounts.count()) === 0 ? randomBase62(32) : null;
 
   const { retention } = services;
   let stopWatching: (() => void) | null = null;

@@ -19,14 +19,15 @@ const db = openDatabase(cfg.dir);
 const { services, storage } = composeServices(db);
 const email = 'bench@example.com';
 const account = await services.accounts.create({ email, plan: 'enterprise' });
-const { key } = services.keys.create(account, 'bench');
+const { key } = await services.keys.create(account, 'bench');
 const devices = [];
 for (let i = 0; i < cfg.devices; i++) {
-  const { device, accessToken } = services.devices.create(account, { name: `sensor ${i + 1}`, schemaMode: 'flexible' });
+  const { device, accessToken } = await services.devices.create(account, { name: `sensor ${i + 1}`, schemaMode: 'flexible' });
   devices.push({ id: device.id, seq: device.seq, token: accessToken });
 }
 
-const dense = cfg.dense?.rows > 0 ? services.devices.create(account, { name: 'dense sensor', schemaMode: 'flexible' }).device : null;
+const dense =
+  cfg.dense?.rows > 0 ? (await services.devices.create(account, { name: 'dense sensor', schemaMode: 'flexible' })).device : null;
 const denseRows = dense ? cfg.dense.rows : 0;
 
 // Readings: interleaved over all devices in time order, as real ingest writes them (reading
@@ -78,7 +79,7 @@ if (cfg.rows > 0) {
   // Tables the triggers keep (reading_counts) are refilled from readings the way migration 4 does.
   if (typeof storage.repos.readings.rebuildDerived === 'function') storage.repos.readings.rebuildDerived();
   // Rollups for aggregates, as the server's background job would have left them.
-  if (typeof services.rollups?.rebuild === 'function') services.rollups.rebuild();
+  if (typeof services.rollups?.rebuild === 'function') await services.rollups.rebuild();
   db.pragma('wal_checkpoint(TRUNCATE)');
 }
 db.close();

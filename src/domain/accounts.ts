@@ -1,6 +1,6 @@
 import { badRequest, conflict, notFound } from '../errors.js';
 import { newId, randomBase62 } from '../ids.js';
-import type { Repositories } from '../storage/index.js';
+import type { Repositories } from '../storage/repositories.js';
 import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
 import { hashPassword, MIN_PASSWORD_LENGTH } from './passwords.js';
@@ -15,17 +15,17 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
   const newWebhookSecret = () => `whsec_${randomBase62(32)}`;
 
   /** ACCOUNT is an account id or its email (docs/cli.md, "Output and exit status"). */
-  function resolve(idOrEmail: string): Account {
-    const account = idOrEmail.startsWith('acc_') ? repos.accounts.findById(idOrEmail) : repos.accounts.findByEmail(idOrEmail);
+  async function resolve(idOrEmail: string): Promise<Account> {
+    const account = await (idOrEmail.startsWith('acc_') ? repos.accounts.findById(idOrEmail) : repos.accounts.findByEmail(idOrEmail));
     if (!account) throw notFound(`no account ${idOrEmail}`);
     return account;
   }
 
   return {
     resolve,
-    get: (seq: number) => repos.accounts.findBySeq(seq),
-    list: () => repos.accounts.list(),
-    count: () => repos.accounts.count(),
+    get: async (seq: number) => await repos.accounts.findBySeq(seq),
+    list: async () => await repos.accounts.list(),
+    count: async () => await repos.accounts.count(),
 
     async create(input: { email: string; name?: string; plan?: string; password?: string | null }): Promise<Account> {
       const email = input.email.trim();
@@ -36,9 +36,9 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
         throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
       }
       const passwordHash = input.password != null ? await hashPassword(input.password) : null;
-      if (repos.accounts.findByEmail(email)) throw conflict(`an account with email ${email} exists`);
+      if (await repos.accounts.findByEmail(email)) throw conflict(`an account with email ${email} exists`);
       const id = newId('acc');
-      repos.accounts.insert({
+      await repos.accounts.insert({
         id,
         email,
         name: input.name?.trim() ?? '',
@@ -48,12 +48,12 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
         webhookSecret: newWebhookSecret(),
         now: clock.now(),
       });
-      return repos.accounts.findById(id)!;
+      return (await repos.accounts.findById(id))!;
     },
 
     /** Sets the whole plan at once: its defaults, then this call's overrides (docs/cli.md, "accounts"). */
-    setPlan(idOrEmail: string, plan: string, overrides: PlanOverrides = {}): Account {
-      const account = resolve(idOrEmail);
+    async setPlan(idOrEmail: string, plan: string, overrides: PlanOverrides = {}): Promise<Account> {
+      const account = await resolve(idOrEmail);
       if (!isPlanName(plan)) throw badRequest(`unknown plan "${plan}" (one of ${PLAN_NAMES.join(', ')})`);
       const limits = { ...PLAN_DEFAULTS[plan] };
       for (const [k, v] of Object.entries(overrides) as [keyof PlanLimits, number | undefined][]) {
@@ -61,32 +61,32 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
         if (!Number.isInteger(v) || v < 0) throw badRequest(`limit ${k} must be a non-negative integer`);
         limits[k] = v;
       }
-      repos.accounts.setPlan(account.seq, plan, limits, clock.now());
+      await repos.accounts.setPlan(account.seq, plan, limits, clock.now());
       events.emit('account.changed', { accountId: account.id, change: 'plan' });
-      return repos.accounts.findBySeq(account.seq)!;
+      return (await repos.accounts.findBySeq(account.seq))!;
     },
 
-    setStatus(idOrEmail: string, status: 'active' | 'suspended'): Account {
-      const account = resolve(idOrEmail);
-      repos.accounts.setStatus(account.seq, status, clock.now());
+    async setStatus(idOrEmail: string, status: 'active' | 'suspended'): Promise<Account> {
+      const account = await resolve(idOrEmail);
+      await repos.accounts.setStatus(account.seq, status, clock.now());
       events.emit('account.changed', { accountId: account.id, change: status === 'suspended' ? 'suspended' : 'resumed' });
-      return repos.accounts.findBySeq(account.seq)!;
+      return (await repos.accounts.findBySeq(account.seq))!;
     },
 
     /** The account's webhook signing secret; the same until rotated (docs/alerts.md, "webhook"). */
-    webhookSecret(idOrEmail: string, rotate = false): { account: Account; secret: string } {
-      const account = resolve(idOrEmail);
+    async webhookSecret(idOrEmail: string, rotate = false): Promise<{ account: Account; secret: string }> {
+      const account = await resolve(idOrEmail);
       let secret = account.webhookSecret;
       if (rotate || !secret) {
         secret = newWebhookSecret();
-        repos.accounts.setWebhookSecret(account.seq, secret, clock.now());
+        await repos.accounts.setWebhookSecret(account.seq, secret, clock.now());
       }
       return { account, secret };
     },
 
     async setPassword(seq: number, password: string): Promise<void> {
       if (password.length < MIN_PASSWORD_LENGTH) throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
-      repos.accounts.setPasswordHash(seq, await hashPassword(password), clock.now());
+      await repos.accounts.setPasswordHash(seq, await hashPassword(password), clock.now());
     },
   };
 }

@@ -1,5 +1,5 @@
 import { badRequest } from '../errors.js';
-import type { Repositories } from '../storage/index.js';
+import type { Repositories } from '../storage/repositories.js';
 import { type Clock, DAY_MS, END_OF_TIME, HOUR_MS, iso, MINUTE_MS } from '../time.js';
 import { addRows, bucketOf, mergeEncoded, type Stats } from './numericStats.js';
 import { keptFrom, LEVELS, type RollupService } from './rollups.js';
@@ -73,7 +73,7 @@ export function aggregateService(
   storage: Pick<StorageStatus, 'isStorageFailure'>,
 ) {
   return {
-    aggregate(account: Account, device: Device, query: AggregateQuery): AggregateResult {
+    async aggregate(account: Account, device: Device, query: AggregateQuery): Promise<AggregateResult> {
       const requested = (query.range ?? '24h') as RangeName;
       if (!RANGE_NAMES.includes(requested)) throw badRequest(`range must be one of ${RANGE_NAMES.join(', ')}`);
       const range = capRangeToRetention(requested, account.limits.retentionDays);
@@ -91,7 +91,7 @@ export function aggregateService(
       const size = intervalMs(interval);
       let rolled: number;
       try {
-        rollupJob.settleDevice(device.seq);
+        await rollupJob.settleDevice(device.seq);
         rolled = repos.rollups.rolledUntil();
       } catch (err) {
         // The device's dirty hours could not be recomputed because storage refuses writes (a
@@ -102,28 +102,28 @@ export function aggregateService(
       }
 
       const buckets = new Map<number, Stats>();
-      const raw = (from: number, to: number) => {
-        if (to > from) addRows(buckets, repos.rollups.raw(device.seq, from, to), size, only);
+      const raw = async (from: number, to: number) => {
+        if (to > from) addRows(buckets, await repos.rollups.raw(device.seq, from, to), size, only);
       };
       /**
        * Figures of [from, to) (to ≤ rolled) from the coarsest level at most `level` whose
        * whole, kept buckets fit, the ends from finer levels, and the readings last.
        */
-      const cover = (from: number, to: number, level: number): void => {
+      const cover = async (from: number, to: number, level: number): Promise<void> => {
         if (to <= from) return;
         if (level < 0) {
-          raw(from, to);
+          await raw(from, to);
           return;
         }
         const step = LEVELS[level]!.size;
         const a = Math.max(Math.ceil(from / step) * step, keptFrom(level, now));
         const b = bucketOf(to, step);
         if (a >= b) {
-          cover(from, to, level - 1);
+          await cover(from, to, level - 1);
           return;
         }
-        cover(from, a, level - 1);
-        for (const [start, text] of repos.rollups.rows(device.seq, level, a, b)) {
+        await cover(from, a, level - 1);
+        for (const [start, text] of await repos.rollups.rows(device.seq, level, a, b)) {
           const into = bucketOf(start, size);
           let stats = buckets.get(into);
           if (stats === undefined) {
@@ -132,15 +132,15 @@ export function aggregateService(
           }
           mergeEncoded(stats, text, only);
         }
-        cover(b, to, level - 1);
+        await cover(b, to, level - 1);
       };
       // The coarsest level whose buckets nest in the interval's.
       let level = LEVELS.length - 1;
       while (size % LEVELS[level]!.size !== 0) level--;
       if (since < rolled) {
-        cover(since, rolled, level);
-        raw(rolled, END_OF_TIME);
-      } else raw(since, END_OF_TIME);
+        await cover(since, rolled, level);
+        await raw(rolled, END_OF_TIME);
+      } else await raw(since, END_OF_TIME);
 
       const fields = requestedFields ?? [...new Set([...buckets.values()].flatMap((s) => [...s.keys()]))].sort();
       const parts: string[] = [];

@@ -1,6 +1,6 @@
 import { badRequest, notFound } from '../errors.js';
 import { newId } from '../ids.js';
-import type { Repositories } from '../storage/index.js';
+import type { Repositories } from '../storage/repositories.js';
 import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
 import { presentAlertEventDetail } from './presenters.js';
@@ -150,27 +150,14 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
   const changed = (alertId: string, change: 'created' | 'updated' | 'enabled' | 'disabled' | 'deleted') =>
     events?.emit('alert.changed', { alertId, change });
 
-  function getOwned(account: Account, id: string): Alert {
-    const alert = repos.alerts.findById(id);
+  async function getOwned(account: Account, id: string): Promise<Alert> {
+    const alert = await repos.alerts.findById(id);
     if (!alert || alert.accountSeq !== account.seq) throw notFound('alert not found');
     return alert;
   }
 
-  /**
-   * A firing alert that is disabled, or whose condition changes, stops watching what it
-   * reported: it goes back to `ok` and its open event gets `resolved_at`, without a
-   * resolution notice (nothing was observed to recover).
-   */
-  function endFiring(alert: Alert, now: number): void {
-    const current = repos.alerts.findBySeq(alert.seq);
-    if (current?.state !== 'firing') return;
-    const open = repos.alerts.openEvent(alert.seq);
-    if (open) repos.alerts.resolveEvent(open.seq, now, []);
-    repos.alerts.setState(alert.seq, 'ok');
-  }
-
-  function getAny(id: string): Alert {
-    const alert = repos.alerts.findById(id);
+  async function getAny(id: string): Promise<Alert> {
+    const alert = await repos.alerts.findById(id);
     if (!alert) throw notFound(`no alert ${id}`);
     return alert;
   }
@@ -178,9 +165,9 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
   return {
     getOwned,
     getAny,
-    list: (account: Account, limit: number, offset: number) => ({
-      alerts: repos.alerts.listByAccount(account.seq, limit, offset),
-      total: repos.alerts.count(account.seq),
+    list: async (account: Account, limit: number, offset: number) => ({
+      alerts: await repos.alerts.listByAccount(account.seq, limit, offset),
+      total: await repos.alerts.count(account.seq),
     }),
 
     /**
@@ -188,8 +175,8 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
      * they have not been seen for more than twice their data interval (dashboard setting
      * `data_interval_seconds`, 60 s unless set). A paused or never-seen device is not silent.
      */
-    silentDevices(account: Account, list: Device[]): Set<string> {
-      const silent = new Set(repos.alerts.firingNoDataDeviceIds(account.seq));
+    async silentDevices(account: Account, list: Device[]): Promise<Set<string>> {
+      const silent = new Set(await repos.alerts.firingNoDataDeviceIds(account.seq));
       const now = clock.now();
       for (const d of list) {
         if (d.status !== 'active' || d.lastSeen === null) continue;
@@ -201,17 +188,22 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
     },
 
     /** Alerts of one device, oldest first (dashboard device page). */
-    listForDevice: (device: Device) => repos.alerts.listByDevice(device.seq),
+    listForDevice: async (device: Device) => await repos.alerts.listByDevice(device.seq),
 
-    create(device: Device, input: AlertInput): Alert {
+    async create(device: Device, input: AlertInput): Promise<Alert> {
       const values = validateAlertInput(input);
       const id = newId('alert');
-      repos.alerts.insert({ id, accountSeq: device.accountSeq, deviceSeq: device.seq, ...values, now: clock.now() });
+      await repos.alerts.insert({ id, accountSeq: device.accountSeq, deviceSeq: device.seq, ...values, now: clock.now() });
       changed(id, 'created');
-      return repos.alerts.findById(id)!;
+      return (await repos.alerts.findById(id))!;
     },
 
-    update(alert: Alert, input: Partial<AlertInput>): Alert {
+    /**
+     * A firing alert that is disabled, or whose condition changes, stops watching what it
+     * reported: it goes back to `ok` and its open event gets `resolved_at`, without a
+     * resolution notice (nothing was observed to recover); in the update's transaction.
+     */
+    async update(alert: Alert, input: Partial<AlertInput>): Promise<Alert> {
       const values = validateAlertInput(input as AlertInput, alert);
       const now = clock.now();
       const conditionChanged =
@@ -220,47 +212,42 @@ export function alertService(repos: Repositories, clock: Clock, events?: DomainE
         values.operator !== alert.operator ||
         values.value !== alert.value ||
         values.clearValue !== alert.clearValue;
-      repos.transaction(() => {
-        repos.alerts.update(alert.seq, { ...values, now });
-        if (conditionChanged || !values.enabled) endFiring(alert, now);
-      });
+      await repos.alerts.update(alert.seq, { ...values, now }, conditionChanged || !values.enabled);
       changed(alert.id, 'updated');
-      return repos.alerts.findById(alert.id)!;
+      return (await repos.alerts.findById(alert.id))!;
     },
 
-    setEnabled(alert: Alert, enabled: boolean): Alert {
-      const now = clock.now();
-      repos.transaction(() => {
-        repos.alerts.setEnabled(alert.seq, enabled, now);
-        if (!enabled) endFiring(alert, now);
-      });
+    /** Disabling ends a firing as update does. */
+    async setEnabled(alert: Alert, enabled: boolean): Promise<Alert> {
+      await repos.alerts.setEnabled(alert.seq, enabled, clock.now());
       changed(alert.id, enabled ? 'enabled' : 'disabled');
-      return repos.alerts.findById(alert.id)!;
+      return (await repos.alerts.findById(alert.id))!;
     },
 
     /** Deletes the alert and its trigger history. */
-    remove(alert: Alert): void {
-      repos.alerts.remove(alert.seq);
+    async remove(alert: Alert): Promise<void> {
+      await repos.alerts.remove(alert.seq);
       changed(alert.id, 'deleted');
     },
 
     /** Trigger events, newest first (docs/api.md, "Pagination and page sizes"). */
-    history: (alert: Alert, limit: number) => repos.alerts.history(alert.seq, limit),
+    history: async (alert: Alert, limit: number) => await repos.alerts.history(alert.seq, limit),
 
     /**
      * The Alert trigger event shape plus each action's delivery outcome (pending, sent,
      * failed with a reason, not_configured), for the dashboard; the Public API shows only
      * the fields of docs/api.md, "Alert trigger event".
      */
-    historyWithDeliveries: (alert: Alert, limit: number) => repos.alerts.history(alert.seq, limit).map(presentAlertEventDetail),
+    historyWithDeliveries: async (alert: Alert, limit: number) =>
+      (await repos.alerts.history(alert.seq, limit)).map(presentAlertEventDetail),
 
     /** Sets acknowledged and acknowledged_at = now; idempotent. */
-    acknowledge(account: Account, eventId: string) {
-      const event = repos.alerts.findEventById(eventId);
-      const alert = event ? repos.alerts.findBySeq(event.alertSeq) : null;
+    async acknowledge(account: Account, eventId: string) {
+      const event = await repos.alerts.findEventById(eventId);
+      const alert = event ? await repos.alerts.findBySeq(event.alertSeq) : null;
       if (!event || !alert || alert.accountSeq !== account.seq) throw notFound('alert event not found');
-      repos.alerts.acknowledgeEvent(event.seq, clock.now());
-      return repos.alerts.findEventById(eventId)!;
+      await repos.alerts.acknowledgeEvent(event.seq, clock.now());
+      return (await repos.alerts.findEventById(eventId))!;
     },
   };
 }

@@ -1,7 +1,6 @@
 import { badRequest, forbidden, notFound, unauthorized } from '../errors.js';
 import { hashSecret, newDeviceToken, newId, sameHash } from '../ids.js';
-import type { Repositories } from '../storage/index.js';
-import type { DeviceWithToken } from '../storage/repos/devices.js';
+import { type Awaitable, type DeviceWithToken, isPromise, type Repositories } from '../storage/repositories.js';
 import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
 import { type Account, DEVICE_TYPES, type Device, type FieldDefinition, type SchemaMode } from './types.js';
@@ -40,6 +39,12 @@ export function validateFields(raw: unknown, limit: number): FieldDefinition[] {
   return fields;
 }
 
+/** An authenticated device and its account, both active. */
+export interface Authenticated {
+  device: DeviceWithToken;
+  account: Account;
+}
+
 export function deviceService(repos: Repositories, events: DomainEvents, clock: Clock) {
   function normalize(account: Account, input: DeviceInput, existing?: Device) {
     const name = (input.name ?? '').trim();
@@ -65,116 +70,135 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
     };
   }
 
-  function getOwned(account: Account, id: string): DeviceWithToken {
-    const device = repos.devices.findById(id);
+  async function getOwned(account: Account, id: string): Promise<DeviceWithToken> {
+    const device = await repos.devices.findById(id);
     if (!device || device.accountSeq !== account.seq) throw notFound('device not found');
     return device;
   }
 
   /** True when the device exists and belongs to the account. */
-  function isOwnedBy(account: Account, id: string): boolean {
-    return repos.devices.findById(id)?.accountSeq === account.seq;
+  async function isOwnedBy(account: Account, id: string): Promise<boolean> {
+    return (await repos.devices.findById(id))?.accountSeq === account.seq;
   }
 
-  function getAny(id: string): DeviceWithToken {
-    const device = repos.devices.findById(id);
+  async function getAny(id: string): Promise<DeviceWithToken> {
+    const device = await repos.devices.findById(id);
     if (!device) throw notFound(`no device ${id}`);
     return device;
   }
 
-  function checkActive(device: DeviceWithToken): { device: DeviceWithToken; account: Account } {
-    const account = repos.accounts.findBySeq(device.accountSeq);
+  function checkAccount(device: DeviceWithToken, account: Account | null): Authenticated {
     if (!account) throw unauthorized('invalid device id or access token');
     if (account.status === 'suspended') throw forbidden('account is suspended');
     if (device.status === 'paused') throw forbidden('device is paused');
     return { device, account };
   }
 
-  function setStatus(device: Device, status: 'active' | 'paused'): Device {
-    repos.devices.setStatus(device.seq, status, clock.now());
+  /**
+   * The device's account, and the checks of both. Synchronous when the repository answers
+   * synchronously (SQLite; a cache hit anywhere): a promise only when the lookup is one.
+   */
+  function checkActive(device: DeviceWithToken): Awaitable<Authenticated> {
+    const account = repos.accounts.findBySeq(device.accountSeq);
+    return isPromise(account) ? account.then((a) => checkAccount(device, a)) : checkAccount(device, account);
+  }
+
+  function checkCredentials(device: DeviceWithToken | null, token: string): Awaitable<Authenticated> {
+    if (!device || !sameHash(device.tokenHash, hashSecret(token))) throw unauthorized('invalid device id or access token');
+    return checkActive(device);
+  }
+
+  function checkSession(device: DeviceWithToken | null): Awaitable<Authenticated> {
+    if (!device) throw unauthorized('device no longer exists');
+    return checkActive(device);
+  }
+
+  async function setStatus(device: Device, status: 'active' | 'paused'): Promise<Device> {
+    await repos.devices.setStatus(device.seq, status, clock.now());
     events.emit('device.changed', { deviceId: device.id, change: status === 'paused' ? 'paused' : 'resumed' });
-    return repos.devices.findBySeq(device.seq)!;
+    return (await repos.devices.findBySeq(device.seq))!;
   }
 
   return {
     getOwned,
     isOwnedBy,
     getAny,
-    list: (account: Account, opts: { limit: number; offset: number; status?: string }) => ({
-      devices: repos.devices.listByAccount(account.seq, opts),
-      total: repos.devices.count(account.seq, opts.status),
+    list: async (account: Account, opts: { limit: number; offset: number; status?: string }) => ({
+      devices: await repos.devices.listByAccount(account.seq, opts),
+      total: await repos.devices.count(account.seq, opts.status),
     }),
 
     /** Creates a device; its access token is returned once, only its hash is stored. */
-    create(account: Account, input: DeviceInput): { device: Device; accessToken: string } {
+    async create(account: Account, input: DeviceInput): Promise<{ device: Device; accessToken: string }> {
       const values = normalize(account, input);
       const token = newDeviceToken();
       const id = newId('dev');
-      repos.transaction(() => {
-        if (repos.devices.count(account.seq) >= account.limits.deviceLimit) {
-          throw forbidden(`device limit reached: the ${account.plan} plan allows ${account.limits.deviceLimit} devices`);
-        }
-        repos.devices.insert({ id, accountSeq: account.seq, ...values, tokenHash: hashSecret(token), now: clock.now() });
-      });
-      return { device: repos.devices.findById(id)!, accessToken: token };
+      const inserted = await repos.devices.insertWithinLimit(
+        { id, accountSeq: account.seq, ...values, tokenHash: hashSecret(token), now: clock.now() },
+        account.limits.deviceLimit,
+      );
+      if (!inserted) throw forbidden(`device limit reached: the ${account.plan} plan allows ${account.limits.deviceLimit} devices`);
+      return { device: (await repos.devices.findById(id))!, accessToken: token };
     },
 
-    update(device: Device, account: Account, input: DeviceInput): Device {
+    async update(device: Device, account: Account, input: DeviceInput): Promise<Device> {
       const values = normalize(account, input, device);
-      repos.devices.update(device.seq, { ...values, now: clock.now() });
+      await repos.devices.update(device.seq, { ...values, now: clock.now() });
       events.emit('device.changed', { deviceId: device.id, change: 'updated' });
-      return repos.devices.findBySeq(device.seq)!;
+      return (await repos.devices.findBySeq(device.seq))!;
     },
 
     pause: (device: Device) => setStatus(device, 'paused'),
     resume: (device: Device) => setStatus(device, 'active'),
 
     /** New token; the old one stops working at once. */
-    regenerateToken(device: Device): { device: Device; accessToken: string } {
+    async regenerateToken(device: Device): Promise<{ device: Device; accessToken: string }> {
       const token = newDeviceToken();
-      repos.devices.setTokenHash(device.seq, hashSecret(token), clock.now());
+      await repos.devices.setTokenHash(device.seq, hashSecret(token), clock.now());
       events.emit('device.changed', { deviceId: device.id, change: 'token' });
-      return { device: repos.devices.findBySeq(device.seq)!, accessToken: token };
+      return { device: (await repos.devices.findBySeq(device.seq))!, accessToken: token };
     },
 
     /**
      * Removes the device and all its data. Readings go in batches of short transactions so
      * a device with millions of rows never holds the write lock for long.
      */
-    remove(device: Device): void {
+    async remove(device: Device): Promise<void> {
       // Refuse new data first: a deleted device must not keep ingesting while its rows go.
-      repos.devices.setTokenHash(device.seq, hashSecret(newDeviceToken()), clock.now());
+      await repos.devices.setTokenHash(device.seq, hashSecret(newDeviceToken()), clock.now());
       events.emit('device.changed', { deviceId: device.id, change: 'deleted' });
-      while (repos.transaction(() => repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0);
-      repos.transaction(() => {
-        repos.rollups.deleteDevice(device.seq);
-        repos.devices.remove(device.seq);
-      });
+      while ((await repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0);
+      await repos.devices.removeWithRollups(device.seq);
     },
 
     /**
      * Authenticates a device by id and access token (HTTP ingest, snapshot upload, MQTT
      * CONNECT). Looked up on every call so a paused device or regenerated token takes effect
      * at once, whoever changed it. Order: credentials (401), then status (403).
+     *
+     * On the hot path of every reading: the device and its account come from the in-memory
+     * cache (readCache.ts), and the answer is a value, not a promise, whenever the
+     * repositories answer synchronously (SQLite always, any backend on a cache hit), so the
+     * caller awaits nothing then (`isPromise`). Refusals are thrown synchronously in that case,
+     * and rejected otherwise.
      */
-    authenticate(deviceId: unknown, token: unknown): { device: DeviceWithToken; account: Account } {
+    authenticate(deviceId: unknown, token: unknown): Awaitable<Authenticated> {
       if (typeof deviceId !== 'string' || typeof token !== 'string' || !deviceId || !token) {
         throw unauthorized('invalid device id or access token');
       }
       const device = repos.devices.findForAuth(deviceId);
-      if (!device || !sameHash(device.tokenHash, hashSecret(token))) throw unauthorized('invalid device id or access token');
-      return checkActive(device);
+      return isPromise(device) ? device.then((d) => checkCredentials(d, token)) : checkCredentials(device, token);
     },
 
-    /** For a session authenticated earlier (MQTT): the device must still exist and be active. */
-    authorizeSession(deviceId: unknown): { device: DeviceWithToken; account: Account } {
-      const device = typeof deviceId === 'string' ? repos.devices.findForAuth(deviceId) : null;
-      if (!device) throw unauthorized('device no longer exists');
-      return checkActive(device);
+    /** For a session authenticated earlier (MQTT): the device must still exist and be active. Awaitable as authenticate. */
+    authorizeSession(deviceId: unknown): Awaitable<Authenticated> {
+      if (typeof deviceId !== 'string') return checkSession(null);
+      const device = repos.devices.findForAuth(deviceId);
+      return isPromise(device) ? device.then(checkSession) : checkSession(device);
     },
 
-    recordRejection(device: Device, reason: string): void {
-      repos.devices.recordRejection(device.seq, reason.slice(0, 500), clock.now());
+    async recordRejection(device: Device, reason: string): Promise<void> {
+      await repos.devices.recordRejection(device.seq, reason.slice(0, 500), clock.now());
     },
   };
 }

@@ -1,6 +1,6 @@
 import { badRequest, forbidden, notFound, unauthorized } from '../errors.js';
 import { API_KEY_PREFIX, hashSecret, newApiKey, newId } from '../ids.js';
-import type { Repositories } from '../storage/index.js';
+import type { Repositories } from '../storage/repositories.js';
 import { type Clock, MINUTE_MS } from '../time.js';
 import type { Account, ApiKey } from './types.js';
 
@@ -10,23 +10,23 @@ const TOUCH_INTERVAL_MS = MINUTE_MS;
 export function keyService(repos: Repositories, clock: Clock) {
   return {
     /** Creates a key; the full key is returned once and only its hash is stored. */
-    create(account: Account, name: string): { key: string; record: ApiKey } {
+    async create(account: Account, name: string): Promise<{ key: string; record: ApiKey }> {
       const label = name.trim();
       if (!label) throw badRequest('a key needs a name');
       if (label.length > 100) throw badRequest('key name is longer than 100 characters');
       const { key, keyPrefix } = newApiKey();
       const id = newId('key');
-      repos.apiKeys.insert({ id, accountSeq: account.seq, name: label, keyPrefix, keyHash: hashSecret(key), now: clock.now() });
-      return { key, record: repos.apiKeys.findById(id)! };
+      await repos.apiKeys.insert({ id, accountSeq: account.seq, name: label, keyPrefix, keyHash: hashSecret(key), now: clock.now() });
+      return { key, record: (await repos.apiKeys.findById(id))! };
     },
 
-    list: (account: Account) => repos.apiKeys.listByAccount(account.seq),
+    list: async (account: Account) => await repos.apiKeys.listByAccount(account.seq),
 
-    revoke(keyId: string, account?: Account): ApiKey {
-      const key = repos.apiKeys.findById(keyId);
+    async revoke(keyId: string, account?: Account): Promise<ApiKey> {
+      const key = await repos.apiKeys.findById(keyId);
       if (!key || (account && key.accountSeq !== account.seq)) throw notFound(`no API key ${keyId}`);
-      repos.apiKeys.revoke(key.seq, clock.now());
-      return repos.apiKeys.findById(keyId)!;
+      await repos.apiKeys.revoke(key.seq, clock.now());
+      return (await repos.apiKeys.findById(keyId))!;
     },
 
     /**
@@ -34,17 +34,17 @@ export function keyService(repos: Repositories, clock: Clock) {
      * key, 403 when its account is suspended. Looked up by hash on every request, so a key
      * revoked from the CLI is refused on its very next use (docs/api.md, "Authentication").
      */
-    authenticate(presented: string | undefined): { account: Account; key: ApiKey } {
+    async authenticate(presented: string | undefined): Promise<{ account: Account; key: ApiKey }> {
       if (!presented) throw unauthorized('missing API key');
       if (!presented.startsWith(API_KEY_PREFIX)) throw unauthorized('invalid API key');
-      const key = repos.apiKeys.findByHash(hashSecret(presented));
+      const key = await repos.apiKeys.findByHash(hashSecret(presented));
       if (!key || key.revokedAt !== null) throw unauthorized('invalid API key');
-      const account = repos.accounts.findBySeq(key.accountSeq);
+      const account = await repos.accounts.findBySeq(key.accountSeq);
       if (!account) throw unauthorized('invalid API key');
       if (account.status === 'suspended') throw forbidden('account is suspended');
       const now = clock.now();
       if (key.lastUsedAt === null || now - key.lastUsedAt >= TOUCH_INTERVAL_MS) {
-        repos.apiKeys.touch(key.seq, now);
+        await repos.apiKeys.touch(key.seq, now);
         key.lastUsedAt = now;
       }
       return { account, key };

@@ -1,4 +1,4 @@
-import type { PendingReading } from '../storage/repos/readings.js';
+import type { PendingReading } from '../storage/repositories.js';
 import { MINUTE_MS } from '../time.js';
 import { addValues, bucketOf, type Stats } from './numericStats.js';
 

@@ -1,4 +1,4 @@
-import type { Repositories } from '../storage/index.js';
+import type { Repositories } from '../storage/repositories.js';
 import { type Clock, DAY_MS, HOUR_MS, MINUTE_MS } from '../time.js';
 import { periodicJob } from './periodicJob.js';
 import { LEVELS } from './rollups.js';
@@ -72,23 +72,18 @@ export class RetentionJob {
 
   private async pass(): Promise<RetentionRun> {
     const run: RetentionRun = { devices: 0, deleted: 0, batches: 0, snapshots: 0 };
-    const retentionByAccount = new Map(this.repos.accounts.list().map((a) => [a.seq, a.limits.retentionDays]));
+    const retentionByAccount = new Map((await this.repos.accounts.list()).map((a) => [a.seq, a.limits.retentionDays]));
     const now = this.clock.now();
-    for (const device of this.repos.devices.allSeqs()) {
+    for (const device of await this.repos.devices.allSeqs()) {
       const days = retentionByAccount.get(device.accountSeq);
       if (days === undefined) continue;
       const cutoff = now - days * DAY_MS;
       let touched = false;
       for (;;) {
         if (this.job.stopped) return run;
-        const deleted = this.repos.transaction(() => {
-          this.repos.devices.archiveLastSeen(device.seq);
-          const n = this.repos.readings.deleteOlderBatch(device.seq, cutoff, this.batchSize);
-          // Rollups of the deleted readings go in the same transaction; the hour the cutoff
-          // cuts into is recomputed from the readings left in it (rollups repository).
-          if (n > 0) this.repos.rollups.deleteBefore(device.seq, cutoff, LEVELS.length);
-          return n;
-        });
+        // last_seen archived, one batch deleted and the rollups of the deleted readings
+        // dropped, in one transaction (repositories.ts, readings.expireBatch).
+        const deleted = await this.repos.readings.expireBatch(device.seq, cutoff, this.batchSize, LEVELS.length);
         if (deleted === 0) break;
         touched = true;
         run.deleted += deleted;

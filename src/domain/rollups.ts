@@ -1,5 +1,4 @@
-import type { Repositories } from '../storage/index.js';
-import type { OrderedRawRow, RawRow } from '../storage/repos/rollups.js';
+import type { OrderedRawRow, RawRow, Repositories, RollupLevelWrite } from '../storage/repositories.js';
 import { type Clock, HOUR_MS, MINUTE_MS } from '../time.js';
 import { LiveMinutes } from './liveMinutes.js';
 import { addRows, bucketOf, encodeStats, mergeEncoded, mergeStats, type Stats } from './numericStats.js';
@@ -95,13 +94,21 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   let readBack = 0;
 
   /**
-   * Writes the rollups of one device for [from, to) (from a whole minute) from `minutes`, the
+   * The rollup writes of one device for [from, to) (from a whole minute) from `minutes`, the
    * minute figures of every reading of that span, level by level: each coarser level from the
    * finer one. A bucket that began before `from` (rolled in part by an earlier span) is
    * completed with the finer level's rows of that earlier part, or with the readings where
    * the finer level no longer keeps them. Only buckets a level still keeps are written.
+   * Reads what it needs first; the caller stores the result in one transaction.
    */
-  function rollSpan(deviceSeq: number, from: number, to: number, minutes: Map<number, Stats>, now: number): void {
+  async function rollSpan(
+    deviceSeq: number,
+    from: number,
+    to: number,
+    minutes: Map<number, Stats>,
+    now: number,
+  ): Promise<RollupLevelWrite[]> {
+    const writes: RollupLevelWrite[] = [];
     let finer = minutes;
     for (let level = 0; level < LEVELS.length; level++) {
       const { size } = LEVELS[level]!;
@@ -124,10 +131,11 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
           // [first, from) was rolled before: the finer level's rows of it, but those this span
           // recomputed (a finer bucket that `from` cuts into and that got new readings).
           if (first >= keptFrom(level - 1, now)) {
-            for (const [b, text] of rollups.rows(deviceSeq, level - 1, first, from)) if (!finer.has(b)) mergeEncoded(partial, text, null);
+            for (const [b, text] of await rollups.rows(deviceSeq, level - 1, first, from))
+              if (!finer.has(b)) mergeEncoded(partial, text, null);
           } else {
             const before = new Map<number, Stats>();
-            addRows(before, rollups.raw(deviceSeq, first, from), size, null);
+            addRows(before, await rollups.raw(deviceSeq, first, from), size, null);
             const earlier = before.get(first);
             if (earlier) mergeStats(partial, earlier);
           }
@@ -135,14 +143,16 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       }
       const kept = keptFrom(level, now);
       const firstWhole = Math.max(Math.ceil(from / size) * size, kept);
-      if (to > firstWhole) rollups.deleteRange(deviceSeq, level, firstWhole, to);
+      const write: RollupLevelWrite = { level, deleteFrom: firstWhole, deleteTo: to, rows: [] };
       for (const [b, stats] of current) {
         if (b < kept) continue;
         const text = encodeStats(stats);
-        if (text !== null) rollups.put(deviceSeq, level, b, text);
+        if (text !== null) write.rows.push([b, text]);
       }
+      writes.push(write);
       finer = current;
     }
+    return writes;
   }
 
   const minutesOf = (rows: readonly (RawRow | OrderedRawRow)[]): Map<number, Stats> => {
@@ -151,35 +161,33 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     return minutes;
   };
 
-  /** Recomputes one dirty hour from its readings, in one transaction; returns the readings read. */
-  function settleHour(deviceSeq: number, hour: number, now: number): number {
-    return repos.transaction(() => {
-      // Up to the time before which readings are rolled (or being rolled by a pass).
-      const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
-      const rows = end > hour ? rollups.raw(deviceSeq, hour, end) : [];
-      if (end > hour) rollSpan(deviceSeq, hour, end, minutesOf(rows), now);
-      rollups.clearDirty(deviceSeq, hour);
-      return rows.length;
-    });
+  /** Recomputes one dirty hour from its readings, written in one transaction; returns the readings read. */
+  async function settleHour(deviceSeq: number, hour: number, now: number): Promise<number> {
+    // Up to the time before which readings are rolled (or being rolled by a pass).
+    const end = Math.min(hour + HOUR_MS, rollups.lateBefore());
+    const rows = end > hour ? await rollups.raw(deviceSeq, hour, end) : [];
+    const writes = end > hour ? await rollSpan(deviceSeq, hour, end, minutesOf(rows), now) : [];
+    await rollups.settleHour(deviceSeq, hour, writes, { to: end, readings: rows.length });
+    return rows.length;
   }
 
   /** Recomputes the dirty hours of one device (a query is about to read them) but the one a pass is reading. */
-  function settleDevice(deviceSeq: number): number {
+  async function settleDevice(deviceSeq: number): Promise<number> {
     const now = clock.now();
     let settled = 0;
-    for (const hour of rollups.dirtyHours(deviceSeq)) {
+    for (const hour of await rollups.dirtyHours(deviceSeq)) {
       if (accumulating?.deviceSeq === deviceSeq && accumulating.hour === hour) continue;
-      settleHour(deviceSeq, hour, now);
+      await settleHour(deviceSeq, hour, now);
       settled++;
     }
     return settled;
   }
 
   /**
-   * One pass as a sequence of synchronous steps; the caller decides whether to yield to the
-   * event loop between them (the background job) or not (a rebuild).
+   * One pass as a sequence of steps; the caller decides whether to yield to the event loop
+   * between them (the background job) or not (a rebuild).
    */
-  function* steps(run: RollupRun): Generator<number, void> {
+  async function* steps(run: RollupRun): AsyncGenerator<number, void> {
     const now = clock.now();
     const target = bucketOf(now - ROLL_LAG_MS, MINUTE_MS);
     const start = rollups.rolledUntil();
@@ -190,11 +198,11 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       // Readings from `live.since` on are rolled from the figures held in memory, those
       // before it are read back from the database.
       const readUntil = Math.min(target, live.since);
-      for (const { seq } of repos.devices.allSeqs()) {
+      for (const { seq } of await repos.devices.allSeqs()) {
         let cursor = start;
         let touched = false;
         while (cursor < readUntil) {
-          let rows: readonly OrderedRawRow[] = rollups.rawFirst(seq, cursor, readUntil, ROWS_PER_STEP);
+          let rows: readonly OrderedRawRow[] = await rollups.rawFirst(seq, cursor, readUntil, ROWS_PER_STEP);
           readBack += rows.length;
           let end = readUntil;
           const cut = rows.length === ROWS_PER_STEP ? bucketOf(rows[rows.length - 1]![0], HOUR_MS) : null;
@@ -211,11 +219,10 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
                 if (rows.length < ROWS_PER_STEP) break;
                 const [time, after] = rows[rows.length - 1]!;
                 yield rows.length;
-                rows = rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
+                rows = await rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
                 readBack += rows.length;
               }
-              const from = cursor;
-              repos.transaction(() => rollSpan(seq, from, end, minutes, now));
+              await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutes, now));
             } finally {
               accumulating = null;
             }
@@ -230,9 +237,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
             rows = rows.filter((r) => r[0] < cut);
           }
           if (rows.length > 0) {
-            const span = minutesOf(rows);
-            const from = cursor;
-            repos.transaction(() => rollSpan(seq, from, end, span, now));
+            await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutesOf(rows), now));
             run.readings += rows.length;
             touched = true;
           }
@@ -242,26 +247,25 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
         if (cursor < target) {
           const held = live.take(seq, cursor, target);
           if (held !== null) {
-            const from = cursor;
-            repos.transaction(() => rollSpan(seq, from, target, held.minutes, now));
+            await rollups.writeSpan(seq, await rollSpan(seq, cursor, target, held.minutes, now));
             run.readings += held.readings;
             touched = true;
           }
           // Minutes, not readings: writing one costs about what reading a few rows did.
           yield held === null ? 0 : held.minutes.size;
         }
-        if (prune) for (let level = 0; level < LEVELS.length; level++) yield rollups.deleteRange(seq, level, 0, keptFrom(level, now));
+        if (prune) for (let level = 0; level < LEVELS.length; level++) yield await rollups.deleteRange(seq, level, 0, keptFrom(level, now));
         if (touched) run.devices++;
       }
       if (prune) prunedAt = bucketOf(now, HOUR_MS);
-      rollups.setRolledUntil(target);
+      await rollups.setRolledUntil(target);
       // What is left before the target belongs to devices deleted meanwhile.
       live.dropBefore(target);
     }
     // Every dirty hour is a step of its own.
     const settleAt = clock.now();
-    for (const { deviceSeq, hour } of rollups.allDirty()) {
-      const read = settleHour(deviceSeq, hour, settleAt);
+    for (const { deviceSeq, hour } of await rollups.allDirty()) {
+      const read = await settleHour(deviceSeq, hour, settleAt);
       readBack += read;
       run.dirtyHours++;
       yield read;
@@ -287,7 +291,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
   async function pass(): Promise<RollupRun> {
     const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
     let sinceYield = 0;
-    for (const n of steps(run)) {
+    for await (const n of steps(run)) {
       sinceYield += n + 50;
       if (sinceYield >= ROWS_PER_STEP) {
         sinceYield = 0;
@@ -312,14 +316,14 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     stop: job.stop,
     /** Before a query reads one device's rollups: recompute its dirty hours, if any. */
     settleDevice,
-    /** Drops every rollup and rolls all readings up again, synchronously (bulk loads, tests). */
-    rebuild(): RollupRun {
-      rollups.clear();
+    /** Drops every rollup and rolls all readings up again, without yielding to the event loop between steps (bulk loads, tests). */
+    async rebuild(): Promise<RollupRun> {
+      await rollups.clear();
       // Everything is read from the database.
       live.dropAll(clock.now());
       prunedAt = 0;
       const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
-      for (const _ of steps(run));
+      for await (const _ of steps(run));
       return run;
     },
   };

@@ -6,8 +6,7 @@
 
 import { badRequest, rateLimited, unauthorized } from '../errors.js';
 import { hashSecret, randomBase62, sameHash } from '../ids.js';
-import type { Repositories } from '../storage/index.js';
-import type { SessionRecord } from '../storage/repos/sessions.js';
+import type { Repositories, SessionRecord } from '../storage/repositories.js';
 import { type Clock, DAY_MS, HOUR_MS, MINUTE_MS } from '../time.js';
 import type { AccountService } from './accounts.js';
 import { hashPassword, verifyPassword } from './passwords.js';
@@ -75,10 +74,10 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
   // Verifying against a real hash for unknown emails keeps both failures equally slow.
   let dummyHash: Promise<string> | null = null;
 
-  function open(account: Account): { sessionId: string; session: SessionRecord } {
+  async function open(account: Account): Promise<{ sessionId: string; session: SessionRecord }> {
     const sessionId = randomBase62(43);
     const now = clock.now();
-    repos.sessions.removeExpired(now);
+    await repos.sessions.removeExpired(now);
     const session: SessionRecord = {
       idHash: hashSecret(sessionId),
       accountSeq: account.seq,
@@ -87,7 +86,7 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       lastUsedAt: now,
       expiresAt: now + SESSION_IDLE_MS,
     };
-    repos.sessions.insert(session);
+    await repos.sessions.insert(session);
     return { sessionId, session };
   }
 
@@ -99,7 +98,7 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       const normalized = (email ?? '').trim();
       if (!normalized || !password) throw badRequest('email and password are required');
       throttle.check(normalized, ip);
-      const account = repos.accounts.findByEmail(normalized);
+      const account = await repos.accounts.findByEmail(normalized);
       // An unknown email costs the same scrypt work as a wrong password, so timing tells nothing.
       dummyHash ??= hashPassword(randomBase62(16));
       const hash = account?.passwordHash ?? (await dummyHash);
@@ -109,36 +108,36 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
         throw unauthorized(SIGN_IN_FAILED);
       }
       throttle.succeed(normalized);
-      return { ...open(account), account };
+      return { ...(await open(account)), account };
     },
 
     open,
 
     /** The session and its account for a cookie value, or null (unknown, expired, account gone). */
-    resolve(sessionId: string | undefined | null): ResolvedSession | null {
+    async resolve(sessionId: string | undefined | null): Promise<ResolvedSession | null> {
       if (!sessionId || sessionId.length > 200) return null;
-      const session = repos.sessions.findByHash(hashSecret(sessionId));
+      const session = await repos.sessions.findByHash(hashSecret(sessionId));
       const now = clock.now();
       if (!session) return null;
       if (session.expiresAt <= now) {
-        repos.sessions.remove(session.idHash);
+        await repos.sessions.remove(session.idHash);
         return null;
       }
-      const account = repos.accounts.findBySeq(session.accountSeq);
+      const account = await repos.accounts.findBySeq(session.accountSeq);
       if (!account) return null;
-      if (now - session.lastUsedAt >= TOUCH_INTERVAL_MS) repos.sessions.touch(session.idHash, now, now + SESSION_IDLE_MS);
+      if (now - session.lastUsedAt >= TOUCH_INTERVAL_MS) await repos.sessions.touch(session.idHash, now, now + SESSION_IDLE_MS);
       return { account, session };
     },
 
-    signOut(session: SessionRecord): void {
-      repos.sessions.remove(session.idHash);
+    async signOut(session: SessionRecord): Promise<void> {
+      await repos.sessions.remove(session.idHash);
     },
 
     /** Needs the current password; signs out every other session of the account. */
     async changePassword(resolved: ResolvedSession, current: string, next: string): Promise<void> {
       if (!(await verifyPassword(current ?? '', resolved.account.passwordHash))) throw badRequest('the current password is wrong');
       await accounts.setPassword(resolved.account.seq, next ?? '');
-      repos.sessions.removeOthers(resolved.account.seq, resolved.session.idHash);
+      await repos.sessions.removeOthers(resolved.account.seq, resolved.session.idHash);
     },
 
     /**
@@ -146,12 +145,17 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
      * account exists. The caller forgets the token once this succeeds.
      */
     async completeSetup(expectedToken: string | null, presentedToken: string, email: string, password: string) {
-      if (!expectedToken || !presentedToken || !sameHash(hashSecret(presentedToken), hashSecret(expectedToken)) || accounts.count() > 0) {
+      if (
+        !expectedToken ||
+        !presentedToken ||
+        !sameHash(hashSecret(presentedToken), hashSecret(expectedToken)) ||
+        (await accounts.count()) > 0
+      ) {
         throw unauthorized('this setup link is no longer valid');
       }
       const account = await accounts.create({ email, password: password ?? '' });
       // accounts.create validated the password length only when one is given.
-      return { ...open(account), account };
+      return { ...(await open(account)), account };
     },
   };
 }

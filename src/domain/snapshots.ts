@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { badRequest, forbidden, notFound, payloadTooLarge, rateLimited } from '../errors.js';
-import type { Repositories } from '../storage/index.js';
-import type { SnapshotRecord } from '../storage/repos/snapshots.js';
+import type { Repositories, SnapshotRecord } from '../storage/repositories.js';
 import type { SnapshotFiles } from '../storage/snapshotFiles.js';
 import { type Clock, DAY_MS } from '../time.js';
 import type { DeviceService } from './devices.js';
@@ -81,24 +80,24 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
     );
 
   /** Expired = older than the owning account's snapshot retention (docs/snapshots.md, "Retention"). */
-  function isExpired(snapshot: SnapshotRecord, now: number): boolean {
-    const account = repos.accounts.findBySeq(snapshot.accountSeq);
+  async function isExpired(snapshot: SnapshotRecord, now: number): Promise<boolean> {
+    const account = await repos.accounts.findBySeq(snapshot.accountSeq);
     return !account || snapshot.createdAt < now - account.limits.snapshotRetentionDays * DAY_MS;
   }
 
   /**
    * Deletes snapshots older than their account's snapshot retention at `now` (files first,
    * then rows, so a failure never leaves a file without its row). Works in small batches,
-   * each its own short transaction, yielding to the event loop in between. Returns how many
-   * were deleted.
+   * each its own short transaction (snapshots.removeMany), yielding to the event loop in
+   * between. Returns how many were deleted.
    */
   async function purgeExpiredSnapshots(now: number = clock.now(), batchSize = 200): Promise<number> {
     let total = 0;
     for (;;) {
-      const batch = repos.snapshots.expiredBatch(now, batchSize);
+      const batch = await repos.snapshots.expiredBatch(now, batchSize);
       if (batch.length === 0) return total;
       for (const s of batch) await files.remove(s.deviceId, s.id, s.contentType);
-      total += repos.transaction(() => repos.snapshots.removeMany(batch.map((s) => s.seq)));
+      total += await repos.snapshots.removeMany(batch.map((s) => s.seq));
       if (batch.length < batchSize) return total;
       await new Promise((resolve) => setImmediate(resolve));
     }
@@ -118,7 +117,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
         throw badRequest(`unsupported content type${contentType ? ` "${contentType}"` : ''}: send Content-Type image/jpeg or image/png`);
       }
       if (!input.deviceId) throw badRequest('device id is missing');
-      const { device, account } = devices.authenticate(input.deviceId, input.token);
+      const { device, account } = await devices.authenticate(input.deviceId, input.token);
       if (!device.snapshotsEnabled) throw forbidden('snapshots are not enabled for this device');
 
       if (input.declaredLength !== undefined && input.declaredLength > MAX_SNAPSHOT_BYTES) throw tooLarge();
@@ -130,7 +129,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       // over quota costs no disk work, and again when the row goes in (below).
       const limit = account.limits.snapshotsPerDay;
       const dayStart = startOfUtcDay(clock.now());
-      if (repos.snapshots.countSince(device.seq, dayStart) >= limit) throw quotaError(limit, clock.now());
+      if ((await repos.snapshots.countSince(device.seq, dayStart)) >= limit) throw quotaError(limit, clock.now());
 
       // Low disk space on either file system: refused before anything is written.
       if (storage.snapshotsRefusal !== null) throw storage.refuse(storage.snapshotsRefusal);
@@ -143,17 +142,23 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
         throw storage.writeFailed('snapshots', err);
       }
       storage.writeSucceeded('snapshots');
+      const now = clock.now();
+      let inserted: boolean;
       try {
         // Count and insert in one write transaction: concurrent uploads cannot both take
         // the last slot of the day.
-        repos.transaction(() => {
-          const now = clock.now();
-          if (repos.snapshots.countSince(device.seq, startOfUtcDay(now)) >= limit) throw quotaError(limit, now);
-          repos.snapshots.insert({ id, deviceSeq: device.seq, contentType, size: bytes.length, now });
-        });
+        inserted = await repos.snapshots.insertWithinQuota(
+          { id, deviceSeq: device.seq, contentType, size: bytes.length, now },
+          startOfUtcDay(now),
+          limit,
+        );
       } catch (err) {
         await files.remove(device.id, id, contentType).catch(() => {});
         throw storage.writeFailed('database', err);
+      }
+      if (!inserted) {
+        await files.remove(device.id, id, contentType).catch(() => {});
+        throw quotaError(limit, now);
       }
       storage.writeSucceeded('database');
       return { id, url: snapshotUrl(device.id, id) };
@@ -166,11 +171,11 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
      */
     async read(deviceId: string, id: string, readers: SnapshotReader[]): Promise<StoredSnapshot> {
       const missing = () => notFound('snapshot not found');
-      const snapshot = repos.snapshots.findById(id);
+      const snapshot = await repos.snapshots.findById(id);
       if (!snapshot || snapshot.deviceId !== deviceId) throw missing();
       const allowed = readers.some((r) => ('deviceSeq' in r ? r.deviceSeq === snapshot.deviceSeq : r.accountSeq === snapshot.accountSeq));
       // Past retention it is gone for readers even before the background job removes it.
-      if (!allowed || isExpired(snapshot, clock.now())) throw missing();
+      if (!allowed || (await isExpired(snapshot, clock.now()))) throw missing();
       const bytes = await files.read(snapshot.deviceId, snapshot.id, snapshot.contentType);
       if (!bytes) throw missing();
       return { id: snapshot.id, contentType: snapshot.contentType, size: bytes.length, createdAt: snapshot.createdAt, bytes };

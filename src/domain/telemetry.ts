@@ -1,4 +1,4 @@
-import type { Repositories } from '../storage/index.js';
+import type { Repositories } from '../storage/repositories.js';
 import { type Clock, DAY_MS, HOUR_MS } from '../time.js';
 import type { Account, Device } from './types.js';
 
@@ -33,18 +33,18 @@ export function telemetryService(repos: Repositories, clock: Clock) {
   const retentionStart = (account: Account) => clock.now() - account.limits.retentionDays * DAY_MS;
 
   return {
-    latest(account: Account, device: Device) {
-      const reading = repos.readings.latest(device.seq);
+    async latest(account: Account, device: Device) {
+      const reading = await repos.readings.latest(device.seq);
       return reading && reading.time >= retentionStart(account) ? reading : null;
     },
 
-    history(account: Account, device: Device, requested: RangeName, limit: number) {
+    async history(account: Account, device: Device, requested: RangeName, limit: number) {
       const range = capRangeToRetention(requested, account.limits.retentionDays);
       const since = Math.max(clock.now() - rangeMs(range), retentionStart(account));
-      return { range, readings: repos.readings.history(device.seq, since, limit) };
+      return { range, readings: await repos.readings.history(device.seq, since, limit) };
     },
 
-    /** Readings of [since, until) oldest first, streamed for exports. */
+    /** Readings of [since, until) oldest first, streamed for exports: iterate with `for await`. */
     iterateRange(account: Account, device: Device, since: number, until: number) {
       return repos.readings.iterateRange(device.seq, Math.max(since, retentionStart(account)), until);
     },

@@ -1,14 +1,16 @@
-import type { Repositories } from '../storage/index.js';
+import type { Repositories } from '../storage/repositories.js';
 import { type Clock, DAY_MS, iso, startOfNextUtcMonth, startOfUtcMonth } from '../time.js';
 import type { Account } from './types.js';
 
 /** Account usage (docs/api.md, "Account usage"). */
 export function usageService(repos: Repositories, clock: Clock) {
   return {
-    usage(account: Account) {
+    async usage(account: Account) {
       const now = clock.now();
-      const total = repos.devices.count(account.seq);
-      const active = repos.devices.count(account.seq, 'active');
+      const total = await repos.devices.count(account.seq);
+      const active = await repos.devices.count(account.seq, 'active');
+      const dataPoints = await repos.readings.countSinceForAccount(account.seq, now - DAY_MS);
+      const alerts = { total: await repos.alerts.count(account.seq), active: await repos.alerts.countEnabled(account.seq) };
       return {
         plan: {
           plan: account.plan,
@@ -19,8 +21,8 @@ export function usageService(repos: Repositories, clock: Clock) {
           current_period_end: iso(startOfNextUtcMonth(now)),
         },
         devices: { total, active, paused: total - active, limit: account.limits.deviceLimit },
-        telemetry: { data_points_24h: repos.readings.countSinceForAccount(account.seq, now - DAY_MS) },
-        alerts: { total: repos.alerts.count(account.seq), active: repos.alerts.countEnabled(account.seq) },
+        telemetry: { data_points_24h: dataPoints },
+        alerts,
       };
     },
   };

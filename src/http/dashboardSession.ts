@@ -38,13 +38,13 @@ export function parseCookies(header: string | undefined): Record<string, string>
 type RequestLike = { headers: { cookie?: string | undefined } };
 
 /** The session behind the request's cookie, or null. */
-export function sessionFromRequest(services: Services, request: RequestLike): ResolvedSession | null {
+export function sessionFromRequest(services: Services, request: RequestLike): Promise<ResolvedSession | null> {
   return services.sessions.resolve(parseCookies(request.headers.cookie)[SESSION_COOKIE]);
 }
 
 /** The account signed in to the dashboard on this request, or null (for the snapshot GET). */
-export function accountFromSession(services: Services, request: RequestLike): Account | null {
-  return sessionFromRequest(services, request)?.account ?? null;
+export async function accountFromSession(services: Services, request: RequestLike): Promise<Account | null> {
+  return (await sessionFromRequest(services, request))?.account ?? null;
 }
 
 /** Secure when the request came over TLS or the public URL is https (behind a TLS proxy). */

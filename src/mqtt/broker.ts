@@ -82,7 +82,8 @@ export async function startMqtt(
     limitPacketSize(client, MAX_PACKET_BYTES, (cmd, reason) => {
       // An authenticated device gets the refusal counted like any other rejected message.
       const session = sessions.get(client);
-      if (session && cmd === 'publish') services.ingest.recordTransportRejection(session.deviceId, `payload too large: ${reason}`, 'mqtt');
+      if (session && cmd === 'publish')
+        void services.ingest.recordTransportRejection(session.deviceId, `payload too large: ${reason}`, 'mqtt');
     });
   };
 

@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Aedes, AedesOptions, AuthenticateError } from 'aedes';
 import type { Services } from '../composition.js';
+import type { Authenticated } from '../domain/devices.js';
 import { AppError } from '../errors.js';
 import { isStoredQos2Duplicate, remoteAddressOf } from './aedesInternals.js';
 import { AuthThrottle } from './authThrottle.js';
@@ -83,19 +84,27 @@ export function brokerHooks(deps: {
         refusal.returnCode = CONNACK.SERVER_UNAVAILABLE;
         return callback(refusal, false);
       }
-      try {
-        // Username = device id, password = access token (docs/api.md, "Authentication").
-        const { device, account } = services.devices.authenticate(username, password?.toString('utf8'));
+      const accept = ({ device, account }: Authenticated) => {
         sessions.add({ deviceId: device.id, accountId: account.id, tokenHash: device.tokenHash, client });
         throttle.recordSuccess(address);
         callback(null, true);
-      } catch (err) {
+      };
+      const refuse = (err: unknown) => {
         // Only wrong credentials count (401); a paused device (403) knew its token.
         if (err instanceof AppError && err.status === 401) throttle.recordFailure(address);
         if (!(err instanceof AppError)) log.error({ err }, 'MQTT authentication failed');
         const refusal = new Error(err instanceof AppError ? err.message : 'server unavailable') as AuthenticateError;
         refusal.returnCode = connackReturnCode(err);
         callback(refusal, false);
+      };
+      try {
+        // Username = device id, password = access token (docs/api.md, "Authentication").
+        // Answered from the cache without a promise but on an asynchronous backend's miss.
+        const authenticated = services.devices.authenticate(username, password?.toString('utf8'));
+        if (authenticated instanceof Promise) authenticated.then(accept).catch(refuse);
+        else accept(authenticated);
+      } catch (err) {
+        refuse(err);
       }
     },
 

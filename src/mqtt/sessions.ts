@@ -62,23 +62,39 @@ export class SessionRegistry {
     if (set && set.size === 0) this.byDevice.delete(session.deviceId);
   }
 
-  /** Closes the device's sessions that its current row no longer allows. */
+  /**
+   * Closes the device's sessions that its current row no longer allows: at once when the
+   * lookup answers synchronously, else once it has answered.
+   */
   recheckDevice(deviceId: string): void {
     const set = this.byDevice.get(deviceId);
     if (!set || set.size === 0) return;
-    let reason: string | null = null;
-    let currentTokenHash: string | null = null;
     try {
-      const { device } = this.services.devices.authorizeSession(deviceId);
-      currentTokenHash = device.tokenHash;
+      const authorized = this.services.devices.authorizeSession(deviceId);
+      if (authorized instanceof Promise) {
+        authorized.then(
+          ({ device }) => this.closeRefused(deviceId, null, device.tokenHash),
+          (err: unknown) => this.recheckFailed(deviceId, err),
+        );
+      } else this.closeRefused(deviceId, null, authorized.device.tokenHash);
     } catch (err) {
-      // A transient failure (database busy) keeps the sessions; the next change re-checks.
-      if (!(err instanceof AppError)) {
-        this.log.error({ err, deviceId }, 'MQTT session re-check failed');
-        return;
-      }
-      reason = err.message;
+      this.recheckFailed(deviceId, err);
     }
+  }
+
+  private recheckFailed(deviceId: string, err: unknown): void {
+    // A transient failure (database busy) keeps the sessions; the next change re-checks.
+    if (!(err instanceof AppError)) {
+      this.log.error({ err, deviceId }, 'MQTT session re-check failed');
+      return;
+    }
+    this.closeRefused(deviceId, err.message, null);
+  }
+
+  /** Closes the device's sessions: all of them for a `reason`, else those of another token. */
+  private closeRefused(deviceId: string, reason: string | null, currentTokenHash: string | null): void {
+    const set = this.byDevice.get(deviceId);
+    if (!set) return;
     for (const session of [...set]) {
       const why = reason ?? (session.tokenHash !== currentTokenHash ? 'access token was regenerated' : null);
       if (why) {

@@ -8,8 +8,24 @@ import { readingsRepo } from './repos/readings.js';
 import { rollupsRepo } from './repos/rollups.js';
 import { sessionsRepo } from './repos/sessions.js';
 import { snapshotsRepo } from './repos/snapshots.js';
+import type {
+  AccountsRepository,
+  AlertsRepository,
+  ApiKeysRepository,
+  DevicesRepository,
+  ExternalChanges,
+  ReadingsRepository,
+  Repositories,
+  RollupsRepository,
+  SessionsRepository,
+  SnapshotsRepository,
+} from './repositories.js';
 
-/** Every repository over one connection: what the domain layer is given. */
+/**
+ * Every SQLite repository over one connection: the storage interface of the domain layer
+ * (repositories.ts), answered synchronously, plus what the SQLite reading writer and tests
+ * use beyond it (readings.insertBatch, mergeInbox, ...).
+ */
 export function createRepositories(db: Db) {
   // Commits by another connection (the admin CLI), one cheap check shared by every cache.
   const externalCommits = new ExternalCommits(db);
@@ -17,22 +33,19 @@ export function createRepositories(db: Db) {
   // dropped on any change to either table by anyone (readCache.ts).
   const authTables = new TableChanges(db, externalCommits, ['devices', 'accounts']);
   const rollups = rollupsRepo(db);
+  // Each checked against its interface here, where a mismatch names the repository.
   return {
-    accounts: accountsRepo(db, authTables),
-    apiKeys: apiKeysRepo(db),
-    devices: devicesRepo(db, authTables),
-    readings: readingsRepo(db, rollups),
-    rollups,
-    alerts: alertsRepo(db),
-    sessions: sessionsRepo(db),
-    snapshots: snapshotsRepo(db),
+    accounts: accountsRepo(db, authTables) satisfies AccountsRepository,
+    apiKeys: apiKeysRepo(db) satisfies ApiKeysRepository,
+    devices: devicesRepo(db, rollups, authTables) satisfies DevicesRepository,
+    readings: readingsRepo(db, rollups) satisfies ReadingsRepository,
+    rollups: rollups satisfies RollupsRepository,
+    alerts: alertsRepo(db) satisfies AlertsRepository,
+    sessions: sessionsRepo(db) satisfies SessionsRepository,
+    snapshots: snapshotsRepo(db) satisfies SnapshotsRepository,
     /** Commits by another connection (the admin CLI): a counter, and a watch (readCache.ts). */
-    externalCommits,
-    /** Runs fn in one synchronous transaction (never spans an await). */
-    // IMMEDIATE takes the write lock up front, so a concurrent writer (the admin CLI, the
-    // server) waits on busy_timeout instead of failing with SQLITE_BUSY on lock upgrade.
-    transaction: <T>(fn: () => T): T => db.transaction(fn).immediate(),
-  };
+    externalCommits: externalCommits satisfies ExternalChanges,
+  } satisfies Repositories;
 }
 
-export type Repositories = ReturnType<typeof createRepositories>;
+export type SqliteRepositories = ReturnType<typeof createRepositories>;

@@ -1,4 +1,5 @@
-import type { PendingReading, ReadingsRepo } from './repos/readings.js';
+import type { ReadingsRepo } from './repos/readings.js';
+import type { PendingReading } from './repositories.js';
 
 /**
  * Readings appended to the inbox between two merges into the clustered table (migration 5).

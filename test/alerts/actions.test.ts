@@ -80,14 +80,14 @@ async function closedPort(): Promise<number> {
 
 type Delivery = { action: string; status: string; detail: string | null; attempts: number | null };
 
-function deliveries(server: TestServer, alertId: string) {
-  const alert = server.services.alerts.getAny(alertId);
-  return server.services.alerts.historyWithDeliveries(alert, 100) as (Record<string, unknown> & { deliveries: Delivery[] })[];
+async function deliveries(server: TestServer, alertId: string) {
+  const alert = await server.services.alerts.getAny(alertId);
+  return (await server.services.alerts.historyWithDeliveries(alert, 100)) as (Record<string, unknown> & { deliveries: Delivery[] })[];
 }
 
 async function settledDelivery(server: TestServer, alertId: string, action: string): Promise<Delivery> {
-  return waitFor(() => {
-    const events = deliveries(server, alertId);
+  return waitFor(async () => {
+    const events = await deliveries(server, alertId);
     const d = events[0]?.deliveries.find((x) => x.action === action);
     return d && d.status !== 'pending' ? d : null;
   }, `${action} delivery of ${alertId}`);
@@ -122,7 +122,7 @@ describe('email action', () => {
 
   it('mails the account owner from --smtp-from, naming the alert and the value; delivery is "sent"', async () => {
     const s = await seedAccount(server, { email: 'owner-mail@example.com' });
-    const alert = server.services.alerts.create(s.device, { name: 'Freezer too warm', field: 'env.temp', operator: '>', value: -10 });
+    const alert = await server.services.alerts.create(s.device, { name: 'Freezer too warm', field: 'env.temp', operator: '>', value: -10 });
     expect(alert.actions).toEqual(['email']);
     await send(server, s.device, s.token, { env: { temp: -4.5 } });
     const mail = await waitFor(() => smtp.mails.find((m) => m.to.includes('owner-mail@example.com')), 'the alert email');
@@ -149,9 +149,9 @@ describe('email action without a reachable SMTP server', () => {
     const server = await startTestServer();
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, { name: 'no smtp', field: 't', operator: '>', value: 0 });
+      const alert = await server.services.alerts.create(s.device, { name: 'no smtp', field: 't', operator: '>', value: 0 });
       await send(server, s.device, s.token, { t: 1 });
-      const events = deliveries(server, alert.id);
+      const events = await deliveries(server, alert.id);
       expect(events).toHaveLength(1);
       expect(events[0]!.deliveries).toEqual([
         expect.objectContaining({ action: 'email', status: 'not_configured', detail: expect.stringContaining('SMTP') }),
@@ -167,7 +167,7 @@ describe('email action without a reachable SMTP server', () => {
     const server = await startTestServer({ 'smtp-url': `smtp://127.0.0.1:${port}` });
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, { name: 'smtp down', field: 't', operator: '>', value: 0 });
+      const alert = await server.services.alerts.create(s.device, { name: 'smtp down', field: 't', operator: '>', value: 0 });
       const res = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { t: 1 } });
       expect(res.status).toBe(200);
       expect((await history(server, s.key, alert.id)).body.data).toHaveLength(1);
@@ -193,7 +193,7 @@ describe('webhook action', () => {
     const receiver = await startReceiver();
     try {
       const s = await seedAccount(server, { email: 'hooks@example.com' });
-      const alert = server.services.alerts.create(s.device, {
+      const alert = await server.services.alerts.create(s.device, {
         name: 'door open',
         field: 'door',
         operator: '==',
@@ -231,14 +231,14 @@ describe('webhook action', () => {
       // Each action keeps its own outcome: webhook sent, email not configured on this server.
       const d = await settledDelivery(server, alert.id, 'webhook');
       expect(d).toMatchObject({ status: 'sent', attempts: 1 });
-      expect(deliveries(server, alert.id)[0]!.deliveries.find((x) => x.action === 'email')!.status).toBe('not_configured');
+      expect((await deliveries(server, alert.id))[0]!.deliveries.find((x) => x.action === 'email')!.status).toBe('not_configured');
 
       // After rotation, the next delivery is signed with the new secret.
       const rotated = await runCliAsync(['accounts', 'webhook-secret', s.account.id, '--rotate', '--json'], { dataDir: server.dataDir });
       expect(rotated.json.webhook_secret).not.toBe(secret);
       await send(server, s.device, s.token, { door: 1 });
       // cooldown 300 by default: nothing new; an alert with cooldown 0 shows the rotated secret.
-      server.services.alerts.update(alert, { cooldown: 0 });
+      await server.services.alerts.update(alert, { cooldown: 0 });
       await send(server, s.device, s.token, { door: 1 });
       const second = await waitFor(() => receiver.hooks[1], 'the second webhook');
       expect(receiver.hooks).toHaveLength(2);
@@ -253,7 +253,7 @@ describe('webhook action', () => {
     const receiver = await startReceiver((n, res) => res.writeHead(n <= 2 ? 500 : 204).end());
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, {
+      const alert = await server.services.alerts.create(s.device, {
         name: 'flaky',
         field: 'p',
         operator: '<',
@@ -282,7 +282,7 @@ describe('webhook action', () => {
     });
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, {
+      const alert = await server.services.alerts.create(s.device, {
         name: 'down',
         field: 'p',
         operator: '>',
@@ -299,7 +299,7 @@ describe('webhook action', () => {
       expect(res.body).toEqual({ success: true });
       const latest = await (await server.request(`/v1/devices/${s.device.id}/telemetry/latest`, { key: s.key })).json();
       expect(latest.data.data).toEqual({ p: 7 });
-      expect(deliveries(server, alert.id)[0]!.deliveries[0]!.status).toBe('pending');
+      expect((await deliveries(server, alert.id))[0]!.deliveries[0]!.status).toBe('pending');
       // Other readings keep flowing meanwhile.
       expect((await ingest(server, { device_id: s.device.id, access_token: s.token, data: { p: 0 } })).status).toBe(200);
       release();
@@ -316,7 +316,7 @@ describe('webhook action', () => {
   it('an unreachable webhook URL ends "failed" with the network reason', async () => {
     const port = await closedPort();
     const s = await seedAccount(server);
-    const alert = server.services.alerts.create(s.device, {
+    const alert = await server.services.alerts.create(s.device, {
       name: 'nowhere',
       field: 'p',
       operator: '>',
@@ -344,7 +344,7 @@ describe('deliveries running at shutdown', () => {
     try {
       const server = await startTestServer({ 'data-dir': dataDir, 'smtp-url': `smtp://127.0.0.1:${smtpPort}` });
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, {
+      const alert = await server.services.alerts.create(s.device, {
         name: 'held',
         field: 'p',
         operator: '>',
@@ -359,8 +359,8 @@ describe('deliveries running at shutdown', () => {
 
       const reopened = openDataDir(dataDir);
       try {
-        const stored = reopened.services.alerts.getAny(alert.id);
-        const [event] = reopened.services.alerts.historyWithDeliveries(stored, 10) as { deliveries: Delivery[] }[];
+        const stored = await reopened.services.alerts.getAny(alert.id);
+        const [event] = (await reopened.services.alerts.historyWithDeliveries(stored, 10)) as { deliveries: Delivery[] }[];
         const byAction = Object.fromEntries(event!.deliveries.map((d) => [d.action, d]));
         expect(byAction.email).toMatchObject({ status: 'failed', detail: 'server shut down' });
         expect(byAction.webhook).toMatchObject({ status: 'failed' });

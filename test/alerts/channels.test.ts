@@ -79,7 +79,7 @@ function urls(tag: string) {
 describe('threshold alerts: resolution, hysteresis and every channel', () => {
   it('sends short messages with a device link to slack, discord, ntfy, webhook and email, then resolution notices', async () => {
     const s = await seedAccount(server, { email: 'cold@example.com', device: { name: 'Kühlraum 3' } });
-    const alert = server.services.alerts.create(s.device, {
+    const alert = await server.services.alerts.create(s.device, {
       name: 'Too warm',
       field: 'env.temp',
       operator: '>',
@@ -94,8 +94,8 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
     const who = `Too warm: Kühlraum 3 (${s.device.id})`;
 
     await send(server, s.device, s.token, { env: { temp: 31 } });
-    const [event] = eventsOf(server, alert.id);
-    expect(server.services.alerts.getAny(alert.id).state).toBe('firing');
+    const [event] = await eventsOf(server, alert.id);
+    expect((await server.services.alerts.getAny(alert.id)).state).toBe('firing');
 
     const [slack] = await requestsTo('/a/slack', 1);
     expect(slack!.method).toBe('POST');
@@ -134,7 +134,7 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
     await send(server, s.device, s.token, { env: { temp: 28 } });
     // A reading without the field does not resolve either.
     await send(server, s.device, s.token, { other: 1 });
-    expect(server.services.alerts.getAny(alert.id).state).toBe('firing');
+    expect((await server.services.alerts.getAny(alert.id)).state).toBe('firing');
     // While firing, matches keep triggering under the cooldown (0 here).
     await send(server, s.device, s.token, { env: { temp: 32 } });
     const [, second] = await requestsTo('/a/slack', 2);
@@ -144,8 +144,8 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
 
     await send(server, s.device, s.token, { env: { temp: 24.5 } });
     const resolvedAt = new Date(server.storage.repos.readings.latest(s.device.seq)!.time).toISOString();
-    expect(server.services.alerts.getAny(alert.id).state).toBe('ok');
-    const events = eventsOf(server, alert.id);
+    expect((await server.services.alerts.getAny(alert.id)).state).toBe('ok');
+    const events = await eventsOf(server, alert.id);
     expect(events).toHaveLength(2);
     // The latest event of the firing carries the resolution.
     expect(events[0]!.resolved_at).toBe(resolvedAt);
@@ -167,8 +167,8 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
     expect(resolvedMail).toContain(events[0]!.id);
 
     // Outcomes of the resolution notice are kept apart from the trigger's.
-    const detail = await waitFor(() => {
-      const [latest] = server.services.alerts.historyWithDeliveries(server.services.alerts.getAny(alert.id), 10);
+    const detail = await waitFor(async () => {
+      const [latest] = await server.services.alerts.historyWithDeliveries(await server.services.alerts.getAny(alert.id), 10);
       return latest!.resolution_deliveries.every((d) => d.status === 'sent') ? latest : null;
     }, 'resolution deliveries sent');
     expect(detail.resolution_deliveries.map((d) => d.action).sort()).toEqual(['discord', 'email', 'ntfy', 'slack', 'webhook']);
@@ -177,7 +177,7 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
 
   it('without clear_value the first reading that no longer meets the condition resolves; notify_resolved false sends no notice', async () => {
     const s = await seedAccount(server);
-    const alert = server.services.alerts.create(s.device, {
+    const alert = await server.services.alerts.create(s.device, {
       name: 'Door',
       field: 'door',
       operator: '>=',
@@ -195,9 +195,9 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
     expect(ntfy!.headers.title).toBe(`[warning] Door: sensor 1 (${s.device.id})`);
 
     await send(server, s.device, s.token, { door: 0 });
-    expect(server.services.alerts.getAny(alert.id).state).toBe('ok');
-    expect(eventsOf(server, alert.id)[0]!.resolved_at).not.toBeNull();
-    const [latest] = server.services.alerts.historyWithDeliveries(server.services.alerts.getAny(alert.id), 10);
+    expect((await server.services.alerts.getAny(alert.id)).state).toBe('ok');
+    expect((await eventsOf(server, alert.id))[0]!.resolved_at).not.toBeNull();
+    const [latest] = await server.services.alerts.historyWithDeliveries(await server.services.alerts.getAny(alert.id), 10);
     expect(latest!.resolution_deliveries).toEqual([]);
     await sleep(500);
     expect(receiver.received.filter((r) => r.url.startsWith('/b/'))).toHaveLength(2);
@@ -207,7 +207,7 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
     const flaky = await startHttpReceiver((n) => (n <= 2 ? 500 : 200));
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, {
+      const alert = await server.services.alerts.create(s.device, {
         name: 'Battery',
         field: 'battery',
         operator: '<',
@@ -217,8 +217,8 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
         ntfyUrl: `${flaky.base}/topic`,
       });
       await send(server, s.device, s.token, { battery: 5 });
-      const d = await waitFor(() => {
-        const [latest] = server.services.alerts.historyWithDeliveries(server.services.alerts.getAny(alert.id), 10);
+      const d = await waitFor(async () => {
+        const [latest] = await server.services.alerts.historyWithDeliveries(await server.services.alerts.getAny(alert.id), 10);
         return latest?.deliveries[0]?.status === 'sent' ? latest.deliveries[0] : null;
       }, 'the ntfy delivery');
       expect(d).toMatchObject({ action: 'ntfy', status: 'sent', attempts: 3 });
@@ -231,7 +231,7 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
 
   it('no_data messages name the silence; the Public API lists action names, never URLs', async () => {
     const s = await seedAccount(server, { device: { name: 'Freezer' } });
-    const alert = server.services.alerts.create(s.device, {
+    const alert = await server.services.alerts.create(s.device, {
       name: 'Silent',
       kind: 'no_data',
       field: 'temp',

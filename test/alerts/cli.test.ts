@@ -111,7 +111,7 @@ describe('telemetryd alerts (CLI) against a running server', () => {
     const db = openDatabase(server.dataDir);
     try {
       const admin = composeServices(db).services;
-      const alert = server.services.alerts.create(s.device, {
+      const alert = await server.services.alerts.create(s.device, {
         name: 'second connection',
         field: 'q',
         operator: '>',
@@ -119,9 +119,9 @@ describe('telemetryd alerts (CLI) against a running server', () => {
         cooldown: 0,
       });
       await send(server, s.device, s.token, { q: 1 });
-      admin.alerts.setEnabled(admin.alerts.getAny(alert.id), false);
+      await admin.alerts.setEnabled(await admin.alerts.getAny(alert.id), false);
       await send(server, s.device, s.token, { q: 2 });
-      admin.alerts.setEnabled(admin.alerts.getAny(alert.id), true);
+      await admin.alerts.setEnabled(await admin.alerts.getAny(alert.id), true);
       await send(server, s.device, s.token, { q: 3 });
       expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value)).toEqual([3, 1]);
     } finally {
@@ -166,9 +166,9 @@ describe('telemetryd alerts (CLI) against a running server', () => {
     // The running server evaluates the CLI's alert at once, and resolves it below 27.5 only.
     await send(server, s.device, s.token, { t: 31 });
     await send(server, s.device, s.token, { t: 29 });
-    expect(server.services.alerts.getAny(chat.json.id).state).toBe('firing');
+    expect((await server.services.alerts.getAny(chat.json.id)).state).toBe('firing');
     await send(server, s.device, s.token, { t: 27 });
-    expect(server.services.alerts.getAny(chat.json.id).state).toBe('ok');
+    expect((await server.services.alerts.getAny(chat.json.id)).state).toBe('ok');
   });
 
   it('refuses every inconsistent no_data, clear-value and channel definition', async () => {
@@ -203,7 +203,7 @@ describe('telemetryd alerts (CLI) against a running server', () => {
       expect(r.stderr, extra.join(' ')).toMatch(message);
     }
     // Nothing was stored by any of them.
-    expect(server.services.alerts.listForDevice(s.device).filter((a) => a.name === 'x')).toEqual([]);
+    expect((await server.services.alerts.listForDevice(s.device)).filter((a) => a.name === 'x')).toEqual([]);
   });
 
   it('refuses invalid definitions with one line on stderr and nothing on stdout', async () => {

@@ -18,10 +18,15 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     const s = await fresh();
     const ops = { gt: '>', ge: '>=', lt: '<', le: '<=', eq: '==', ne: '!=' } as const;
     const alerts = Object.fromEntries(
-      Object.entries(ops).map(([field, operator]) => [
-        field,
-        server.services.alerts.create(s.device, { name: `op ${operator}`, field, operator, value: 20, cooldown: 0 }),
-      ]),
+      await Promise.all(
+        Object.entries(ops).map(
+          async ([field, operator]) =>
+            [
+              field,
+              await server.services.alerts.create(s.device, { name: `op ${operator}`, field, operator, value: 20, cooldown: 0 }),
+            ] as const,
+        ),
+      ),
     );
     // Every condition false...
     await send(server, s.device, s.token, { gt: 20, ge: 19.9, lt: 20, le: 20.1, eq: 20.5, ne: 20 });
@@ -38,7 +43,13 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('the trigger event has the Alert trigger event shape and last_triggered follows it', async () => {
     const s = await fresh();
-    const alert = server.services.alerts.create(s.device, { name: 'hot', field: 'temp', operator: '>', value: 30, severity: 'critical' });
+    const alert = await server.services.alerts.create(s.device, {
+      name: 'hot',
+      field: 'temp',
+      operator: '>',
+      value: 30,
+      severity: 'critical',
+    });
     const before = await (await server.request(`/v1/alerts/${alert.id}`, { key: s.key })).json();
     expect(before.data.last_triggered).toBeNull();
 
@@ -74,7 +85,7 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     expect(list.data.find((a: { id: string }) => a.id === alert.id).last_triggered).toBe(event.triggered_at);
 
     // Acknowledging (a dashboard action) sets acknowledged and acknowledged_at.
-    server.services.alerts.acknowledge(s.account, event.id as string);
+    await server.services.alerts.acknowledge(s.account, event.id as string);
     const acked = (await history(server, s.key, alert.id)).body.data[0]!;
     expect(acked.acknowledged).toBe(true);
     expect(acked.acknowledged_at).toMatch(/Z$/);
@@ -82,8 +93,8 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('dotted paths reach into nested data; a literal dotted key is not a path', async () => {
     const s = await fresh();
-    const alert = server.services.alerts.create(s.device, { name: 'env', field: 'env.temp', operator: '>=', value: 30, cooldown: 0 });
-    const deep = server.services.alerts.create(s.device, { name: 'deep', field: 'a.b.c', operator: '<', value: 0, cooldown: 0 });
+    const alert = await server.services.alerts.create(s.device, { name: 'env', field: 'env.temp', operator: '>=', value: 30, cooldown: 0 });
+    const deep = await server.services.alerts.create(s.device, { name: 'deep', field: 'a.b.c', operator: '<', value: 0, cooldown: 0 });
     await send(server, s.device, s.token, { env: { temp: 29.9 }, a: { b: { c: 0 } } });
     await send(server, s.device, s.token, { 'env.temp': 99, env: 31 });
     expect((await history(server, s.key, alert.id)).body.data).toHaveLength(0);
@@ -95,8 +106,8 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('a missing field or a non-numeric value never triggers (numeric strings included)', async () => {
     const s = await fresh();
-    const above = server.services.alerts.create(s.device, { name: 'above', field: 'temp', operator: '>', value: 30, cooldown: 0 });
-    const notEqual = server.services.alerts.create(s.device, { name: 'ne', field: 'temp', operator: '!=', value: 1, cooldown: 0 });
+    const above = await server.services.alerts.create(s.device, { name: 'above', field: 'temp', operator: '>', value: 30, cooldown: 0 });
+    const notEqual = await server.services.alerts.create(s.device, { name: 'ne', field: 'temp', operator: '!=', value: 1, cooldown: 0 });
     for (const data of [{ other: 50 }, { temp: '35' }, { temp: true }, { temp: null }, { temp: { v: 40 } }, { temp: [40] }, {}]) {
       await send(server, s.device, s.token, data);
     }
@@ -109,9 +120,9 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('cooldown 0 records every matching reading; a long cooldown records only the first', async () => {
     const s = await fresh();
-    const every = server.services.alerts.create(s.device, { name: 'every', field: 'x', operator: '>', value: 0, cooldown: 0 });
-    const once = server.services.alerts.create(s.device, { name: 'once', field: 'x', operator: '>', value: 0, cooldown: 3600 });
-    const byDefault = server.services.alerts.create(s.device, { name: 'default cooldown', field: 'x', operator: '>', value: 0 });
+    const every = await server.services.alerts.create(s.device, { name: 'every', field: 'x', operator: '>', value: 0, cooldown: 0 });
+    const once = await server.services.alerts.create(s.device, { name: 'once', field: 'x', operator: '>', value: 0, cooldown: 3600 });
+    const byDefault = await server.services.alerts.create(s.device, { name: 'default cooldown', field: 'x', operator: '>', value: 0 });
     expect(byDefault.cooldown).toBe(300);
     await send(server, s.device, s.token, { x: 1 });
     await send(server, s.device, s.token, { x: 2 });
@@ -122,8 +133,8 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('many readings of one device committed together pass a cooldown only once', async () => {
     const s = await fresh();
-    const every = server.services.alerts.create(s.device, { name: 'every', field: 'x', operator: '>', value: 0, cooldown: 0 });
-    const once = server.services.alerts.create(s.device, { name: 'once', field: 'x', operator: '>', value: 0, cooldown: 3600 });
+    const every = await server.services.alerts.create(s.device, { name: 'every', field: 'x', operator: '>', value: 0, cooldown: 0 });
+    const once = await server.services.alerts.create(s.device, { name: 'once', field: 'x', operator: '>', value: 0, cooldown: 3600 });
     const n = 40;
     // Concurrent HTTP requests: how many share a commit depends on timing...
     await Promise.all(Array.from({ length: n }, (_, i) => send(server, s.device, s.token, { x: i + 1 })));
@@ -131,9 +142,9 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     expect((await history(server, s.key, once.id)).body.data).toHaveLength(1);
     // ...so also hand n readings to the one ingest pipeline (the path HTTP and MQTT share) in
     // one tick: they are certain to commit in one transaction and be evaluated back to back.
-    const other = server.services.devices.create(s.account, { name: 'batch' });
-    const everyB = server.services.alerts.create(other.device, { name: 'every', field: 'x', operator: '>', value: 0, cooldown: 0 });
-    const onceB = server.services.alerts.create(other.device, { name: 'once', field: 'x', operator: '>', value: 0, cooldown: 3600 });
+    const other = await server.services.devices.create(s.account, { name: 'batch' });
+    const everyB = await server.services.alerts.create(other.device, { name: 'every', field: 'x', operator: '>', value: 0, cooldown: 0 });
+    const onceB = await server.services.alerts.create(other.device, { name: 'once', field: 'x', operator: '>', value: 0, cooldown: 3600 });
     await Promise.all(
       Array.from({ length: n }, (_, i) =>
         server.services.ingest.ingestReading({
@@ -151,16 +162,23 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('a disabled alert records nothing; enabling and changing an alert apply to the next reading', async () => {
     const s = await fresh();
-    let alert = server.services.alerts.create(s.device, { name: 'off', field: 't', operator: '>', value: 10, cooldown: 0, enabled: false });
+    let alert = await server.services.alerts.create(s.device, {
+      name: 'off',
+      field: 't',
+      operator: '>',
+      value: 10,
+      cooldown: 0,
+      enabled: false,
+    });
     await send(server, s.device, s.token, { t: 11 });
     expect((await history(server, s.key, alert.id)).body.data).toHaveLength(0);
-    alert = server.services.alerts.setEnabled(alert, true);
+    alert = await server.services.alerts.setEnabled(alert, true);
     await send(server, s.device, s.token, { t: 12 });
     expect((await history(server, s.key, alert.id)).body.data).toHaveLength(1);
-    alert = server.services.alerts.update(alert, { value: 100 });
+    alert = await server.services.alerts.update(alert, { value: 100 });
     await send(server, s.device, s.token, { t: 13 });
     expect((await history(server, s.key, alert.id)).body.data).toHaveLength(1);
-    alert = server.services.alerts.setEnabled(alert, false);
+    alert = await server.services.alerts.setEnabled(alert, false);
     await send(server, s.device, s.token, { t: 1000 });
     expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value)).toEqual([12]);
     const shown = await (await server.request(`/v1/alerts/${alert.id}`, { key: s.key })).json();
@@ -169,12 +187,12 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('an alert deleted between evaluation and recording does not cost the other triggers', async () => {
     const s = await fresh();
-    const doomed = server.services.alerts.create(s.device, { name: 'doomed', field: 'v', operator: '>', value: 0 });
-    const kept = server.services.alerts.create(s.device, { name: 'kept', field: 'v', operator: '>', value: 0 });
+    const doomed = await server.services.alerts.create(s.device, { name: 'doomed', field: 'v', operator: '>', value: 0 });
+    const kept = await server.services.alerts.create(s.device, { name: 'kept', field: 'v', operator: '>', value: 0 });
     // 'reading.stored' runs right after evaluation, before the triggers are written.
-    const off = server.services.events.on('reading.stored', () => {
+    const off = server.services.events.on('reading.stored', async () => {
       off();
-      server.services.alerts.remove(doomed);
+      await server.services.alerts.remove(doomed);
     });
     await send(server, s.device, s.token, { v: 1 });
     expect((await history(server, s.key, kept.id)).body.data.map((e) => e.condition_value)).toEqual([1]);
@@ -185,8 +203,14 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('alerts of another device are not evaluated against this device', async () => {
     const s = await fresh();
-    const other = server.services.devices.create(s.account, { name: 'other' });
-    const alert = server.services.alerts.create(other.device, { name: 'other dev', field: 't', operator: '>', value: 0, cooldown: 0 });
+    const other = await server.services.devices.create(s.account, { name: 'other' });
+    const alert = await server.services.alerts.create(other.device, {
+      name: 'other dev',
+      field: 't',
+      operator: '>',
+      value: 0,
+      cooldown: 0,
+    });
     await send(server, s.device, s.token, { t: 5 });
     expect((await history(server, s.key, alert.id)).body.data).toHaveLength(0);
     await send(server, other.device, other.accessToken, { t: 5 });
@@ -195,7 +219,7 @@ describe('alert evaluation on readings ingested over HTTP', () => {
 
   it('history is newest first, 50 by default, clamped to 100, and limit=0 is 400', async () => {
     const s = await fresh();
-    const alert = server.services.alerts.create(s.device, { name: 'many', field: 'i', operator: '>=', value: 0, cooldown: 0 });
+    const alert = await server.services.alerts.create(s.device, { name: 'many', field: 'i', operator: '>=', value: 0, cooldown: 0 });
     for (let i = 0; i < 105; i++) await send(server, s.device, s.token, { i });
     const byDefault = (await history(server, s.key, alert.id)).body.data;
     expect(byDefault).toHaveLength(50);
@@ -226,7 +250,7 @@ describe('cooldown boundary (injected clock)', () => {
 
   it('matches before T + cooldown record nothing; at T + cooldown the alert triggers again', async () => {
     const s = await seedAccount(server);
-    const alert = server.services.alerts.create(s.device, { name: 'cool', field: 'v', operator: '>', value: 0, cooldown: 60 });
+    const alert = await server.services.alerts.create(s.device, { name: 'cool', field: 'v', operator: '>', value: 0, cooldown: 60 });
     const t0 = now;
     await send(server, s.device, s.token, { v: 1 });
     now = t0 + 59_999;

@@ -68,16 +68,16 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * The alert's trigger events as the Public API shows them, read through the services: polling
  * /v1 every few milliseconds would run into the plan's rate limit.
  */
-export function eventsOf(server: TestServer, alertId: string) {
-  const alert = server.services.alerts.getAny(alertId);
-  return server.services.alerts.history(alert, 100).map(presentAlertEvent);
+export async function eventsOf(server: TestServer, alertId: string) {
+  const alert = await server.services.alerts.getAny(alertId);
+  return (await server.services.alerts.history(alert, 100)).map(presentAlertEvent);
 }
 
 /** Polls until the alert has `n` events; returns them, newest first. */
 export function waitForEvents(server: TestServer, alertId: string, n: number, timeoutMs = 20_000) {
   return waitFor(
-    () => {
-      const events = eventsOf(server, alertId);
+    async () => {
+      const events = await eventsOf(server, alertId);
       return events.length >= n ? events : null;
     },
     `${n} event(s) of ${alertId}`,

@@ -26,7 +26,7 @@ describe('alerts on readings published over MQTT', () => {
     await new Promise<void>((resolve) => receiver.listen(0, '127.0.0.1', resolve));
     const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/`;
     const s = await seedAccount(server);
-    const alert = server.services.alerts.create(s.device, {
+    const alert = await server.services.alerts.create(s.device, {
       name: 'mqtt hot',
       field: 'env.temp',
       operator: '>',

@@ -29,7 +29,7 @@ async function alertOf(key: string, id: string) {
 describe('no_data alert on any reading', () => {
   it('fires within SECONDS + 5 s of the last reading, once per silence; the next reading resolves it', async () => {
     const s = await seedAccount(server, { device: { name: 'Freezer' } });
-    const alert = server.services.alerts.create(s.device, {
+    const alert = await server.services.alerts.create(s.device, {
       name: 'Freezer silent',
       kind: 'no_data',
       value: 10,

@@ -22,8 +22,8 @@ describe('no_data across a restart', () => {
   it('counts a silence from the last reading before the restart, and never fires it twice', async () => {
     server = await start();
     const s = await seedAccount(server);
-    const any = server.services.alerts.create(s.device, { name: 'silent', kind: 'no_data', value: 10 });
-    const path = server.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'env.temp', value: 10 });
+    const any = await server.services.alerts.create(s.device, { name: 'silent', kind: 'no_data', value: 10 });
+    const path = await server.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'env.temp', value: 10 });
     await send(server, s.device, s.token, { env: { temp: 3 } });
     const lastTemp = server.storage.repos.readings.latest(s.device.seq)!.time;
     await sleep(2_000);
@@ -48,15 +48,15 @@ describe('no_data across a restart', () => {
     await server.stop();
     server = await start();
     await sleep(2_000);
-    expect(eventsOf(server, any.id)).toHaveLength(1);
-    expect(eventsOf(server, path.id)).toHaveLength(1);
-    expect(server.services.alerts.getAny(any.id).state).toBe('firing');
+    expect(await eventsOf(server, any.id)).toHaveLength(1);
+    expect(await eventsOf(server, path.id)).toHaveLength(1);
+    expect((await server.services.alerts.getAny(any.id)).state).toBe('firing');
 
     // The next reading after the restart resolves the firing that began before it.
     await send(server, s.device, s.token, { env: { temp: 4 } });
-    expect(eventsOf(server, any.id)[0]!.resolved_at).not.toBeNull();
-    expect(eventsOf(server, path.id)[0]!.resolved_at).not.toBeNull();
-    expect(server.services.alerts.getAny(path.id).state).toBe('ok');
+    expect((await eventsOf(server, any.id))[0]!.resolved_at).not.toBeNull();
+    expect((await eventsOf(server, path.id))[0]!.resolved_at).not.toBeNull();
+    expect((await server.services.alerts.getAny(path.id)).state).toBe('ok');
   }, 60_000);
 });
 
@@ -69,7 +69,7 @@ describe('no_data after a start, on a long history without a match', () => {
     const server = await startTestServer({}, { clock, silenceCheckMs: 24 * HOUR });
     try {
       const s = await seedAccount(server);
-      const alert = server.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'temp', value: 6 * 3_600 });
+      const alert = await server.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'temp', value: 6 * 3_600 });
       // One reading with the path five hours before T0, then a long run of readings without it
       // (stored directly: the evaluator never saw them, as after a restart).
       const lastTemp = T0 - 5 * HOUR;
@@ -83,21 +83,21 @@ describe('no_data after a start, on a long history without a match', () => {
       const tracked = evaluation.trackedSilences;
       let checks = 0;
       while (evaluation.trackedSilences === tracked) {
-        evaluation.checkSilences();
+        await evaluation.checkSilences();
         checks++;
         expect(checks).toBeLessThanOrEqual(3);
       }
       // No check read the whole run of readings.
       expect(checks).toBe(3);
-      expect(eventsOf(server, alert.id)).toEqual([]);
+      expect(await eventsOf(server, alert.id)).toEqual([]);
 
       // Found: the silence counts from that reading, not from the window's start (T0 - 6 h).
       clock.t = lastTemp + 6 * HOUR - 1_000;
-      evaluation.checkSilences();
-      expect(eventsOf(server, alert.id)).toEqual([]);
+      await evaluation.checkSilences();
+      expect(await eventsOf(server, alert.id)).toEqual([]);
       clock.t = lastTemp + 6 * HOUR;
-      evaluation.checkSilences();
-      const [event] = eventsOf(server, alert.id);
+      await evaluation.checkSilences();
+      const [event] = await eventsOf(server, alert.id);
       expect(event!.triggered_at).toBe(new Date(lastTemp + 6 * HOUR).toISOString());
     } finally {
       await server.stop();

@@ -22,31 +22,36 @@ const latestTime = (deviceSeq: number) => server.storage.repos.readings.latest(d
 describe('no_data alerts: paused devices, disabled alerts, paths', () => {
   it('never fires for a paused device or a disabled alert; resume and enable count the silence from then', async () => {
     const account = await seedAccount(server, { device: { name: 'watched' } });
-    const acc = server.services.accounts.list().find((a) => a.id === account.account.id)!;
-    const paused = server.services.devices.create(acc, { name: 'paused' });
-    const quiet = server.services.devices.create(acc, { name: 'alert disabled' });
+    const acc = (await server.services.accounts.list()).find((a) => a.id === account.account.id)!;
+    const paused = await server.services.devices.create(acc, { name: 'paused' });
+    const quiet = await server.services.devices.create(acc, { name: 'alert disabled' });
 
-    const watched = server.services.alerts.create(account.device, { name: 'watched silent', kind: 'no_data', value: 10 });
-    const onPaused = server.services.alerts.create(paused.device, { name: 'paused silent', kind: 'no_data', value: 10 });
-    const disabled = server.services.alerts.create(quiet.device, { name: 'disabled silent', kind: 'no_data', value: 10, enabled: false });
+    const watched = await server.services.alerts.create(account.device, { name: 'watched silent', kind: 'no_data', value: 10 });
+    const onPaused = await server.services.alerts.create(paused.device, { name: 'paused silent', kind: 'no_data', value: 10 });
+    const disabled = await server.services.alerts.create(quiet.device, {
+      name: 'disabled silent',
+      kind: 'no_data',
+      value: 10,
+      enabled: false,
+    });
     await send(server, account.device, account.token, { t: 1 });
     await send(server, paused.device, paused.accessToken, { t: 1 });
     await send(server, quiet.device, quiet.accessToken, { t: 1 });
-    server.services.devices.pause(paused.device);
+    await server.services.devices.pause(paused.device);
 
     await waitForEvents(server, watched.id, 1);
     await sleep(2_000);
-    expect(eventsOf(server, onPaused.id)).toEqual([]);
-    expect(eventsOf(server, disabled.id)).toEqual([]);
+    expect(await eventsOf(server, onPaused.id)).toEqual([]);
+    expect(await eventsOf(server, disabled.id)).toEqual([]);
 
     // Their last readings are over 10 s old, yet the silence starts at the resume / enabling.
-    server.services.devices.resume(paused.device);
-    const resumedAt = server.services.devices.getAny(paused.device.id).resumedAt!;
-    server.services.alerts.setEnabled(disabled, true);
-    const enabledAt = server.services.alerts.getAny(disabled.id).enabledAt;
+    await server.services.devices.resume(paused.device);
+    const resumedAt = (await server.services.devices.getAny(paused.device.id)).resumedAt!;
+    await server.services.alerts.setEnabled(disabled, true);
+    const enabledAt = (await server.services.alerts.getAny(disabled.id)).enabledAt;
     await sleep(1_000);
-    expect(eventsOf(server, onPaused.id)).toEqual([]);
-    expect(eventsOf(server, disabled.id)).toEqual([]);
+    expect(await eventsOf(server, onPaused.id)).toEqual([]);
+    expect(await eventsOf(server, disabled.id)).toEqual([]);
 
     const [afterResume] = await waitForEvents(server, onPaused.id, 1);
     const [afterEnable] = await waitForEvents(server, disabled.id, 1);
@@ -62,7 +67,7 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
 
   it('a PATH alert counts only readings with a number at the path; such a reading resolves it', async () => {
     const s = await seedAccount(server);
-    const alert = server.services.alerts.create(s.device, { name: 'no temperature', kind: 'no_data', field: 'env.temp', value: 10 });
+    const alert = await server.services.alerts.create(s.device, { name: 'no temperature', kind: 'no_data', field: 'env.temp', value: 10 });
     await send(server, s.device, s.token, { env: { temp: 4 } });
     const lastMatch = latestTime(s.device.seq);
     // Readings keep coming, but none has a number at env.temp.
@@ -76,34 +81,36 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     expect(after).toBeLessThan(11_000);
 
     await send(server, s.device, s.token, { env: { temp: null } });
-    expect(server.services.alerts.getAny(alert.id).state).toBe('firing');
+    expect((await server.services.alerts.getAny(alert.id)).state).toBe('firing');
     await send(server, s.device, s.token, { env: { temp: -18.5 } });
-    expect(server.services.alerts.getAny(alert.id).state).toBe('ok');
-    expect(eventsOf(server, alert.id)[0]!.resolved_at).toBe(new Date(latestTime(s.device.seq)).toISOString());
+    expect((await server.services.alerts.getAny(alert.id)).state).toBe('ok');
+    expect((await eventsOf(server, alert.id))[0]!.resolved_at).toBe(new Date(latestTime(s.device.seq)).toISOString());
   }, 30_000);
 
   it('forgets the silences of alerts another process disabled, or deleted with their device', async () => {
     const evaluation = server.services.alertEvaluation;
-    evaluation.checkSilences();
+    await evaluation.checkSilences();
     const before = evaluation.trackedSilences;
     const s = await seedAccount(server);
-    const other = server.services.devices.create(server.services.accounts.list().find((a) => a.id === s.account.id)!, { name: 'other' });
-    const disabled = server.services.alerts.create(s.device, { name: 'to disable', kind: 'no_data', value: 600 });
-    server.services.alerts.create(other.device, { name: 'goes with its device', kind: 'no_data', field: 'x', value: 600 });
+    const other = await server.services.devices.create((await server.services.accounts.list()).find((a) => a.id === s.account.id)!, {
+      name: 'other',
+    });
+    const disabled = await server.services.alerts.create(s.device, { name: 'to disable', kind: 'no_data', value: 600 });
+    await server.services.alerts.create(other.device, { name: 'goes with its device', kind: 'no_data', field: 'x', value: 600 });
     await send(server, s.device, s.token, { x: 1 });
     await send(server, other.device, other.accessToken, { x: 1 });
-    evaluation.checkSilences();
+    await evaluation.checkSilences();
     expect(evaluation.trackedSilences).toBe(before + 2);
 
     // The admin CLI's way: another connection commits, seen by the next check.
     const admin = composeServices(openDatabase(server.dataDir));
     try {
-      admin.services.alerts.setEnabled(admin.services.alerts.getAny(disabled.id), false);
-      admin.services.devices.remove(other.device);
+      await admin.services.alerts.setEnabled(await admin.services.alerts.getAny(disabled.id), false);
+      await admin.services.devices.remove(other.device);
     } finally {
       admin.close();
     }
-    evaluation.checkSilences();
+    await evaluation.checkSilences();
     expect(evaluation.trackedSilences).toBe(before);
   });
 });

@@ -55,8 +55,8 @@ export async function seedAccount(
     email: opts.email ?? `owner-${Math.random().toString(36).slice(2)}@example.com`,
     plan: opts.plan ?? 'starter',
   });
-  const { key } = services.keys.create(account, 'test key');
-  const { device, accessToken } = services.devices.create(account, opts.device ?? { name: 'sensor 1' });
+  const { key } = await services.keys.create(account, 'test key');
+  const { device, accessToken } = await services.devices.create(account, opts.device ?? { name: 'sensor 1' });
   return { account, key, device, token: accessToken };
 }
 

@@ -122,7 +122,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
   });
 
   it('aligns buckets on UTC multiples of the interval, oldest first, across a minute boundary', async () => {
-    const dev = server.services.devices.create(a.account, { name: 'edge' }).device;
+    const dev = (await server.services.devices.create(a.account, { name: 'edge' })).device;
     const m = Math.floor(NOW / MIN) * MIN - 10 * MIN; // a minute boundary 10 minutes back
     insertReadings(server, dev.seq, [
       { time: m - 500, data: { v: 1 } },
@@ -148,7 +148,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
   });
 
   it('counts only readings inside the range: the first bucket is partial', async () => {
-    const dev = server.services.devices.create(a.account, { name: 'partial' }).device;
+    const dev = (await server.services.devices.create(a.account, { name: 'partial' })).device;
     const since = NOW - HOUR;
     insertReadings(server, dev.seq, [
       { time: since - 1, data: { v: 1000 } }, // outside: same 1m bucket as the next one
@@ -210,7 +210,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
   });
 
   it('caps the range to the plan retention like /telemetry, with the default interval of the effective range', async () => {
-    server.services.accounts.setPlan(a.account.id, 'enterprise', { retentionDays: 3 });
+    await server.services.accounts.setPlan(a.account.id, 'enterprise', { retentionDays: 3 });
     try {
       const res = await get(`/v1/devices/${a.device.id}/telemetry/aggregate?range=7d`);
       const body = (await res.json()) as { data: Bucket[]; query: Record<string, unknown> };
@@ -221,7 +221,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
       // An interval is judged over the effective range: 1m over a capped 7d (24h) is allowed.
       expect((await get(`/v1/devices/${a.device.id}/telemetry/aggregate?range=7d&interval=1m`)).status).toBe(200);
     } finally {
-      server.services.accounts.setPlan(a.account.id, 'enterprise');
+      await server.services.accounts.setPlan(a.account.id, 'enterprise');
     }
   });
 
@@ -243,11 +243,11 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
   });
 
   it('counts a reading the moment it is acknowledged, and a late reading in an hour already rolled up', async () => {
-    const dev = server.services.devices.create(a.account, { name: 'late' }).device;
+    const dev = (await server.services.devices.create(a.account, { name: 'late' })).device;
     insertReadings(server, dev.seq, [{ time: NOW - 3 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     // Through the real ingest path: answered 200 only once committed.
-    const { accessToken } = server.services.devices.regenerateToken(dev);
+    const { accessToken } = await server.services.devices.regenerateToken(dev);
     const res = await server.request('/api/devices/ingest', {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${accessToken}` },

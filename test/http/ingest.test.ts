@@ -93,14 +93,14 @@ describe('HTTP ingest', () => {
     // A valid token of another device is still wrong for this device id.
     expect((await ingest(server, { device_id: s.device.id, access_token: other.token, data: { a: 1 } })).status).toBe(401);
 
-    server.services.devices.pause(s.device);
+    await server.services.devices.pause(s.device);
     const paused = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1 } });
     expect(paused).toMatchObject({ status: 403, body: { success: false, error: 'device is paused' } });
-    server.services.devices.resume(s.device);
+    await server.services.devices.resume(s.device);
 
-    server.services.accounts.setStatus(s.account.id, 'suspended');
+    await server.services.accounts.setStatus(s.account.id, 'suspended');
     expect((await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1 } })).status).toBe(403);
-    server.services.accounts.setStatus(s.account.id, 'active');
+    await server.services.accounts.setStatus(s.account.id, 'active');
     expect((await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1 } })).status).toBe(200);
   });
 
@@ -122,7 +122,7 @@ describe('HTTP ingest', () => {
       plan: 'free',
       device: { name: 'strict', fields: [{ name: 'temp', label: 'Temperature', unit: '°C' }, { name: 'hum' }] },
     });
-    const device = server.services.devices.getAny(free.device.id);
+    const device = await server.services.devices.getAny(free.device.id);
     expect(device.schemaMode).toBe('strict');
     const ok = await ingest(server, { device_id: device.id, access_token: free.token, data: { temp: 1, hum: 2 } });
     expect(ok.status).toBe(200);
@@ -130,20 +130,20 @@ describe('HTTP ingest', () => {
     expect(bad.status).toBe(400);
     expect(bad.body.error).toContain('pressure');
     expect(bad.body.error).toContain('wind');
-    const after = server.services.devices.getAny(device.id);
+    const after = await server.services.devices.getAny(device.id);
     expect(after.rejectedCount).toBe(1);
     expect(after.lastRejectionReason).toContain('pressure');
   });
 
   it('flexible schema: at most the plan field limit of top-level keys', async () => {
-    server.services.accounts.setPlan(s.account.id, 'starter', { fieldLimit: 3 });
+    await server.services.accounts.setPlan(s.account.id, 'starter', { fieldLimit: 3 });
     expect(
       (await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1, b: 2, c: { d: 1, e: 2, f: 3 } } })).status,
     ).toBe(200);
     const r = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { a: 1, b: 2, c: 3, d: 4 } });
     expect(r.status).toBe(400);
     expect(r.body.error).toMatch(/4 fields.*allows 3/);
-    server.services.accounts.setPlan(s.account.id, 'starter');
+    await server.services.accounts.setPlan(s.account.id, 'starter');
   });
 
   it('Device API errors for unknown routes keep the device error shape', async () => {

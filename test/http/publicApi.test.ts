@@ -67,7 +67,7 @@ describe('Public API v1', () => {
       expect(res.status, path).toBe(404);
       expect(await res.json()).toEqual({ error: expect.any(String) });
     }
-    const alert = server.services.alerts.create(b.device, { name: 'hot', field: 'temp', operator: '>', value: 30 });
+    const alert = await server.services.alerts.create(b.device, { name: 'hot', field: 'temp', operator: '>', value: 30 });
     for (const path of [`/v1/alerts/${alert.id}`, `/v1/alerts/${alert.id}/history`]) {
       expect((await server.request(path, { key: a.key })).status, path).toBe(404);
       expect((await server.request(path, { key: b.key })).status, path).toBe(200);
@@ -101,15 +101,15 @@ describe('Public API v1', () => {
   });
 
   it('caps a range longer than retention and keeps one equal to it', async () => {
-    server.services.accounts.setPlan(a.account.id, 'starter', { retentionDays: 3 });
+    await server.services.accounts.setPlan(a.account.id, 'starter', { retentionDays: 3 });
     let q = (await (await server.request(`/v1/devices/${a.device.id}/telemetry?range=7d`, { key: a.key })).json()).query;
     expect(q).toMatchObject({ requested_range: '7d', range: '24h', data_retention_days: 3 });
-    server.services.accounts.setPlan(a.account.id, 'starter', { retentionDays: 7 });
+    await server.services.accounts.setPlan(a.account.id, 'starter', { retentionDays: 7 });
     q = (await (await server.request(`/v1/devices/${a.device.id}/telemetry?range=7d`, { key: a.key })).json()).query;
     expect(q).toMatchObject({ requested_range: '7d', range: '7d' });
     q = (await (await server.request(`/v1/devices/${a.device.id}/telemetry?range=30d`, { key: a.key })).json()).query;
     expect(q).toMatchObject({ requested_range: '30d', range: '7d' });
-    server.services.accounts.setPlan(a.account.id, 'starter');
+    await server.services.accounts.setPlan(a.account.id, 'starter');
   });
 
   it('400 for bad limit, offset, range and status', async () => {
@@ -126,9 +126,9 @@ describe('Public API v1', () => {
   it('pages devices to the end with pagination echo and a status filter', async () => {
     const c = await seedAccount(server, { email: 'c@example.com', plan: 'business' });
     const ids = [c.device.id];
-    for (let i = 2; i <= 7; i++) ids.push(server.services.devices.create(c.account, { name: `d${i}` }).device.id);
-    server.services.devices.pause(server.services.devices.getAny(ids[1]!));
-    server.services.devices.pause(server.services.devices.getAny(ids[4]!));
+    for (let i = 2; i <= 7; i++) ids.push((await server.services.devices.create(c.account, { name: `d${i}` })).device.id);
+    await server.services.devices.pause(await server.services.devices.getAny(ids[1]!));
+    await server.services.devices.pause(await server.services.devices.getAny(ids[4]!));
     const seen: string[] = [];
     for (let offset = 0; ; offset += 3) {
       const body = await (await server.request(`/v1/devices?limit=3&offset=${offset}`, { key: c.key })).json();
@@ -166,15 +166,15 @@ describe('Public API v1', () => {
     const res = await server.request('/v1/devices', { key: free.key });
     expect(res.status).toBe(403);
     expect(res.headers.get('x-ratelimit-limit')).toBeNull();
-    server.services.accounts.setStatus(b.account.id, 'suspended');
+    await server.services.accounts.setStatus(b.account.id, 'suspended');
     expect((await server.request('/v1/devices', { key: b.key })).status).toBe(403);
-    server.services.accounts.setStatus(b.account.id, 'active');
+    await server.services.accounts.setStatus(b.account.id, 'active');
     expect((await server.request('/v1/devices', { key: b.key })).status).toBe(200);
   });
 
   it('rate limits per minute with headers on every response and 429 + Retry-After', async () => {
     const r = await seedAccount(server, { email: 'rate@example.com' });
-    server.services.accounts.setPlan(r.account.id, 'starter', { ratePerMinute: 3 });
+    await server.services.accounts.setPlan(r.account.id, 'starter', { ratePerMinute: 3 });
     const statuses: number[] = [];
     let last: Response | null = null;
     for (let i = 0; i < 5; i++) {
@@ -196,7 +196,7 @@ describe('Public API v1', () => {
 
   it('daily limit gives 429 with Retry-After up to the next UTC midnight', async () => {
     const r = await seedAccount(server, { email: 'daily@example.com' });
-    server.services.accounts.setPlan(r.account.id, 'starter', { ratePerDay: 2 });
+    await server.services.accounts.setPlan(r.account.id, 'starter', { ratePerDay: 2 });
     expect((await server.request('/v1/devices', { key: r.key })).status).toBe(200);
     const second = await server.request('/v1/devices', { key: r.key });
     expect(second.headers.get('x-ratelimit-daily-remaining')).toBe('0');

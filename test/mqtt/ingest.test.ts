@@ -61,7 +61,7 @@ describe('MQTT ingestion', () => {
 
   it('a reading over MQTT is indistinguishable through /v1 from one over HTTP', async () => {
     const viaHttp = await seedAccount(server, { email: 'shape@example.com' });
-    const other = server.services.devices.create(viaHttp.account, { name: 'mqtt twin' });
+    const other = await server.services.devices.create(viaHttp.account, { name: 'mqtt twin' });
     expect(
       (
         await ingest(server, {
@@ -116,7 +116,7 @@ describe('MQTT ingestion', () => {
     expect(acked).toBe(false);
     expect(storedReadings(server, s.device.seq)).toEqual([]);
     // Not a rejection: nothing is counted against the device.
-    expect(server.services.devices.getAny(s.device.id).rejectedCount).toBe(0);
+    expect((await server.services.devices.getAny(s.device.id)).rejectedCount).toBe(0);
 
     // While the failure lasts, each resend is refused the same way.
     await new Promise((r) => setTimeout(r, 600));
@@ -152,7 +152,7 @@ describe('MQTT ingestion', () => {
     const s = await seedAccount(server);
     const client = track(await connectPlain(server, { username: s.device.id, password: s.token }));
     await client.publishAsync(`d/${s.device.id}/t`, JSON.stringify({ volts: 3.3 }), { qos: 0 });
-    const data = await until(() => latest(s.device.id, s.key));
+    const data = await until(async () => await latest(s.device.id, s.key));
     expect(data.data).toEqual({ volts: 3.3 });
   });
 
@@ -229,7 +229,7 @@ describe('MQTT ingestion', () => {
 
   it('the flexible-mode field limit is a rejection too', async () => {
     const s = await seedAccount(server, { email: 'fields@example.com' });
-    server.services.accounts.setPlan('fields@example.com', 'starter', { fieldLimit: 2 });
+    await server.services.accounts.setPlan('fields@example.com', 'starter', { fieldLimit: 2 });
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     await client.publishAsync(`d/${s.device.id}/t`, '{"a":1,"b":2,"c":3}', { qos: 1 });
     expect(storedReadings(server, s.device.seq)).toEqual([]);

@@ -32,10 +32,10 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
 
   it('a paused device and a suspended account get CONNACK 5 (not authorized)', async () => {
     const paused = await seedAccount(server);
-    server.services.devices.pause(paused.device);
+    await server.services.devices.pause(paused.device);
     expect(await refusedCode(connectTls(server, { username: paused.device.id, password: paused.token }))).toBe(5);
     const suspended = await seedAccount(server, { email: 'suspended@example.com' });
-    server.services.accounts.setStatus('suspended@example.com', 'suspended');
+    await server.services.accounts.setStatus('suspended@example.com', 'suspended');
     expect(await refusedCode(connectTls(server, { username: suspended.device.id, password: suspended.token }))).toBe(5);
   });
 
@@ -74,11 +74,11 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     const bystander = await seedAccount(server);
     const other = track(await connectTls(server, { username: bystander.device.id, password: bystander.token }));
     const gone = Promise.all([closed(c1), closed(c2)]);
-    server.services.devices.pause(s.device);
+    await server.services.devices.pause(s.device);
     await gone;
     expect(other.connected).toBe(true);
     expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(5);
-    server.services.devices.resume(s.device);
+    await server.services.devices.resume(s.device);
     track(await connectTls(server, { username: s.device.id, password: s.token }));
   });
 
@@ -96,7 +96,7 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     const s = await seedAccount(server);
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     const gone = closed(client);
-    const { accessToken } = server.services.devices.regenerateToken(s.device);
+    const { accessToken } = await server.services.devices.regenerateToken(s.device);
     await gone;
     expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(4);
     const fresh = track(await connectTls(server, { username: s.device.id, password: accessToken }));
@@ -124,20 +124,20 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     const s = await seedAccount(server);
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     const gone = closed(client);
-    server.services.devices.remove(s.device);
+    await server.services.devices.remove(s.device);
     await gone;
     expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(4);
   });
 
   it("suspending the account closes its devices' connections (service and CLI)", async () => {
     const s = await seedAccount(server, { email: 'to-suspend@example.com' });
-    const second = server.services.devices.create(s.account, { name: 'second' });
+    const second = await server.services.devices.create(s.account, { name: 'second' });
     const c1 = track(await connectTls(server, { username: s.device.id, password: s.token }));
     const c2 = track(await connectTls(server, { username: second.device.id, password: second.accessToken }));
     const gone = Promise.all([closed(c1), closed(c2)]);
-    server.services.accounts.setStatus('to-suspend@example.com', 'suspended');
+    await server.services.accounts.setStatus('to-suspend@example.com', 'suspended');
     await gone;
-    server.services.accounts.setStatus('to-suspend@example.com', 'active');
+    await server.services.accounts.setStatus('to-suspend@example.com', 'active');
 
     const c3 = track(await connectTls(server, { username: s.device.id, password: s.token }));
     const gone3 = closed(c3, 10_000);

@@ -43,7 +43,7 @@ describe('retention job', () => {
     );
     // starter plan: 30 days of retention.
     const { account, key, device: a, token: tokenA } = await seedAccount(server);
-    const { device: b, accessToken: tokenB } = server.services.devices.create(account, { name: 'only old data' });
+    const { device: b, accessToken: tokenB } = await server.services.devices.create(account, { name: 'only old data' });
 
     // 400 old readings (A: 300, B: 100), one millisecond apart, ending at T0 + 399.
     for (let i = 0; i < 400; i++) {

@@ -30,13 +30,13 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
       expect(got.bytes.equals(bytes)).toBe(true);
     }
     // A key of a free-plan account still reads its own snapshots (not a Public API call).
-    server.services.accounts.setPlan(a.account.id, 'free');
+    await server.services.accounts.setPlan(a.account.id, 'free');
     expect((await fetchSnapshot(server, url, a.key)).status).toBe(200);
-    server.services.accounts.setPlan(a.account.id, 'starter');
+    await server.services.accounts.setPlan(a.account.id, 'starter');
   });
 
   it("everyone else gets the same 404: another account's key, another device's token, no or bad credentials", async () => {
-    const other = server.services.devices.create(a.account, { name: 'sibling' });
+    const other = await server.services.devices.create(a.account, { name: 'sibling' });
     for (const credential of [b.key, b.token, other.accessToken, undefined, `tlm_${'x'.repeat(40)}`, 'garbage']) {
       const got = await fetchSnapshot(server, url, credential);
       expect(got.status, String(credential)).toBe(404);
@@ -53,17 +53,17 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
   });
 
   it('a revoked key, a suspended account and a regenerated token read nothing', async () => {
-    const { key, record } = server.services.keys.create(a.account, 'short-lived');
+    const { key, record } = await server.services.keys.create(a.account, 'short-lived');
     expect((await fetchSnapshot(server, url, key)).status).toBe(200);
-    server.services.keys.revoke(record.id);
+    await server.services.keys.revoke(record.id);
     expect((await fetchSnapshot(server, url, key)).status).toBe(404);
 
-    server.services.accounts.setStatus(a.account.id, 'suspended');
+    await server.services.accounts.setStatus(a.account.id, 'suspended');
     expect((await fetchSnapshot(server, url, a.key)).status).toBe(404);
-    server.services.accounts.setStatus(a.account.id, 'active');
+    await server.services.accounts.setStatus(a.account.id, 'active');
     expect((await fetchSnapshot(server, url, a.key)).status).toBe(200);
 
-    const { accessToken } = server.services.devices.regenerateToken(a.device);
+    const { accessToken } = await server.services.devices.regenerateToken(a.device);
     expect((await fetchSnapshot(server, url, a.token)).status).toBe(404);
     expect((await fetchSnapshot(server, url, accessToken)).status).toBe(200);
     a.token = accessToken;
@@ -86,12 +86,12 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
   });
 
   it('deleting a device through the service removes its files and rows; its URLs give 404', async () => {
-    const { device, accessToken } = server.services.devices.create(b.account, { name: 'doomed', snapshotsEnabled: true });
+    const { device, accessToken } = await server.services.devices.create(b.account, { name: 'doomed', snapshotsEnabled: true });
     const up = await upload(server, device.id, accessToken, tinyJpeg());
     expect(up.status).toBe(200);
     const dir = path.join(server.dataDir, 'snapshots', device.id);
     expect(readdirSync(dir)).toHaveLength(1);
-    server.services.devices.remove(device);
+    await server.services.devices.remove(device);
     expect(existsSync(dir)).toBe(false);
     expect(server.storage.db.prepare('SELECT count(*) AS n FROM snapshots WHERE id = ?').get(up.body.id)).toEqual({ n: 0 });
     expect((await fetchSnapshot(server, up.body.url, b.key)).status).toBe(404);
@@ -100,7 +100,7 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
   });
 
   it('deleting a device with the admin CLI (another process) removes its files too', async () => {
-    const { device, accessToken } = server.services.devices.create(b.account, { name: 'doomed by cli', snapshotsEnabled: true });
+    const { device, accessToken } = await server.services.devices.create(b.account, { name: 'doomed by cli', snapshotsEnabled: true });
     const ups = [
       await upload(server, device.id, accessToken, tinyJpeg()),
       await upload(server, device.id, accessToken, tinyPng(), 'image/png'),

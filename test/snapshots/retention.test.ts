@@ -67,7 +67,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
 
   it('works through many expired snapshots in small batches', async () => {
     const acc = await seedAccount(server, { device: { name: 'cam many', snapshotsEnabled: true } });
-    server.services.accounts.setPlan(acc.account.id, 'starter', { snapshotsPerDay: 100, snapshotRetentionDays: 1 });
+    await server.services.accounts.setPlan(acc.account.id, 'starter', { snapshotsPerDay: 100, snapshotRetentionDays: 1 });
     const ups = [];
     for (let i = 0; i < 7; i++) ups.push(await upload(server, acc.device.id, acc.token, tinyJpeg(`n${i}`)));
     expect(ups.every((u) => u.status === 200)).toBe(true);
@@ -79,7 +79,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
 
   it("the scheduled job runs on the services' clock and removes expired snapshots by itself", async () => {
     const acc = await seedAccount(server, { device: { name: 'cam timer', snapshotsEnabled: true } });
-    server.services.accounts.setPlan(acc.account.id, 'starter', { snapshotRetentionDays: 2 });
+    await server.services.accounts.setPlan(acc.account.id, 'starter', { snapshotRetentionDays: 2 });
     const up = await upload(server, acc.device.id, acc.token, tinyJpeg());
     const file = fileOf(acc.device.id, up.body.id, 'jpg');
     // Temporary files a crash left mid-write: the first run clears old ones, not fresh ones.
@@ -105,7 +105,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
 
   it('the daily quota resets at midnight UTC, and Retry-After counts down to it', async () => {
     const q = await seedAccount(server, { device: { name: 'cam quota', snapshotsEnabled: true } });
-    server.services.accounts.setPlan(q.account.id, 'starter', { snapshotsPerDay: 1 });
+    await server.services.accounts.setPlan(q.account.id, 'starter', { snapshotsPerDay: 1 });
     const day = Math.floor(clock.now() / DAY_MS) * DAY_MS;
     clock.ms = day + DAY_MS - 60_000; // 23:59:00 UTC
     expect((await upload(server, q.device.id, q.token, tinyJpeg())).status).toBe(200);

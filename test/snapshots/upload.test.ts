@@ -93,16 +93,16 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
 
   it('403 for a paused device, a suspended account, and a device without snapshots enabled', async () => {
     const other = await seedAccount(server, { device: { name: 'cam p', snapshotsEnabled: true } });
-    server.services.devices.pause(other.device);
+    await server.services.devices.pause(other.device);
     const paused = await upload(server, other.device.id, other.token, tinyJpeg());
     expect(paused.status).toBe(403);
     expect(paused.body).toEqual({ success: false, error: 'device is paused' });
-    server.services.devices.resume(other.device);
+    await server.services.devices.resume(other.device);
     expect((await upload(server, other.device.id, other.token, tinyJpeg())).status).toBe(200);
 
-    server.services.accounts.setStatus(other.account.id, 'suspended');
+    await server.services.accounts.setStatus(other.account.id, 'suspended');
     expect((await upload(server, other.device.id, other.token, tinyJpeg())).status).toBe(403);
-    server.services.accounts.setStatus(other.account.id, 'active');
+    await server.services.accounts.setStatus(other.account.id, 'active');
 
     const plain = await seedAccount(server, { device: { name: 'no camera' } });
     const off = await upload(server, plain.device.id, plain.token, tinyJpeg());
@@ -149,7 +149,7 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
 
   it('429 once the daily quota of a small plan override is used up, with Retry-After until UTC midnight', async () => {
     const q = await seedAccount(server, { device: { name: 'cam q', snapshotsEnabled: true } });
-    server.services.accounts.setPlan(q.account.id, 'starter', { snapshotsPerDay: 2 });
+    await server.services.accounts.setPlan(q.account.id, 'starter', { snapshotsPerDay: 2 });
     expect((await upload(server, q.device.id, q.token, tinyJpeg())).status).toBe(200);
     expect((await upload(server, q.device.id, q.token, tinyPng(), 'image/png')).status).toBe(200);
     const third = await upload(server, q.device.id, q.token, tinyJpeg());
@@ -159,16 +159,16 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
     expect(retry).toBeGreaterThan(0);
     expect(retry).toBeLessThanOrEqual(86_400);
     // The quota is per device: a second device of the same account still uploads.
-    const second = server.services.devices.create(q.account, { name: 'cam q2', snapshotsEnabled: true });
+    const second = await server.services.devices.create(q.account, { name: 'cam q2', snapshotsEnabled: true });
     expect((await upload(server, second.device.id, second.accessToken, tinyJpeg())).status).toBe(200);
     // Raising the limit lets the first device upload again the same day.
-    server.services.accounts.setPlan(q.account.id, 'starter', { snapshotsPerDay: 3 });
+    await server.services.accounts.setPlan(q.account.id, 'starter', { snapshotsPerDay: 3 });
     expect((await upload(server, q.device.id, q.token, tinyJpeg())).status).toBe(200);
   });
 
   it('concurrent uploads never exceed the daily quota', async () => {
     const c = await seedAccount(server, { device: { name: 'cam c', snapshotsEnabled: true } });
-    server.services.accounts.setPlan(c.account.id, 'starter', { snapshotsPerDay: 3 });
+    await server.services.accounts.setPlan(c.account.id, 'starter', { snapshotsPerDay: 3 });
     const results = await Promise.all(Array.from({ length: 8 }, () => upload(server, c.device.id, c.token, tinyJpeg())));
     expect(results.filter((r) => r.status === 200)).toHaveLength(3);
     expect(results.filter((r) => r.status === 429)).toHaveLength(5);

@@ -32,29 +32,33 @@ describe('cached device authentication', () => {
     const repos = composed.storage.repos;
     const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 'a@example.com', plan: 'business' });
-    const { device, accessToken } = services.devices.create(account, { name: 'd' });
+    const { device, accessToken } = await services.devices.create(account, { name: 'd' });
     // Another connection on the same file stands for the admin CLI (another process).
     other = new Database(path.join(dir, DB_FILE));
     return { repos, storage: composed.storage, services, account, device, token: accessToken };
   }
 
-  it('serves repeated lookups from memory', async () => {
+  it('serves repeated lookups from memory, as values: the ingest path awaits no promise for them', async () => {
     const { services, device, token } = await setup();
     const first = services.devices.authenticate(device.id, token);
     const second = services.devices.authenticate(device.id, token);
+    const session = services.devices.authorizeSession(device.id);
+    expect(first).not.toBeInstanceOf(Promise);
+    expect(session).not.toBeInstanceOf(Promise);
+    if (first instanceof Promise || second instanceof Promise) throw new Error('unreachable');
     expect(second.device).toBe(first.device);
     expect(second.account).toBe(first.account);
   });
 
   it('sees a pause, a resume and a token change made by another connection at once', async () => {
     const { services, device, token } = await setup();
-    services.devices.authenticate(device.id, token);
+    await services.devices.authenticate(device.id, token);
     other!.prepare("UPDATE devices SET status = 'paused' WHERE id = ?").run(device.id);
     await nextRequest();
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
     other!.prepare("UPDATE devices SET status = 'active' WHERE id = ?").run(device.id);
     await nextRequest();
-    expect(services.devices.authenticate(device.id, token).device.status).toBe('active');
+    expect((await services.devices.authenticate(device.id, token)).device.status).toBe('active');
     other!.prepare("UPDATE devices SET token_hash = 'ab' WHERE id = ?").run(device.id);
     await nextRequest();
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/invalid device id or access token/);
@@ -62,7 +66,7 @@ describe('cached device authentication', () => {
 
   it('sees an account suspended by another connection at once', async () => {
     const { services, device, token, account } = await setup();
-    services.devices.authenticate(device.id, token);
+    await services.devices.authenticate(device.id, token);
     other!.prepare("UPDATE accounts SET status = 'suspended' WHERE seq = ?").run(account.seq);
     await nextRequest();
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/suspended/);
@@ -70,28 +74,30 @@ describe('cached device authentication', () => {
 
   it('sees changes made in-process through services and through raw SQL on the same connection', async () => {
     const { services, device, token, account, storage } = await setup();
-    services.devices.authenticate(device.id, token);
-    services.devices.pause(device);
+    await services.devices.authenticate(device.id, token);
+    await services.devices.pause(device);
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
-    services.devices.resume(device);
-    const fresh = services.devices.regenerateToken(device).accessToken;
+    await services.devices.resume(device);
+    const fresh = (await services.devices.regenerateToken(device)).accessToken;
     expect(() => services.devices.authenticate(device.id, token)).toThrow(/invalid/);
-    expect(services.devices.authenticate(device.id, fresh).account.plan).toBe('business');
-    services.accounts.setPlan(account.id, 'scale');
-    expect(services.devices.authenticate(device.id, fresh).account.plan).toBe('scale');
+    expect((await services.devices.authenticate(device.id, fresh)).account.plan).toBe('business');
+    await services.accounts.setPlan(account.id, 'scale');
+    expect((await services.devices.authenticate(device.id, fresh)).account.plan).toBe('scale');
     storage.db.prepare("UPDATE accounts SET status = 'suspended' WHERE seq = ?").run(account.seq);
     expect(() => services.devices.authenticate(device.id, fresh)).toThrow(/suspended/);
   });
 
   it('does not remember a row read inside a transaction that rolls back', async () => {
-    const { services, device, token, repos, storage } = await setup();
+    const { services, device, token, storage } = await setup();
     expect(() =>
-      repos.transaction(() => {
-        storage.db.prepare("UPDATE devices SET status = 'paused' WHERE seq = ?").run(device.seq);
-        expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
-        throw new Error('roll back');
-      }),
+      storage.db
+        .transaction(() => {
+          storage.db.prepare("UPDATE devices SET status = 'paused' WHERE seq = ?").run(device.seq);
+          expect(() => services.devices.authenticate(device.id, token)).toThrow(/paused/);
+          throw new Error('roll back');
+        })
+        .immediate(),
     ).toThrow('roll back');
-    expect(services.devices.authenticate(device.id, token).device.status).toBe('active');
+    expect((await services.devices.authenticate(device.id, token)).device.status).toBe('active');
   });
 });

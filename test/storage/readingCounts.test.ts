@@ -19,9 +19,9 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
     const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 'c@example.com', plan: 'business' });
     const other = await services.accounts.create({ email: 'o@example.com', plan: 'business' });
-    const a = services.devices.create(account, { name: 'a' }).device;
-    const b = services.devices.create(account, { name: 'b' }).device;
-    const x = services.devices.create(other, { name: 'x' }).device;
+    const a = (await services.devices.create(account, { name: 'a' })).device;
+    const b = (await services.devices.create(account, { name: 'b' })).device;
+    const x = (await services.devices.create(other, { name: 'x' })).device;
     const brute = (accountSeq: number, since: number) =>
       (
         db
@@ -47,9 +47,9 @@ describe('readings count of an account (reading_counts, migration 4)', () => {
 
     // Retention-style deletes and a device deletion keep the counts exact.
     while (repos.readings.deleteOlderBatch(a.seq, NOW - 20 * HOUR - 123, 50) > 0);
-    services.devices.remove(b);
+    await services.devices.remove(b);
     for (const since of sinces) expect(repos.readings.countSinceForAccount(account.seq, since)).toBe(brute(account.seq, since));
-    expect(services.usage.usage(repos.accounts.findBySeq(account.seq)!).telemetry.data_points_24h).toBe(
+    expect((await services.usage.usage(repos.accounts.findBySeq(account.seq)!)).telemetry.data_points_24h).toBe(
       brute(account.seq, NOW - 24 * HOUR),
     );
 

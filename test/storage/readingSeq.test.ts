@@ -18,8 +18,8 @@ describe('reading seqs (migration 1: reading_seq)', () => {
     let repos = composed.storage.repos;
     const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 's@example.com', plan: 'business' });
-    const a = services.devices.create(account, { name: 'a' }).device;
-    const b = services.devices.create(account, { name: 'b' }).device;
+    const a = (await services.devices.create(account, { name: 'a' })).device;
+    const b = (await services.devices.create(account, { name: 'b' })).device;
     const t = Date.now();
     const first = repos.readings.insertBatch([
       { deviceSeq: a.seq, time: t, data: '{"n":1}' },

@@ -6,7 +6,8 @@ import { DB_FILE } from '../../src/storage/db.js';
 import { createRepositories } from '../../src/storage/index.js';
 import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
 import { INBOX_MERGE_ROWS } from '../../src/storage/readingWriter.js';
-import { DIRECT_READINGS_PER_DEVICE, type PendingReading } from '../../src/storage/repos/readings.js';
+import { DIRECT_READINGS_PER_DEVICE } from '../../src/storage/repos/readings.js';
+import type { PendingReading } from '../../src/storage/repositories.js';
 import { useTempDatabases } from '../helpers/db.js';
 
 const HOUR = 3_600_000;
@@ -26,8 +27,8 @@ describe('readings inbox (migration 5)', () => {
     const repos = composed.storage.repos;
     const services = { ...composed.services, writer: composed.storage.writer };
     const account = await services.accounts.create({ email: 'i@example.com', plan: 'business' });
-    const a = services.devices.create(account, { name: 'a' }).device;
-    const b = services.devices.create(account, { name: 'b' }).device;
+    const a = (await services.devices.create(account, { name: 'a' })).device;
+    const b = (await services.devices.create(account, { name: 'b' })).device;
     const inInbox = () => (db.prepare('SELECT count(*) AS n FROM readings_inbox').get() as { n: number }).n;
     const inTable = () => (db.prepare('SELECT count(*) AS n FROM readings_by_device').get() as { n: number }).n;
     /** Everything a reader can see of the two devices. */
@@ -101,14 +102,14 @@ describe('readings inbox (migration 5)', () => {
     expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
 
     // Retention deletes what is older than the cutoff, wherever it was.
-    while (repos.transaction(() => repos.readings.deleteOlderBatch(a.seq, NOW - 20 * HOUR, 37)) > 0);
+    while (repos.readings.deleteOlderBatch(a.seq, NOW - 20 * HOUR, 37) > 0);
     expect(repos.readings.history(a.seq, 0, 10_000).every((r) => r.time >= NOW - 20 * HOUR)).toBe(true);
     expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
 
     // A new reading of b lands in the inbox; deleting b removes it too.
     repos.readings.insertBatch([{ deviceSeq: b.seq, time: NOW, data: '{"v":3}' }]);
     expect(inInbox()).toBe(1);
-    services.devices.remove(b);
+    await services.devices.remove(b);
     expect((db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(b.seq) as { n: number }).n).toBe(0);
     expect(repos.readings.countSinceForAccount(account.seq, NOW - 24 * HOUR)).toBe(brute(NOW - 24 * HOUR));
   });
@@ -129,7 +130,9 @@ describe('readings inbox (migration 5)', () => {
 
   it('stores every reading of a large batch over many devices with its own seq, device, time and data', async () => {
     const { db, services, account, repos, inInbox } = await setup();
-    const many = Array.from({ length: 70 }, (_, i) => services.devices.create(account, { name: `m${i}` }).device);
+    const many = await Promise.all(
+      Array.from({ length: 70 }, async (_, i) => (await services.devices.create(account, { name: `m${i}` })).device),
+    );
     const batch = many.map((d, i) => ({ deviceSeq: d.seq, time: NOW - i, data: `{"i":${i}}` }));
     const seqs = repos.readings.insertBatch(batch);
     expect(inInbox()).toBe(70);
@@ -207,7 +210,7 @@ describe('migration 5 on a database of version 4', () => {
     expect(repos.readings.countSinceForAccount(1, NOW - 24 * HOUR)).toBe(50);
     // New readings go to the inbox with the next seq; deletions still update the counts.
     expect(repos.readings.insertBatch([{ deviceSeq: 1, time: NOW, data: '{"new":1}' }])).toEqual([51]);
-    while (repos.transaction(() => repos.readings.deleteOlderBatch(1, NOW - 30 * 60_000, 7)) > 0);
+    while (repos.readings.deleteOlderBatch(1, NOW - 30 * 60_000, 7) > 0);
     // 30 old readings of the last half hour, and the new one.
     expect(repos.readings.countSinceForAccount(1, NOW - 24 * HOUR)).toBe(31);
     expect(repos.readings.latest(1)!.seq).toBe(51);

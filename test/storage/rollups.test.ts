@@ -118,7 +118,7 @@ describe('reading rollups', () => {
     expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
     expect(oldest(HOURS)).toBe(Math.floor(START / HOUR) * HOUR);
     // A rebuild from the readings gives the same answers.
-    server.services.rollups.rebuild();
+    await server.services.rollups.rebuild();
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
   });
 
@@ -164,7 +164,7 @@ describe('reading rollups', () => {
     const hoursBefore = rollupCount(server, HOURS, seed.device.seq);
     expect(hoursBefore).toBeGreaterThan(6 * 24 - 2);
 
-    server.services.accounts.setPlan(seed.account.id, 'enterprise', { retentionDays: 2 });
+    await server.services.accounts.setPlan(seed.account.id, 'enterprise', { retentionDays: 2 });
     const run = await server.retention.runOnce();
     expect(run.deleted).toBeGreaterThan(0);
     const cutoff = START - 2 * DAY;
@@ -176,7 +176,7 @@ describe('reading rollups', () => {
     expect(rollupCount(server, HOURS, seed.device.seq)).toBeLessThan(hoursBefore / 2);
 
     // Back to a long retention: the 7-day figures are those of the readings still stored.
-    server.services.accounts.setPlan(seed.account.id, 'enterprise');
+    await server.services.accounts.setPlan(seed.account.id, 'enterprise');
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     const week = await aggregate(server, seed.key, seed.device.id, 'range=7d&interval=1d');
     expect(week.reduce((n, b) => n + b.values.v!.count, 0)).toBe(storedReadings(server, seed.device.seq).length);
@@ -191,7 +191,7 @@ describe('reading rollups', () => {
     await server.services.rollups.runOnce();
     expect(rollupCount(server, HOURS, seed.device.seq)).toBe(1);
     expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(1);
-    server.services.devices.remove(seed.device);
+    await server.services.devices.remove(seed.device);
     expect(rollupCount(server, HOURS, seed.device.seq)).toBe(0);
     expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(0);
   });
@@ -260,7 +260,7 @@ describe('reading rollups', () => {
     const clock = { t: START, now: () => clock.t };
     let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    const other = server.services.devices.create(seed.account, { name: 'busy' }).device;
+    const other = (await server.services.devices.create(seed.account, { name: 'busy' })).device;
     await server.services.rollups.runOnce();
     clock.t += 3 * MIN;
     const rolledBefore = server.storage.repos.rollups.rolledUntil();
@@ -364,14 +364,36 @@ describe('reading rollups', () => {
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
     server.storage.db.pragma('query_only = ON');
     try {
-      const account = server.services.accounts.get(seed.account.seq)!;
-      const result = server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
+      const account = (await server.services.accounts.get(seed.account.seq))!;
+      const result = await server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
       const buckets = JSON.parse(result.dataJson) as Bucket[];
       expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
     } finally {
       server.storage.db.pragma('query_only = OFF');
     }
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+  });
+
+  it('a dirty hour is not settled from readings that changed after they were read', async () => {
+    const clock = { t: START, now: () => clock.t };
+    const server = await start(clock);
+    const seed = await seedAccount(server, { plan: 'enterprise' });
+    const hour = Math.floor((START - 2 * HOUR) / HOUR) * HOUR;
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await server.services.rollups.runOnce();
+    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    const rollups = server.storage.repos.rollups;
+    expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
+    // Rows computed from the one reading read before the late one committed: refused, the
+    // mark stays and the stored rollup is left as it was.
+    const stale = [{ level: HOURS, deleteFrom: hour, deleteTo: hour + HOUR, rows: [[hour, '{"v":[9,9,9,9]}']] as [number, string][] }];
+    expect(rollups.settleHour(seed.device.seq, hour, stale, { to: hour + HOUR, readings: 1 })).toBe(false);
+    expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
+    expect(rollups.rows(seed.device.seq, HOURS, hour, hour + HOUR).map(([, text]) => text)).not.toContain('{"v":[9,9,9,9]}');
+    // The next settle reads both readings and clears the mark.
+    expect(await server.services.rollups.settleDevice(seed.device.seq)).toBe(1);
+    expect(rollups.dirtyHours(seed.device.seq)).toEqual([]);
+    await expectMatchesReadings(server, seed.key, seed.device, START);
   });
 
   it('a query does not hide a fault that is not storage: recomputing a corrupt dirty hour fails the query', async () => {
@@ -384,7 +406,7 @@ describe('reading rollups', () => {
     // (dirty) hour throws, and the fallback to the readings of the range would hide that.
     server.storage.repos.readings.insertBatch([{ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' }]);
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
-    const account = server.services.accounts.get(seed.account.seq)!;
-    expect(() => server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).toThrow(SyntaxError);
+    const account = (await server.services.accounts.get(seed.account.seq))!;
+    await expect(server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).rejects.toThrow(SyntaxError);
   });
 });

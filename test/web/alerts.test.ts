@@ -20,7 +20,7 @@ beforeAll(async () => {
   server = await startTestServer({}, { silenceCheckMs: 200 });
   const account = await server.services.accounts.create({ email: EMAIL, password: PASSWORD, plan: 'starter' });
   // Every 60 s by its settings: it is "silent" only once its no_data alert fires.
-  const created = server.services.devices.create(account, { name: 'Cold room', settings: { data_interval_seconds: 60 } });
+  const created = await server.services.devices.create(account, { name: 'Cold room', settings: { data_interval_seconds: 60 } });
   device = created.device;
   token = created.accessToken;
   browser = await chromium.launch({
@@ -73,7 +73,7 @@ describe('alerts in the dashboard', () => {
     await dlg.getByRole('button', { name: 'Create alert' }).click();
     await page.locator('[data-testid=alerts] tbody tr', { hasText: 'Cold room warm' }).waitFor();
 
-    const [silent, warm] = server.services.alerts.listForDevice(server.services.devices.getAny(device.id));
+    const [silent, warm] = await server.services.alerts.listForDevice(await server.services.devices.getAny(device.id));
     expect(silent).toMatchObject({ kind: 'no_data', field: '*', value: 10, actions: ['ntfy'], ntfyUrl: 'http://127.0.0.1:9/cold-room' });
     expect(warm).toMatchObject({
       kind: 'threshold',
@@ -96,11 +96,11 @@ describe('alerts in the dashboard', () => {
     await dlg.getByLabel('Silence (seconds)').fill('12');
     await dlg.getByRole('button', { name: 'Save alert' }).click();
     await page.locator('[data-testid=alerts]').getByText('no data for 12 s').waitFor();
-    expect(server.services.alerts.getAny(silent!.id)).toMatchObject({ kind: 'no_data', value: 12 });
+    expect(await server.services.alerts.getAny(silent!.id)).toMatchObject({ kind: 'no_data', value: 12 });
   });
 
   it('shows a firing badge, marks the device silent, and the history shows when it resolved', async () => {
-    const [silent] = server.services.alerts.listForDevice(server.services.devices.getAny(device.id));
+    const [silent] = await server.services.alerts.listForDevice(await server.services.devices.getAny(device.id));
     await waitForEvents(server, silent!.id, 1);
     await page.reload();
     const row = page.locator('tr', { hasText: 'Cold room silent' });
@@ -117,7 +117,7 @@ describe('alerts in the dashboard', () => {
     const resolved = page.locator('[data-testid=history] tbody tr').first().getByTestId('resolved');
     await resolved.waitFor();
     expect(await resolved.textContent()).not.toBe('not yet');
-    expect(server.services.alerts.history(server.services.alerts.getAny(silent!.id), 10)[0]!.resolvedAt).not.toBeNull();
+    expect((await server.services.alerts.history(await server.services.alerts.getAny(silent!.id), 10))[0]!.resolvedAt).not.toBeNull();
 
     await page.getByRole('link', { name: 'Devices' }).click();
     await page.locator(`[data-device=${device.id}]`).waitFor();

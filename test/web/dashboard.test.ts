@@ -75,7 +75,7 @@ describe('dashboard in a browser', () => {
     await page.getByLabel('Password').fill(PASSWORD);
     await page.getByRole('button', { name: 'Create account' }).click();
     await page.getByRole('heading', { name: 'Devices' }).waitFor();
-    expect(server.services.accounts.count()).toBe(1);
+    expect(await server.services.accounts.count()).toBe(1);
     const cookie = (await context.cookies()).find((c) => c.name === 'telemetryd_session')!;
     expect(cookie.httpOnly).toBe(true);
     expect(cookie.sameSite).toBe('Lax');
@@ -91,7 +91,7 @@ describe('dashboard in a browser', () => {
       body: JSON.stringify({ token, email: 'other@example.com', password: 'another password' }),
     });
     expect(again.status).toBe(401);
-    expect(server.services.accounts.count()).toBe(1);
+    expect(await server.services.accounts.count()).toBe(1);
   });
 
   it('sign-out, then a wrong password and an unknown email get the same generic error; the right one signs in', async () => {
@@ -262,7 +262,7 @@ describe('dashboard in a browser', () => {
     await shot('06a-alert-form');
     await dlg.getByRole('button', { name: 'Create alert' }).click();
     await page.locator('[data-testid=alerts] tbody tr').waitFor();
-    const [alert] = server.services.alerts.list(server.services.accounts.list()[0]!, 10, 0).alerts;
+    const [alert] = (await server.services.alerts.list((await server.services.accounts.list())[0]!, 10, 0)).alerts;
     expect(alert).toMatchObject({
       name: 'Too hot',
       field: 'temperature',
@@ -280,7 +280,7 @@ describe('dashboard in a browser', () => {
     expect((await ingest(server, { device_id: state.deviceId, access_token: state.token, data: hot })).status).toBe(200);
     state.readings.push(hot);
     await new Promise((r) => setTimeout(r, 300));
-    if (server.services.alerts.history(alert!, 10).length === 0) {
+    if ((await server.services.alerts.history(alert!, 10)).length === 0) {
       server.storage.repos.alerts.insertEvent({
         id: newId('evt'),
         alertSeq: alert!.seq,
@@ -298,7 +298,7 @@ describe('dashboard in a browser', () => {
     await shot('06-alerts');
     await page.getByRole('button', { name: 'Acknowledge' }).first().click();
     await page.locator('[data-testid=history] tbody tr').first().getByText(/^yes/).waitFor();
-    const [event] = server.services.alerts.history(alert!, 10);
+    const [event] = await server.services.alerts.history(alert!, 10);
     expect(event!.acknowledged).toBe(true);
     expect(event!.acknowledgedAt).not.toBeNull();
 
@@ -309,11 +309,11 @@ describe('dashboard in a browser', () => {
     await edit.getByLabel('Value').fill('25.5');
     await edit.getByRole('button', { name: 'Save alert' }).click();
     await page.locator('[data-testid=alerts]').getByText('temperature > 25.5').waitFor();
-    expect(server.services.alerts.getAny(alert!.id).value).toBe(25.5);
+    expect((await server.services.alerts.getAny(alert!.id)).value).toBe(25.5);
 
     // Disable from the list.
     await page.getByLabel('Enable Too hot').uncheck();
-    await expect.poll(() => server.services.alerts.getAny(alert!.id).enabled).toBe(false);
+    await expect.poll(async () => (await server.services.alerts.getAny(alert!.id)).enabled).toBe(false);
   });
 
   it('creates an API key that works against /v1, then revokes it (401)', async () => {
@@ -338,7 +338,7 @@ describe('dashboard in a browser', () => {
   });
 
   it('refuses cross-site state-changing requests (CSRF)', async () => {
-    const keysBefore = server.services.keys.list(server.services.accounts.list()[0]!).length;
+    const keysBefore = (await server.services.keys.list((await server.services.accounts.list())[0]!)).length;
     const cookie = await cookieHeader();
     // A request with a foreign Origin (and no CSRF token) is refused, even with the cookie.
     const foreign = await server.request('/ui/api/keys', {
@@ -384,7 +384,7 @@ describe('dashboard in a browser', () => {
     } finally {
       evil.close();
     }
-    expect(server.services.keys.list(server.services.accounts.list()[0]!)).toHaveLength(keysBefore);
+    expect(await server.services.keys.list((await server.services.accounts.list())[0]!)).toHaveLength(keysBefore);
   });
 
   it('regenerates the token (old one refused), pauses, and deletes with a typed confirmation', async () => {

@@ -158,7 +158,7 @@ describe('dashboard API', () => {
     server.storage.repos.readings.insertBatch(batch);
 
     const seen: number[] = [];
-    for (const chunk of readingChunks(server.services, account, device, now - 86_400_000, now + 1))
+    for await (const chunk of readingChunks(server.services, account, device, now - 86_400_000, now + 1))
       for (const r of chunk) seen.push(JSON.parse(r.data).n);
     expect(seen).toEqual(Array.from({ length: 2500 }, (_, i) => i));
 
@@ -286,7 +286,7 @@ describe('dashboard API: alerts of both kinds', () => {
     server.storage.db.prepare('UPDATE devices SET last_seen = ? WHERE seq = ?').run(Date.now() - 180_000, device.seq);
     let list = await call('GET', '/devices');
     expect(list.body.data.find((d: { id: string }) => d.id === device.id).silent).toBe(true);
-    server.services.devices.pause(device);
+    await server.services.devices.pause(device);
     list = await call('GET', '/devices');
     expect(list.body.data.find((d: { id: string }) => d.id === device.id).silent).toBe(false);
   });

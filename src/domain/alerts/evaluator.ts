@@ -33,8 +33,14 @@
  */
 import { newId } from '../../ids.js';
 import type { AlertNotifier } from '../../notify/index.js';
-import type { Repositories } from '../../storage/index.js';
-import type { NoDataWatch } from '../../storage/repos/alerts.js';
+import {
+  type AlertOutcome,
+  type Awaitable,
+  isPromise,
+  type NoDataWatch,
+  type RecordedOutcome,
+  type Repositories,
+} from '../../storage/repositories.js';
 import { type Clock, END_OF_TIME, systemClock } from '../../time.js';
 import type { AccountService } from '../accounts.js';
 import type { DomainEvents } from '../events.js';
@@ -74,6 +80,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     path: readonly string[] | null;
   }
   const enabledByDevice = new Map<number, CachedAlert[]>();
+  /**
+   * Lists still being read (an asynchronous backend's cache miss), by device: readings of
+   * the device evaluated meanwhile wait on the same read, in their order, so the cooldown
+   * check still sees them one after the other.
+   */
+  const loading = new Map<number, Promise<CachedAlert[]>>();
   /** no_data alerts: the time of the latest matching reading known, by alert id. */
   const lastMatch = new Map<string, number>();
   /**
@@ -120,15 +132,39 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   // A suspended account's devices cannot send: their silences are not watched.
   events.on('account.changed', dropCache);
 
-  function enabledAlerts(deviceSeq: number): CachedAlert[] {
-    let list = enabledByDevice.get(deviceSeq);
-    if (!list) {
-      list = repos.alerts
-        .enabledOfDevice(deviceSeq)
-        .map((alert) => ({ alert, path: alert.kind === 'no_data' && alert.field === '*' ? null : fieldPath(alert.field) }));
+  const toCached = (alerts: Alert[]): CachedAlert[] =>
+    alerts.map((alert) => ({ alert, path: alert.kind === 'no_data' && alert.field === '*' ? null : fieldPath(alert.field) }));
+
+  /** The device's enabled alerts: from the cache, else read (a value when the repository answers synchronously). */
+  function enabledAlerts(deviceSeq: number): Awaitable<CachedAlert[]> {
+    const cached = enabledByDevice.get(deviceSeq);
+    if (cached) return cached;
+    const pending = loading.get(deviceSeq);
+    if (pending) return pending;
+    const read = repos.alerts.enabledOfDevice(deviceSeq);
+    if (!isPromise(read)) {
+      const list = toCached(read);
       enabledByDevice.set(deviceSeq, list);
+      return list;
     }
-    return list;
+    const load = read.then(
+      (alerts) => {
+        loading.delete(deviceSeq);
+        // A cache dropped while reading may hold a newer list already.
+        let list = enabledByDevice.get(deviceSeq);
+        if (!list) {
+          list = toCached(alerts);
+          enabledByDevice.set(deviceSeq, list);
+        }
+        return list;
+      },
+      (err: unknown) => {
+        loading.delete(deviceSeq);
+        throw err;
+      },
+    );
+    loading.set(deviceSeq, load);
+    return load;
   }
 
   function initialDelivery(action: AlertAction, at: number): ActionDelivery {
@@ -174,45 +210,48 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     queue({ type: 'resolved', alert, account, device, reading, value, at: reading.time });
   }
 
-  /** Records every queued trigger and resolution in one transaction, then notifies. */
+  /**
+   * Records every queued trigger and resolution in one transaction (alerts.recordOutcomes),
+   * then notifies. Synchronous when the repository answers synchronously (SQLite).
+   */
   function flushQueued(): void {
     if (queued.length === 0) return;
     const batch = queued;
     queued = [];
-    let recorded: (AlertEvent | null)[];
-    try {
-      recorded = repos.transaction(() =>
-        batch.map((q) => {
-          // One failed write (the alert was deleted after this reading was evaluated: the
-          // foreign key refuses it) is rolled back alone and must not take the batch with it.
-          try {
-            if (q.type === 'triggered') {
-              const seq = repos.alerts.insertEvent(q.event);
-              repos.alerts.setLastTriggered(q.alert.seq, q.event.triggeredAt);
-              repos.alerts.setState(q.alert.seq, 'firing');
-              return { seq, ...q.event };
-            }
-            repos.alerts.setState(q.alert.seq, 'ok');
-            const open = repos.alerts.openEvent(q.alert.seq);
-            if (!open) return null;
-            const notices = q.alert.notifyResolved ? q.alert.actions.map((a) => initialDelivery(a, q.at)) : [];
-            repos.alerts.resolveEvent(open.seq, q.at, notices);
-            return { ...open, resolvedAt: q.at, resolutionDeliveries: notices };
-          } catch (err) {
-            log('could not record an alert change', { err, alert: q.alert.id, type: q.type });
-            return null;
-          }
-        }),
-      );
-    } catch (err) {
+    const outcomes = batch.map(
+      (q): AlertOutcome =>
+        q.type === 'triggered'
+          ? { type: 'triggered', alertSeq: q.alert.seq, event: q.event }
+          : {
+              type: 'resolved',
+              alertSeq: q.alert.seq,
+              at: q.at,
+              notices: q.alert.notifyResolved ? q.alert.actions.map((a) => initialDelivery(a, q.at)) : [],
+            },
+    );
+    const failed = (err: unknown) => {
       log('could not record alert changes', { err, alerts: batch.map((q) => q.alert.id) });
       // The cached last_triggered and state values were not stored: reload them from the database.
       enabledByDevice.clear();
       watches = null;
+    };
+    let recorded: Awaitable<RecordedOutcome[]>;
+    try {
+      recorded = repos.alerts.recordOutcomes(outcomes);
+    } catch (err) {
+      failed(err);
       return;
     }
+    if (isPromise(recorded)) recorded.then((results) => announce(batch, results), failed);
+    else announce(batch, recorded);
+  }
+
+  function announce(batch: Queued[], recorded: RecordedOutcome[]): void {
     batch.forEach((q, i) => {
-      const event = recorded[i];
+      const { event, error } = recorded[i]!;
+      // One failed item (the alert was deleted after this reading was evaluated: the foreign
+      // key refuses it) was rolled back alone; the others were recorded.
+      if (error !== undefined) log('could not record an alert change', { err: error, alert: q.alert.id, type: q.type });
       if (!event) return;
       if (q.type === 'triggered') {
         events.emit('alert.triggered', { alert: q.alert, event, reading: q.reading });
@@ -227,16 +266,33 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     });
   }
 
-  /** Read-modify-write of one action's outcome; synchronous, so two actions cannot interleave. */
+  /** Outcomes being recorded, one after the other. */
+  let settling: Promise<void> = Promise.resolve();
+
+  /**
+   * Read-modify-write of one action's outcome. Outcomes are recorded one at a time (a
+   * chain), so two actions of one event cannot interleave across the reads and writes.
+   */
   function settle(type: NoticeType, event: AlertEvent, action: AlertAction, outcome: Omit<ActionDelivery, 'action' | 'at'>, at: number) {
-    if (closed) return;
+    if (closed) return settling;
+    settling = settling.then(() => settleNow(type, event, action, outcome, at));
+    return settling;
+  }
+
+  async function settleNow(
+    type: NoticeType,
+    event: AlertEvent,
+    action: AlertAction,
+    outcome: Omit<ActionDelivery, 'action' | 'at'>,
+    at: number,
+  ): Promise<void> {
     try {
-      const current = repos.alerts.findEventById(event.id);
+      const current = await repos.alerts.findEventById(event.id);
       if (!current) return; // the alert (and its history) was deleted meanwhile
       const list = type === 'triggered' ? current.deliveries : current.resolutionDeliveries;
       const updated = list.map((d) => (d.action === action ? { action, at, ...outcome } : d));
-      if (type === 'triggered') repos.alerts.setDeliveries(current.seq, updated);
-      else repos.alerts.setResolutionDeliveries(current.seq, updated);
+      if (type === 'triggered') await repos.alerts.setDeliveries(current.seq, updated);
+      else await repos.alerts.setResolutionDeliveries(current.seq, updated);
       const shown = type === 'triggered' ? { ...current, deliveries: updated } : { ...current, resolutionDeliveries: updated };
       events.emit('alert.delivery', { event: shown, action, status: outcome.status });
     } catch (err) {
@@ -250,13 +306,13 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   }
 
   /** The POST each HTTP action makes; the webhook's is signed at send time. */
-  function request(action: Exclude<AlertAction, 'email'>, n: Notice, account: Account) {
+  async function request(action: Exclude<AlertAction, 'email'>, n: Notice, account: Account) {
     const { alert } = n;
     switch (action) {
       case 'webhook': {
         if (!alert.webhookUrl) throw new Error('the alert has no webhook URL');
         // Read at send time, so a rotated secret signs the next delivery.
-        const { secret } = accounts.webhookSecret(account.id);
+        const { secret } = await accounts.webhookSecret(account.id);
         return notifier.postWebhook(alert.webhookUrl, webhookBody(n), secret);
       }
       case 'slack':
@@ -286,11 +342,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
           (async () => {
             try {
               await send({ to: account.email, ...alertEmail(n) });
-              settle(type, event, 'email', { status: 'sent' }, Date.now());
+              await settle(type, event, 'email', { status: 'sent' }, Date.now());
             } catch (err) {
               const reason = (err as Error).message || String(err);
               log('alert email not delivered', { alert: alert.id, event: event.id, type, reason });
-              settle(type, event, 'email', { status: 'failed', detail: reason }, Date.now());
+              await settle(type, event, 'email', { status: 'failed', detail: reason }, Date.now());
             }
           })(),
           type,
@@ -304,7 +360,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
           try {
             const result = await request(action, n, account);
             if (result.ok) {
-              settle(type, event, action, { status: 'sent', attempts: result.attempts }, Date.now());
+              await settle(type, event, action, { status: 'sent', attempts: result.attempts }, Date.now());
             } else {
               log(`alert ${action} not delivered`, {
                 alert: alert.id,
@@ -313,10 +369,10 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
                 reason: result.reason,
                 attempts: result.attempts,
               });
-              settle(type, event, action, { status: 'failed', detail: result.reason, attempts: result.attempts }, Date.now());
+              await settle(type, event, action, { status: 'failed', detail: result.reason, attempts: result.attempts }, Date.now());
             }
           } catch (err) {
-            settle(type, event, action, { status: 'failed', detail: (err as Error).message }, Date.now());
+            await settle(type, event, action, { status: 'failed', detail: (err as Error).message }, Date.now());
           }
         })(),
         type,
@@ -335,9 +391,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * rows per check; undefined: not known yet, the search goes on at the next check (unless
    * a matching reading arrives meanwhile: newer than anything searched, it ends the search).
    */
-  function lastMatchFromReadings(watch: NoDataWatch, now: number, budget: { rows: number }): number | undefined {
+  async function lastMatchFromReadings(watch: NoDataWatch, now: number, budget: { rows: number }): Promise<number | undefined> {
     const { alert } = watch;
-    if (alert.field === '*') return repos.devices.findBySeq(alert.deviceSeq)?.lastSeen ?? alert.enabledAt;
+    if (alert.field === '*') return (await repos.devices.findBySeq(alert.deviceSeq))?.lastSeen ?? alert.enabledAt;
     if (budget.rows <= 0) return undefined;
     let search = searches.get(alert.id);
     if (!search) {
@@ -346,7 +402,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       searches.set(alert.id, search);
     }
     const path = fieldPath(alert.field);
-    const found = repos.readings.newestMatchingTime(
+    const found = await repos.readings.newestMatchingTime(
       alert.deviceSeq,
       search.window,
       search.before,
@@ -368,12 +424,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   }
 
   /** Fires every enabled no_data alert of an active device that has been silent long enough. */
-  function checkSilences(): void {
+  async function checkSilences(): Promise<void> {
     if (closed) return;
     dropCacheIfChangedElsewhere();
     flushQueued();
     if (watches === null) {
-      watches = repos.alerts.noDataWatches();
+      watches = await repos.alerts.noDataWatches();
       // Entries of alerts no longer watched go with them (deleted or disabled by the CLI, gone
       // with their device, a paused device's): if watched again, the first check reads it back.
       if (lastMatch.size > 0 || searches.size > 0) {
@@ -389,15 +445,15 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       if (alert.state !== 'ok') continue;
       let last = lastMatch.get(alert.id);
       if (last === undefined) {
-        last = lastMatchFromReadings(watch, now, budget);
+        last = await lastMatchFromReadings(watch, now, budget);
         if (last === undefined) continue;
         lastMatch.set(alert.id, last);
       } else if (searches.size > 0) searches.delete(alert.id);
       const start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
       const silentMs = now - start;
       if (silentMs < alert.value * 1000) continue;
-      const device = repos.devices.findBySeq(alert.deviceSeq);
-      const account = device && repos.accounts.findBySeq(device.accountSeq);
+      const device = await repos.devices.findBySeq(alert.deviceSeq);
+      const account = device && (await repos.accounts.findBySeq(device.accountSeq));
       if (!device || !account) continue;
       trigger(alert, account, device, Math.floor(silentMs / 1000), now, null);
       // The next reading of this device must see the alert firing.
@@ -406,46 +462,60 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     flushQueued();
   }
 
+  /** Checks one committed reading against the device's enabled alerts; synchronous (see the cooldown above). */
+  function evaluateWith(alerts: CachedAlert[], device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>) {
+    if (closed) return;
+    for (let i = 0; i < alerts.length; i++) {
+      const { alert, path } = alerts[i]!;
+      if (alert.kind === 'no_data') {
+        if (path !== null && numericValueAt(data, path) === null) continue;
+        const seen = lastMatch.get(alert.id);
+        if (seen === undefined || reading.time > seen) lastMatch.set(alert.id, reading.time);
+        if (alert.state === 'firing') {
+          resolve(alert, account, device, reading, null);
+          watches = null;
+        }
+        continue;
+      }
+      const actual = numericValueAt(data, path!);
+      if (actual === null) continue;
+      const operator = alert.operator as AlertOperator;
+      if (compare(actual, operator, alert.value)) {
+        // The cached copy is what the next reading of this device is checked against.
+        if (!inCooldown(alert.lastTriggered, alert.cooldown, reading.time)) trigger(alert, account, device, actual, reading.time, reading);
+      } else if (alert.state === 'firing' && clears(actual, { operator, value: alert.value, clearValue: alert.clearValue })) {
+        resolve(alert, account, device, reading, actual);
+      }
+    }
+  }
+
   return {
-    /** The pipeline's AlertEvaluator: called once per committed reading. */
-    evaluate(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>): void {
+    /**
+     * The pipeline's AlertEvaluator: called once per committed reading. Synchronous when the
+     * device's alerts are cached or the repository answers synchronously; a promise only
+     * while an asynchronous backend reads them.
+     */
+    evaluate(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>): void | Promise<void> {
       if (closed) return;
       dropCacheIfChangedElsewhere();
       const alerts = enabledAlerts(device.seq);
-      for (let i = 0; i < alerts.length; i++) {
-        const { alert, path } = alerts[i]!;
-        if (alert.kind === 'no_data') {
-          if (path !== null && numericValueAt(data, path) === null) continue;
-          const seen = lastMatch.get(alert.id);
-          if (seen === undefined || reading.time > seen) lastMatch.set(alert.id, reading.time);
-          if (alert.state === 'firing') {
-            resolve(alert, account, device, reading, null);
-            watches = null;
-          }
-          continue;
-        }
-        const actual = numericValueAt(data, path!);
-        if (actual === null) continue;
-        const operator = alert.operator as AlertOperator;
-        if (compare(actual, operator, alert.value)) {
-          // The cached copy is what the next reading of this device is checked against.
-          if (!inCooldown(alert.lastTriggered, alert.cooldown, reading.time))
-            trigger(alert, account, device, actual, reading.time, reading);
-        } else if (alert.state === 'firing' && clears(actual, { operator, value: alert.value, clearValue: alert.clearValue })) {
-          resolve(alert, account, device, reading, actual);
-        }
-      }
+      if (isPromise(alerts)) return alerts.then((list) => evaluateWith(list, device, account, reading, data));
+      evaluateWith(alerts, device, account, reading, data);
     },
 
     /** Checks silences every `periodMs` until close() (the server starts it; the CLI does not). */
     startSilenceChecks(periodMs = DEFAULT_SILENCE_CHECK_MS): void {
       if (silenceTimer || closed) return;
+      let checking = false;
       silenceTimer = setInterval(() => {
-        try {
-          checkSilences();
-        } catch (err) {
-          log('checking silent devices failed', { err });
-        }
+        // A check still reading (an asynchronous backend) is not overlapped by the next.
+        if (checking) return;
+        checking = true;
+        checkSilences()
+          .catch((err: unknown) => log('checking silent devices failed', { err }))
+          .finally(() => {
+            checking = false;
+          });
       }, periodMs);
       silenceTimer.unref();
     },
@@ -477,8 +547,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       // as failed, not left pending forever. Their own outcome, if it ever comes, is ignored.
       const at = Date.now();
       for (const { type, event, action } of inFlight.values())
-        settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
+        void settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
       inFlight.clear();
+      await settling;
       closed = true;
     },
   };

@@ -15,9 +15,9 @@
  */
 import { AppError, badRequest, payloadTooLarge } from '../../errors.js';
 import { parseJsonRefusingProto } from '../../jsonText.js';
-import type { PendingReading } from '../../storage/repos/readings.js';
+import { isPromise, type PendingReading } from '../../storage/repositories.js';
 import type { Clock } from '../../time.js';
-import type { DeviceService } from '../devices.js';
+import type { Authenticated, DeviceService } from '../devices.js';
 import type { DomainEvents, Transport } from '../events.js';
 import type { StorageFailure } from '../storageStatus.js';
 import type { Account, Device, StoredReading } from '../types.js';
@@ -37,8 +37,16 @@ export interface WriteGate {
   refuseReading(): Error;
 }
 
-/** Called with each committed reading; alert evaluation plugs in here. */
-export type AlertEvaluator = (device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>) => void;
+/**
+ * Called with each committed reading; alert evaluation plugs in here. A promise only while
+ * it reads from an asynchronous backend; its failure never reaches the reading's caller.
+ */
+export type AlertEvaluator = (
+  device: Device,
+  account: Account,
+  reading: StoredReading,
+  data: Record<string, unknown>,
+) => void | Promise<void>;
 
 export interface IngestRequest {
   transport: Transport;
@@ -178,17 +186,27 @@ export function ingestPipeline(deps: {
   }
 
   function afterStore(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>, transport: Transport) {
+    // Alert evaluation must never turn a committed reading into an error.
     try {
-      evaluateAlerts(device, account, reading, data);
-    } catch {
-      // Alert evaluation must never turn a committed reading into an error.
-    }
+      const evaluating = evaluateAlerts(device, account, reading, data);
+      if (evaluating !== undefined) evaluating.catch(() => {});
+    } catch {}
     events.emit('reading.stored', { device, reading, parsed: data, transport });
   }
 
-  /** ingestReading's steps; the checks before the commit throw. */
+  /**
+   * ingestReading's steps; the checks before the commit throw. The device and its account
+   * come from the cache, synchronously on SQLite and on any hit: only a lookup that is a
+   * promise (an asynchronous backend's miss) is waited for, so the writer's append stays the
+   * one promise per reading.
+   */
   function ingestNow(req: IngestRequest): Promise<StoredReading> {
-    const { device, account } = authorizeDevice(req);
+    const authorized = authorizeDevice(req);
+    if (isPromise(authorized)) return authorized.then((a) => ingestAuthorized(req, a));
+    return ingestAuthorized(req, authorized);
+  }
+
+  function ingestAuthorized(req: IngestRequest, { device, account }: Authenticated): Promise<StoredReading> {
     let data: Record<string, unknown>;
     let text: string | undefined;
     try {
@@ -202,7 +220,8 @@ export function ingestPipeline(deps: {
       checkSchema(device, account, data);
     } catch (err) {
       if (err instanceof AppError && err.permanent) {
-        devices.recordRejection(device, err.message);
+        // Counted off the answer's path; a failure to count changes nothing for the device.
+        devices.recordRejection(device, err.message).catch(() => {});
         events.emit('reading.rejected', { device, reason: err.message, transport: req.transport });
       }
       throw err;
@@ -237,10 +256,10 @@ export function ingestPipeline(deps: {
      * no longer allowed, or a database that cannot write, is ignored: the connection ends
      * all the same.
      */
-    recordTransportRejection(deviceId: string, reason: string, transport: Transport) {
+    async recordTransportRejection(deviceId: string, reason: string, transport: Transport): Promise<void> {
       try {
-        const { device } = devices.authorizeSession(deviceId);
-        devices.recordRejection(device, reason);
+        const { device } = await devices.authorizeSession(deviceId);
+        await devices.recordRejection(device, reason);
         events.emit('reading.rejected', { device, reason, transport });
       } catch {
         // nothing to count against

@@ -133,7 +133,7 @@ export async function dashboardRoutes(
         }
       });
       api.addHook('onRequest', async (request) => {
-        request.dashboard = sessionFromRequest(services, request);
+        request.dashboard = await sessionFromRequest(services, request);
         if (isStateChanging(request.method)) checkCrossSite(request, config.publicUrl, request.dashboard);
         if (!request.dashboard && !request.routeOptions.config.dashboardPublic) throw unauthorized('not signed in');
       });

@@ -88,14 +88,14 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
 
   // ---- devices
   app.get('/devices', async (request) => {
-    const { devices: list } = devices.list(account(request), { limit: 100_000, offset: 0 });
-    const silent = alerts.silentDevices(account(request), list);
+    const { devices: list } = await devices.list(account(request), { limit: 100_000, offset: 0 });
+    const silent = await alerts.silentDevices(account(request), list);
     return { data: list.map((d) => ({ ...presentDeviceDetail(d), silent: silent.has(d.id) })) };
   });
 
   app.post<{ Body: DeviceBody }>('/devices', async (request) => {
     const body = request.body ?? {};
-    const { device, accessToken } = devices.create(account(request), {
+    const { device, accessToken } = await devices.create(account(request), {
       name: String(body.name ?? ''),
       type: body.type || undefined,
       description: body.description ?? '',
@@ -108,37 +108,37 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
   });
 
   app.get<IdParams>('/devices/:id', async (request) => {
-    const device = devices.getOwned(account(request), request.params.id);
-    const latest = telemetry.latest(account(request), device);
+    const device = await devices.getOwned(account(request), request.params.id);
+    const latest = await telemetry.latest(account(request), device);
     return { data: presentDeviceDetail(device), latest: latest ? presentReading(latest) : null };
   });
 
   app.post<IdParams>('/devices/:id/pause', async (request) => ({
-    data: presentDeviceDetail(devices.pause(devices.getOwned(account(request), request.params.id))),
+    data: presentDeviceDetail(await devices.pause(await devices.getOwned(account(request), request.params.id))),
   }));
   app.post<IdParams>('/devices/:id/resume', async (request) => ({
-    data: presentDeviceDetail(devices.resume(devices.getOwned(account(request), request.params.id))),
+    data: presentDeviceDetail(await devices.resume(await devices.getOwned(account(request), request.params.id))),
   }));
   app.post<IdParams>('/devices/:id/regenerate-token', async (request) => {
-    const { device, accessToken } = devices.regenerateToken(devices.getOwned(account(request), request.params.id));
+    const { device, accessToken } = await devices.regenerateToken(await devices.getOwned(account(request), request.params.id));
     return { data: presentDeviceDetail(device), access_token: accessToken };
   });
 
   /** Delete needs the device's name typed back (the dashboard's typed confirmation). */
   app.post<IdParams & { Body: { confirm_name?: string } }>('/devices/:id/delete', async (request) => {
-    const device = devices.getOwned(account(request), request.params.id);
+    const device = await devices.getOwned(account(request), request.params.id);
     if ((request.body?.confirm_name ?? '') !== device.name) throw badRequest('type the device name exactly to confirm deletion');
-    devices.remove(device);
+    await devices.remove(device);
     return { deleted: device.id };
   });
 
   /** Readings of a range, newest first, capped to the plan retention like /v1 (docs/api.md, "Telemetry ranges and retention"). */
   app.get<IdParams & { Querystring: { range?: string; limit?: string } }>('/devices/:id/readings', async (request) => {
     const acc = account(request);
-    const device = devices.getOwned(acc, request.params.id);
+    const device = await devices.getOwned(acc, request.params.id);
     const requested = parseRange(request.query.range);
     const limit = Math.min(Math.max(Number(request.query.limit ?? 1000) || 1000, 1), 5000);
-    const { range, readings } = telemetry.history(acc, device, requested, limit);
+    const { range, readings } = await telemetry.history(acc, device, requested, limit);
     return {
       data: readings.map(presentReading),
       query: { device_id: device.id, requested_range: requested, range, limit, data_retention_days: acc.limits.retentionDays },
@@ -150,16 +150,16 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     '/devices/:id/aggregate',
     async (request, reply) => {
       const acc = account(request);
-      const device = devices.getOwned(acc, request.params.id);
+      const device = await devices.getOwned(acc, request.params.id);
       const requested = parseRange(request.query.range);
-      const result = services.aggregates.aggregate(acc, device, { ...request.query, range: requested });
+      const result = await services.aggregates.aggregate(acc, device, { ...request.query, range: requested });
       return reply.type('application/json; charset=utf-8').send(presentAggregateJson(result, device, acc, requested));
     },
   );
 
   // ---- alerts
   app.get('/alerts', async (request) => {
-    const { alerts: list } = alerts.list(account(request), 100_000, 0);
+    const { alerts: list } = await alerts.list(account(request), 100_000, 0);
     return { data: list.map(presentAlertDetail) };
   });
 
@@ -185,45 +185,47 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
 
   app.post<{ Body: AlertBody }>('/alerts', async (request) => {
     const body = request.body ?? {};
-    const device = devices.getOwned(account(request), String(body.device_id ?? ''));
-    return { data: presentAlertDetail(alerts.create(device, alertInput(body))) };
+    const device = await devices.getOwned(account(request), String(body.device_id ?? ''));
+    return { data: presentAlertDetail(await alerts.create(device, alertInput(body))) };
   });
 
   app.put<IdParams & { Body: AlertBody }>('/alerts/:id', async (request) => {
-    const alert = alerts.getOwned(account(request), request.params.id);
-    return { data: presentAlertDetail(alerts.update(alert, alertInput(request.body ?? {}))) };
+    const alert = await alerts.getOwned(account(request), request.params.id);
+    return { data: presentAlertDetail(await alerts.update(alert, alertInput(request.body ?? {}))) };
   });
 
   app.post<IdParams>('/alerts/:id/enable', async (request) => ({
-    data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), true)),
+    data: presentAlertDetail(await alerts.setEnabled(await alerts.getOwned(account(request), request.params.id), true)),
   }));
   app.post<IdParams>('/alerts/:id/disable', async (request) => ({
-    data: presentAlertDetail(alerts.setEnabled(alerts.getOwned(account(request), request.params.id), false)),
+    data: presentAlertDetail(await alerts.setEnabled(await alerts.getOwned(account(request), request.params.id), false)),
   }));
   app.delete<IdParams>('/alerts/:id', async (request) => {
-    const alert = alerts.getOwned(account(request), request.params.id);
-    alerts.remove(alert);
+    const alert = await alerts.getOwned(account(request), request.params.id);
+    await alerts.remove(alert);
     return { deleted: alert.id };
   });
 
   app.get<IdParams>('/alerts/:id/history', async (request) => {
-    const alert = alerts.getOwned(account(request), request.params.id);
-    return { data: alerts.historyWithDeliveries(alert, 100) };
+    const alert = await alerts.getOwned(account(request), request.params.id);
+    return { data: await alerts.historyWithDeliveries(alert, 100) };
   });
 
   app.post<IdParams>('/alert-events/:id/acknowledge', async (request) => ({
-    data: presentAlertEventDetail(alerts.acknowledge(account(request), request.params.id)),
+    data: presentAlertEventDetail(await alerts.acknowledge(account(request), request.params.id)),
   }));
 
   // ---- API keys and account
-  app.get('/keys', async (request) => ({ data: keys.list(account(request)).map(presentApiKey) }));
+  app.get('/keys', async (request) => ({ data: (await keys.list(account(request))).map(presentApiKey) }));
   app.post<{ Body: { name?: string } }>('/keys', async (request) => {
-    const { key, record } = keys.create(account(request), String(request.body?.name ?? ''));
+    const { key, record } = await keys.create(account(request), String(request.body?.name ?? ''));
     return { data: presentApiKey(record), key };
   });
-  app.post<IdParams>('/keys/:id/revoke', async (request) => ({ data: presentApiKey(keys.revoke(request.params.id, account(request))) }));
+  app.post<IdParams>('/keys/:id/revoke', async (request) => ({
+    data: presentApiKey(await keys.revoke(request.params.id, account(request))),
+  }));
 
-  app.get('/account', async (request) => ({ account: presentAccount(account(request)), usage: usage.usage(account(request)) }));
+  app.get('/account', async (request) => ({ account: presentAccount(account(request)), usage: await usage.usage(account(request)) }));
 
   // ---- storage: the banner shown while new readings are refused (docs/reliability.md)
   const nullableInteger = { type: ['integer', 'null'] } as const;

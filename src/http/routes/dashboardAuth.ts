@@ -53,7 +53,7 @@ export async function dashboardAuthRoutes(
   });
 
   app.post('/sign-out', { config: { dashboardPublic: true } }, async (request, reply) => {
-    if (request.dashboard) services.sessions.signOut(request.dashboard.session);
+    if (request.dashboard) await services.sessions.signOut(request.dashboard.session);
     clearSessionCookie(request, reply, config.publicUrl);
     return { signed_out: true };
   });
@@ -62,7 +62,9 @@ export async function dashboardAuthRoutes(
   app.get<{ Querystring: { token?: string } }>('/setup', { config: { dashboardPublic: true } }, async (request) => {
     // Compared as hashes in constant time, like every secret (docs/reliability.md "Security").
     const valid =
-      !!setup.token && sameHash(hashSecret(String(request.query.token ?? '')), hashSecret(setup.token)) && services.accounts.count() === 0;
+      !!setup.token &&
+      sameHash(hashSecret(String(request.query.token ?? '')), hashSecret(setup.token)) &&
+      (await services.accounts.count()) === 0;
     return { valid };
   });
 

@@ -19,21 +19,28 @@ const HEARTBEAT_MS = 15_000;
  * the connection busy, so one must never stay open across event-loop turns (ingest commits
  * in between). The next chunk resumes at the last time seen, skipping rows already sent.
  */
-export function* readingChunks(
+export async function* readingChunks(
   services: Services,
   account: Account,
   device: Device,
   since: number,
   until: number,
-): Generator<StoredReading[]> {
+): AsyncGenerator<StoredReading[]> {
   let cursor = since;
   let sentAtCursor = new Set<number>();
   for (;;) {
     const chunk: StoredReading[] = [];
-    for (const r of services.telemetry.iterateRange(account, device, cursor, until)) {
-      if (r.time === cursor && sentAtCursor.has(r.seq)) continue;
-      chunk.push(r);
-      if (chunk.length >= CHUNK) break; // closes the statement
+    /** Takes a row unless it was sent already; false once the chunk is full. */
+    const take = (r: StoredReading) => {
+      if (!(r.time === cursor && sentAtCursor.has(r.seq))) chunk.push(r);
+      return chunk.length < CHUNK;
+    };
+    const rows = services.telemetry.iterateRange(account, device, cursor, until);
+    // A synchronous iterator (SQLite) is read without an await per row; leaving the loop closes the statement.
+    if (Symbol.iterator in rows) {
+      for (const r of rows) if (!take(r)) break;
+    } else {
+      for await (const r of rows) if (!take(r)) break;
     }
     if (chunk.length === 0) return;
     yield chunk;
@@ -107,7 +114,7 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
 
   app.get<{ Params: { id: string }; Querystring: { range?: string; format?: string } }>('/devices/:id/export', async (request, reply) => {
     const account = request.dashboard!.account;
-    const device = services.devices.getOwned(account, request.params.id);
+    const device = await services.devices.getOwned(account, request.params.id);
     const format = request.query.format ?? 'csv';
     if (format !== 'csv' && format !== 'xlsx') throw badRequest('format must be csv or xlsx');
     const range = capRangeToRetention(parseRange(request.query.range), account.limits.retentionDays);
@@ -115,7 +122,7 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     const since = until - 1 - rangeMs(range);
 
     const seen = new Set<string>();
-    for (const chunk of readingChunks(services, account, device, since, until)) {
+    for await (const chunk of readingChunks(services, account, device, since, until)) {
       for (const r of chunk) for (const path of flattenReading(JSON.parse(r.data) as Record<string, unknown>).keys()) seen.add(path);
     }
     const columns = exportColumns(
@@ -123,7 +130,7 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
       seen,
     );
     const rows = async function* () {
-      for (const chunk of readingChunks(services, account, device, since, until)) {
+      for await (const chunk of readingChunks(services, account, device, since, until)) {
         yield chunk.map((r) => {
           const data = flattenReading(JSON.parse(r.data) as Record<string, unknown>);
           return [iso(r.time), ...columns.map((c) => data.get(c))] as unknown[];
@@ -198,7 +205,13 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
         if (device.accountSeq === account.seq) send('rejected', { device_id: device.id, reason });
       }),
       services.events.on('device.changed', ({ deviceId, change }) => {
-        if (change !== 'deleted' && services.devices.isOwnedBy(account, deviceId)) send('device', { device_id: deviceId, change });
+        if (change === 'deleted') return;
+        services.devices.isOwnedBy(account, deviceId).then(
+          (owned) => {
+            if (owned && !res.writableEnded) send('device', { device_id: deviceId, change });
+          },
+          () => {},
+        );
       }),
       services.events.on('alert.triggered', ({ alert, event }) => {
         if (alert.accountSeq === account.seq) send('alert', { alert_id: alert.id, event: presentAlertEvent(event) });
@@ -211,14 +224,13 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     // A database error here must not escape the timer (an uncaught exception ends the
     // process): the stream ends and the browser's EventSource reconnects.
     const heartbeat = setInterval(() => {
-      let valid = false;
-      try {
-        valid = services.sessions.resolve(sessionId) !== null;
-      } catch {
-        valid = false;
-      }
-      if (valid) res.write(': ping\n\n');
-      else end();
+      services.sessions.resolve(sessionId).then(
+        (resolved) => {
+          if (resolved === null) end();
+          else if (!res.writableEnded) res.write(': ping\n\n');
+        },
+        () => end(),
+      );
     }, HEARTBEAT_MS);
     function end() {
       clearInterval(heartbeat);

@@ -71,7 +71,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
   // headers), then the limit; every counted request carries the four headers, errors included.
   app.addHook('onRequest', async (request, reply) => {
     if ((request.routeOptions.config as { public?: boolean }).public) return;
-    const { account } = keys.authenticate(bearerToken(request));
+    const { account } = await keys.authenticate(bearerToken(request));
     if (!planHasApiAccess(account.plan)) throw forbidden('the free plan has no Public API access; upgrade to starter or above');
     try {
       setRateHeaders(reply, rateLimiter.consume(account));
@@ -120,7 +120,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     async (request) => {
       const limit = clamp(request.query.limit, LIMITS.devices);
       const { offset, status } = request.query;
-      const page = devices.list(request.account!, { limit, offset, status });
+      const page = await devices.list(request.account!, { limit, offset, status });
       return { data: page.devices.map(presentDevice), pagination: { total: page.total, limit, offset } };
     },
   );
@@ -136,7 +136,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         response: { 200: { type: 'object', properties: { data: ref('Device') }, required: ['data'] }, ...publicErrorResponses },
       },
     },
-    async (request) => ({ data: presentDevice(devices.getOwned(request.account!, request.params.id)) }),
+    async (request) => ({ data: presentDevice(await devices.getOwned(request.account!, request.params.id)) }),
   );
 
   app.get<{ Params: { id: string } }>(
@@ -155,7 +155,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     },
     async (request) => {
       const account = request.account!;
-      const reading = telemetry.latest(account, devices.getOwned(account, request.params.id));
+      const reading = await telemetry.latest(account, await devices.getOwned(account, request.params.id));
       return { data: reading ? presentReading(reading) : null };
     },
   );
@@ -177,9 +177,9 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     },
     async (request, reply) => {
       const account = request.account!;
-      const device = devices.getOwned(account, request.params.id);
+      const device = await devices.getOwned(account, request.params.id);
       const limit = clamp(request.query.limit, LIMITS.telemetry);
-      const { range, readings } = telemetry.history(account, device, request.query.range, limit);
+      const { range, readings } = await telemetry.history(account, device, request.query.range, limit);
       const query = {
         device_id: device.id,
         requested_range: request.query.range,
@@ -234,8 +234,8 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     },
     async (request, reply) => {
       const account = request.account!;
-      const device = devices.getOwned(account, request.params.id);
-      const result = aggregates.aggregate(account, device, request.query);
+      const device = await devices.getOwned(account, request.params.id);
+      const result = await aggregates.aggregate(account, device, request.query);
       return reply.type('application/json; charset=utf-8').send(presentAggregateJson(result, device, account, request.query.range));
     },
   );
@@ -261,7 +261,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     async (request) => {
       const limit = clamp(request.query.limit, LIMITS.alerts);
       const { offset } = request.query;
-      const page = alerts.list(request.account!, limit, offset);
+      const page = await alerts.list(request.account!, limit, offset);
       return { data: page.alerts.map(presentAlert), pagination: { total: page.total, limit, offset } };
     },
   );
@@ -277,7 +277,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         response: { 200: { type: 'object', properties: { data: ref('Alert') }, required: ['data'] }, ...publicErrorResponses },
       },
     },
-    async (request) => ({ data: presentAlert(alerts.getOwned(request.account!, request.params.id)) }),
+    async (request) => ({ data: presentAlert(await alerts.getOwned(request.account!, request.params.id)) }),
   );
 
   app.get<{ Params: { id: string }; Querystring: { limit?: number } }>(
@@ -296,8 +296,8 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       },
     },
     async (request) => {
-      const alert = alerts.getOwned(request.account!, request.params.id);
-      return { data: alerts.history(alert, clamp(request.query.limit, LIMITS.history)).map(presentAlertEvent) };
+      const alert = await alerts.getOwned(request.account!, request.params.id);
+      return { data: (await alerts.history(alert, clamp(request.query.limit, LIMITS.history))).map(presentAlertEvent) };
     },
   );
 
@@ -311,7 +311,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         response: { 200: { type: 'object', properties: { data: ref('AccountUsage') }, required: ['data'] }, ...publicErrorResponses },
       },
     },
-    async (request) => ({ data: usage.usage(request.account!) }),
+    async (request) => ({ data: await usage.usage(request.account!) }),
   );
 
   app.get(
@@ -327,7 +327,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
         },
       },
     },
-    async (request) => ({ data: keys.list(request.account!).map(presentApiKey) }),
+    async (request) => ({ data: (await keys.list(request.account!)).map(presentApiKey) }),
   );
 
   app.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());

@@ -11,14 +11,14 @@ import { accountFromSession } from '../dashboardSession.js';
  * the request does not carry that credential or it is not valid: the route then answers 404
  * unless another resolver recognises the caller (docs/snapshots.md, "Reading").
  */
-export type SnapshotReaderResolver = (request: FastifyRequest, services: Services, deviceId: string) => SnapshotReader | null;
+export type SnapshotReaderResolver = (request: FastifyRequest, services: Services, deviceId: string) => Promise<SnapshotReader | null>;
 
 /** The device's own access token, as Bearer. A paused device, like a wrong token, reads nothing. */
-const deviceTokenReader: SnapshotReaderResolver = (request, services, deviceId) => {
+const deviceTokenReader: SnapshotReaderResolver = async (request, services, deviceId) => {
   const token = bearerToken(request);
   if (!token || token.startsWith(API_KEY_PREFIX)) return null;
   try {
-    return { deviceSeq: services.devices.authenticate(deviceId, token).device.seq };
+    return { deviceSeq: (await services.devices.authenticate(deviceId, token)).device.seq };
   } catch {
     return null;
   }
@@ -29,19 +29,19 @@ const deviceTokenReader: SnapshotReaderResolver = (request, services, deviceId) 
  * (snapshot reads are not Public API calls, so no plan gate and no rate-limit count); a
  * suspended account reads nothing.
  */
-const apiKeyReader: SnapshotReaderResolver = (request, services) => {
+const apiKeyReader: SnapshotReaderResolver = async (request, services) => {
   const key = bearerToken(request);
   if (!key?.startsWith(API_KEY_PREFIX)) return null;
   try {
-    return { accountSeq: services.keys.authenticate(key).account.seq };
+    return { accountSeq: (await services.keys.authenticate(key)).account.seq };
   } catch {
     return null;
   }
 };
 
 /** The owner's dashboard session cookie (thumbnails in the device page's readings table). */
-const dashboardSessionReader: SnapshotReaderResolver = (request, services) => {
-  const account = accountFromSession(services, request);
+const dashboardSessionReader: SnapshotReaderResolver = async (request, services) => {
+  const account = await accountFromSession(services, request);
   return account ? { accountSeq: account.seq } : null;
 };
 
@@ -89,7 +89,9 @@ export async function snapshotRoutes(
 
   app.get<{ Params: { deviceId: string; id: string } }>('/:deviceId/snapshot/:id', { schema: { hide: true } }, async (request, reply) => {
     const { deviceId, id } = request.params;
-    const who = readers.map((resolve) => resolve(request, services, deviceId)).filter((r): r is SnapshotReader => r !== null);
+    const who = (await Promise.all(readers.map((resolve) => resolve(request, services, deviceId)))).filter(
+      (r): r is SnapshotReader => r !== null,
+    );
     const snapshot = await services.snapshots.read(deviceId, id, who);
     const etag = `"${snapshot.id}"`;
     reply.header('cache-control', IMMUTABLE_CACHE).header('etag', etag).header('x-content-type-options', 'nosniff');

@@ -2,6 +2,7 @@ import type { PlanLimits } from '../../domain/plans.js';
 import type { Account } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
+import type { NewAccount } from '../repositories.js';
 
 interface AccountRow {
   seq: number;
@@ -87,16 +88,7 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     findByEmail: (email: string) => toAccount(byEmail.get(email)),
     list: () => all.all().map((r) => toAccount(r)!),
     count: () => count.get()!.n,
-    insert(a: {
-      id: string;
-      email: string;
-      name: string;
-      passwordHash: string | null;
-      plan: string;
-      limits: PlanLimits;
-      webhookSecret: string;
-      now: number;
-    }) {
+    insert(a: NewAccount): void {
       insert.run({
         id: a.id,
         email: a.email,
@@ -108,9 +100,10 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
         ...limitParams(a.limits),
       });
     },
-    setPlan: (seq: number, plan: string, limits: PlanLimits, now: number) => updatePlan.run({ seq, plan, now, ...limitParams(limits) }),
-    setStatus: (seq: number, status: 'active' | 'suspended', now: number) => updateStatus.run(status, now, seq),
-    setWebhookSecret: (seq: number, secret: string, now: number) => updateSecret.run(secret, now, seq),
-    setPasswordHash: (seq: number, hash: string, now: number) => updatePassword.run(hash, now, seq),
+    setPlan: (seq: number, plan: string, limits: PlanLimits, now: number) =>
+      void updatePlan.run({ seq, plan, now, ...limitParams(limits) }),
+    setStatus: (seq: number, status: 'active' | 'suspended', now: number) => void updateStatus.run(status, now, seq),
+    setWebhookSecret: (seq: number, secret: string, now: number) => void updateSecret.run(secret, now, seq),
+    setPasswordHash: (seq: number, hash: string, now: number) => void updatePassword.run(hash, now, seq),
   };
 }

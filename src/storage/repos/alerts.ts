@@ -1,5 +1,6 @@
 import type { ActionDelivery, Alert, AlertAction, AlertEvent, AlertKind, AlertState } from '../../domain/types.js';
 import type { Db } from '../db.js';
+import type { AlertChanges, AlertOutcome, NewAlert, NewAlertEvent, NoDataWatch, RecordedOutcome } from '../repositories.js';
 
 interface AlertRow {
   seq: number;
@@ -97,34 +98,6 @@ const toEvent = (r: EventRow | undefined): AlertEvent | null =>
 
 const SELECT = 'SELECT a.*, d.id AS device_id FROM alerts a JOIN devices d ON d.seq = a.device_seq';
 
-export type NewAlert = Pick<
-  Alert,
-  | 'id'
-  | 'accountSeq'
-  | 'deviceSeq'
-  | 'name'
-  | 'kind'
-  | 'field'
-  | 'operator'
-  | 'value'
-  | 'clearValue'
-  | 'actions'
-  | 'webhookUrl'
-  | 'slackUrl'
-  | 'discordUrl'
-  | 'ntfyUrl'
-  | 'severity'
-  | 'enabled'
-  | 'notifyResolved'
-  | 'cooldown'
-> & { now: number };
-
-/** An enabled no_data alert of an active device, with what bounds its silence. */
-export interface NoDataWatch {
-  alert: Alert;
-  deviceResumedAt: number | null;
-}
-
 export function alertsRepo(db: Db) {
   const byId = db.prepare<[string], AlertRow>(`${SELECT} WHERE a.id = ?`);
   const bySeq = db.prepare<[number], AlertRow>(`${SELECT} WHERE a.seq = ?`);
@@ -184,7 +157,7 @@ export function alertsRepo(db: Db) {
     'UPDATE alert_events SET resolved_at = ?, resolution_deliveries = ? WHERE seq = ?',
   );
 
-  const alertParams = (a: Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'>) => ({
+  const alertParams = (a: AlertChanges) => ({
     name: a.name,
     kind: a.kind,
     field: a.field,
@@ -203,6 +176,61 @@ export function alertsRepo(db: Db) {
     now: a.now,
   });
 
+  const insertEventRow = (e: NewAlertEvent): number =>
+    Number(
+      insertEvent.run({
+        id: e.id,
+        alertSeq: e.alertSeq,
+        deviceId: e.deviceId,
+        conditionValue: e.conditionValue,
+        severity: e.severity,
+        triggeredAt: e.triggeredAt,
+        readingSeq: e.readingSeq,
+        deliveries: JSON.stringify(e.deliveries),
+      }).lastInsertRowid,
+    );
+
+  /** A firing alert goes back to `ok`; its open event is resolved at `now` without notices. */
+  const endFiring = (seq: number, now: number) => {
+    if (bySeq.get(seq)?.state !== 'firing') return;
+    const open = openEvent.get(seq);
+    if (open) resolveEvent.run(now, '[]', open.seq);
+    setState.run('ok', seq);
+  };
+  const updateTx = db.transaction((seq: number, a: AlertChanges, endsFiring: boolean) => {
+    update.run({ seq, ...alertParams(a) });
+    if (endsFiring) endFiring(seq, a.now);
+  });
+  const setEnabledTx = db.transaction((seq: number, enabled: boolean, now: number) => {
+    setEnabled.run({ enabled: enabled ? 1 : 0, now, seq });
+    if (!enabled) endFiring(seq, now);
+  });
+
+  // A savepoint per item (a nested better-sqlite3 transaction): one that fails is rolled back
+  // alone, inside the batch's transaction.
+  const recordOne = db.transaction((o: AlertOutcome): AlertEvent | null => {
+    if (o.type === 'triggered') {
+      const seq = insertEventRow(o.event);
+      setLastTriggered.run(o.event.triggeredAt, o.alertSeq);
+      setState.run('firing', o.alertSeq);
+      return { ...o.event, seq, acknowledged: false, acknowledgedAt: null, resolvedAt: null, resolutionDeliveries: [] };
+    }
+    setState.run('ok', o.alertSeq);
+    const open = toEvent(openEvent.get(o.alertSeq));
+    if (!open) return null;
+    resolveEvent.run(o.at, JSON.stringify(o.notices), open.seq);
+    return { ...open, resolvedAt: o.at, resolutionDeliveries: o.notices };
+  });
+  const recordOutcomes = db.transaction((batch: AlertOutcome[]): RecordedOutcome[] =>
+    batch.map((o) => {
+      try {
+        return { event: recordOne(o) };
+      } catch (error) {
+        return { event: null, error };
+      }
+    }),
+  );
+
   return {
     findById: (id: string) => toAlert(byId.get(id)),
     findBySeq: (seq: number) => toAlert(bySeq.get(seq)),
@@ -211,35 +239,21 @@ export function alertsRepo(db: Db) {
     countEnabled: (accountSeq: number) => countEnabled.get(accountSeq)!.n,
     enabledOfDevice: (deviceSeq: number) => enabledOfDevice.all(deviceSeq).map((r) => toAlert(r)!),
     listByDevice: (deviceSeq: number) => ofDevice.all(deviceSeq).map((r) => toAlert(r)!),
-    insert: (a: NewAlert) => insert.run({ id: a.id, accountSeq: a.accountSeq, deviceSeq: a.deviceSeq, ...alertParams(a) }),
-    update: (seq: number, a: Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'>) => update.run({ seq, ...alertParams(a) }),
-    setEnabled: (seq: number, enabled: boolean, now: number) => setEnabled.run({ enabled: enabled ? 1 : 0, now, seq }),
-    setLastTriggered: (seq: number, at: number) => setLastTriggered.run(at, seq),
-    setState: (seq: number, state: AlertState) => setState.run(state, seq),
+    insert: (a: NewAlert) => void insert.run({ id: a.id, accountSeq: a.accountSeq, deviceSeq: a.deviceSeq, ...alertParams(a) }),
+    update: (seq: number, a: AlertChanges, endFiring: boolean): void => updateTx.immediate(seq, a, endFiring),
+    setEnabled: (seq: number, enabled: boolean, now: number): void => setEnabledTx.immediate(seq, enabled, now),
     noDataWatches: (): NoDataWatch[] => noDataWatches.all().map((r) => ({ alert: toAlert(r)!, deviceResumedAt: r.device_resumed_at })),
     firingNoDataDeviceIds: (accountSeq: number): string[] => firingNoData.all(accountSeq),
-    remove: (seq: number) => remove.run(seq),
+    remove: (seq: number) => void remove.run(seq),
+    recordOutcomes: (batch: AlertOutcome[]): RecordedOutcome[] => recordOutcomes.immediate(batch),
 
     findEventById: (id: string) => toEvent(eventById.get(id)),
     history: (alertSeq: number, limit: number) => history.all(alertSeq, limit).map((r) => toEvent(r)!),
-    insertEvent: (e: Omit<AlertEvent, 'seq' | 'acknowledged' | 'acknowledgedAt' | 'resolvedAt' | 'resolutionDeliveries'>) =>
-      Number(
-        insertEvent.run({
-          id: e.id,
-          alertSeq: e.alertSeq,
-          deviceId: e.deviceId,
-          conditionValue: e.conditionValue,
-          severity: e.severity,
-          triggeredAt: e.triggeredAt,
-          readingSeq: e.readingSeq,
-          deliveries: JSON.stringify(e.deliveries),
-        }).lastInsertRowid,
-      ),
-    acknowledgeEvent: (seq: number, now: number) => acknowledge.run(now, seq),
-    setDeliveries: (seq: number, deliveries: ActionDelivery[]) => setDeliveries.run(JSON.stringify(deliveries), seq),
-    setResolutionDeliveries: (seq: number, deliveries: ActionDelivery[]) => setResolutionDeliveries.run(JSON.stringify(deliveries), seq),
-    /** The unresolved event of the alert's current firing, if any. */
-    openEvent: (alertSeq: number) => toEvent(openEvent.get(alertSeq)),
-    resolveEvent: (seq: number, at: number, deliveries: ActionDelivery[]) => resolveEvent.run(at, JSON.stringify(deliveries), seq),
+    /** One event row as recordOutcomes inserts it (tests that need an event without a trigger). */
+    insertEvent: insertEventRow,
+    acknowledgeEvent: (seq: number, now: number) => void acknowledge.run(now, seq),
+    setDeliveries: (seq: number, deliveries: ActionDelivery[]) => void setDeliveries.run(JSON.stringify(deliveries), seq),
+    setResolutionDeliveries: (seq: number, deliveries: ActionDelivery[]) =>
+      void setResolutionDeliveries.run(JSON.stringify(deliveries), seq),
   };
 }

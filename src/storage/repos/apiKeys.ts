@@ -1,5 +1,6 @@
 import type { ApiKey } from '../../domain/types.js';
 import type { Db } from '../db.js';
+import type { NewApiKey } from '../repositories.js';
 
 interface KeyRow {
   seq: number;
@@ -40,9 +41,8 @@ export function apiKeysRepo(db: Db) {
     findByHash: (hash: string) => toKey(byHash.get(hash)),
     findById: (id: string) => toKey(byId.get(id)),
     listByAccount: (accountSeq: number) => byAccount.all(accountSeq).map((r) => toKey(r)!),
-    insert: (k: { id: string; accountSeq: number; name: string; keyPrefix: string; keyHash: string; now: number }) =>
-      insert.run(k.id, k.accountSeq, k.name, k.keyPrefix, k.keyHash, k.now),
-    revoke: (seq: number, now: number) => revoke.run(now, seq),
-    touch: (seq: number, now: number) => touch.run(now, seq),
+    insert: (k: NewApiKey) => void insert.run(k.id, k.accountSeq, k.name, k.keyPrefix, k.keyHash, k.now),
+    revoke: (seq: number, now: number) => void revoke.run(now, seq),
+    touch: (seq: number, now: number) => void touch.run(now, seq),
   };
 }

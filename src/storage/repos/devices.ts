@@ -1,6 +1,8 @@
-import type { Device, FieldDefinition, SchemaMode } from '../../domain/types.js';
+import type { FieldDefinition, SchemaMode } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
+import type { DeviceChanges, DeviceWithToken, NewDevice } from '../repositories.js';
+import type { RollupsRepo } from './rollups.js';
 
 interface DeviceRow {
   seq: number;
@@ -22,10 +24,6 @@ interface DeviceRow {
   last_rejection_at: number | null;
   created_at: number;
   updated_at: number;
-}
-
-export interface DeviceWithToken extends Device {
-  tokenHash: string;
 }
 
 function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
@@ -68,21 +66,7 @@ const SELECT = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}
 const SELECT_PAGE = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}, -1), coalesce(i.newest, -1)), -1), d.last_seen) AS last_seen
   FROM devices d LEFT JOIN (SELECT device_seq, max(time) AS newest FROM readings_inbox GROUP BY device_seq) i ON i.device_seq = d.seq`;
 
-export interface NewDevice {
-  id: string;
-  accountSeq: number;
-  name: string;
-  type: string;
-  description: string;
-  settings: Record<string, unknown>;
-  schemaMode: SchemaMode;
-  fields: FieldDefinition[];
-  snapshotsEnabled: boolean;
-  tokenHash: string;
-  now: number;
-}
-
-export function devicesRepo(db: Db, changes?: TableChanges) {
+export function devicesRepo(db: Db, rollups: RollupsRepo, changes?: TableChanges) {
   const byId = db.prepare<[string], DeviceRow>(`${SELECT} WHERE d.id = ?`);
   const bySeq = db.prepare<[number], DeviceRow>(`${SELECT} WHERE d.seq = ?`);
   // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
@@ -98,7 +82,6 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
   const countByStatus = db.prepare<[number, string], { n: number }>(
     'SELECT count(*) AS n FROM devices WHERE account_seq = ? AND status = ?',
   );
-  const seqsOfAccount = db.prepare<[number], { seq: number }>('SELECT seq FROM devices WHERE account_seq = ?');
   const insert = db.prepare(`INSERT INTO devices (id, account_seq, name, type, description, settings, schema_mode, fields,
       snapshots_enabled, token_hash, created_at, updated_at)
     VALUES (@id, @accountSeq, @name, @type, @description, @settings, @schemaMode, @fields, @snapshotsEnabled, @tokenHash, @now, @now)`);
@@ -113,12 +96,22 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
     'UPDATE devices SET rejected_count = rejected_count + 1, last_rejection_reason = ?, last_rejection_at = ? WHERE seq = ?',
   );
   const remove = db.prepare('DELETE FROM devices WHERE seq = ?');
-  // Keeps the newest reading's time in the row before retention deletes readings, so
-  // last_seen survives the deletion of every reading (the SELECT above falls back to it).
-  const archiveLastSeen = db.prepare<[number]>(`UPDATE devices SET last_seen = max(coalesce(last_seen, 0),
-    coalesce((SELECT max(time) FROM readings_by_device WHERE device_seq = devices.seq), 0),
-    coalesce((SELECT max(time) FROM readings_inbox WHERE device_seq = devices.seq), 0)) WHERE seq = ?`);
   const allSeqs = db.prepare<[], { seq: number; account_seq: number }>('SELECT seq, account_seq FROM devices ORDER BY seq');
+
+  const insertWithinLimit = db.transaction((d: NewDevice, limit: number): boolean => {
+    if (countAll.get(d.accountSeq)!.n >= limit) return false;
+    insert.run({
+      ...d,
+      settings: JSON.stringify(d.settings),
+      fields: JSON.stringify(d.fields),
+      snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
+    });
+    return true;
+  });
+  const removeWithRollups = db.transaction((seq: number) => {
+    rollups.deleteDevice(seq);
+    remove.run(seq);
+  });
 
   return {
     findById: (id: string) => toDevice(byId.get(id)),
@@ -135,15 +128,9 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
       return rows.map((r) => toDevice(r)!);
     },
     count: (accountSeq: number, status?: string) => (status ? countByStatus.get(accountSeq, status)! : countAll.get(accountSeq)!).n,
-    seqsOfAccount: (accountSeq: number) => seqsOfAccount.all(accountSeq).map((r) => r.seq),
-    insert: (d: NewDevice) =>
-      insert.run({
-        ...d,
-        settings: JSON.stringify(d.settings),
-        fields: JSON.stringify(d.fields),
-        snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
-      }),
-    update: (seq: number, d: Omit<NewDevice, 'id' | 'accountSeq' | 'tokenHash'>) =>
+    // IMMEDIATE takes the write lock before the count, so another connection's insert waits.
+    insertWithinLimit: (d: NewDevice, limit: number): boolean => insertWithinLimit.immediate(d, limit),
+    update(seq: number, d: DeviceChanges): void {
       update.run({
         seq,
         name: d.name,
@@ -154,12 +141,12 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
         fields: JSON.stringify(d.fields),
         snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
         now: d.now,
-      }),
-    setStatus: (seq: number, status: 'active' | 'paused', now: number) => setStatus.run({ status, now, seq }),
-    setTokenHash: (seq: number, hash: string, now: number) => setToken.run(hash, now, seq),
-    recordRejection: (seq: number, reason: string, now: number) => recordRejection.run(reason, now, seq),
-    remove: (seq: number) => remove.run(seq),
-    archiveLastSeen: (seq: number) => archiveLastSeen.run(seq),
+      });
+    },
+    setStatus: (seq: number, status: 'active' | 'paused', now: number) => void setStatus.run({ status, now, seq }),
+    setTokenHash: (seq: number, hash: string, now: number) => void setToken.run(hash, now, seq),
+    recordRejection: (seq: number, reason: string, now: number) => void recordRejection.run(reason, now, seq),
+    removeWithRollups: (seq: number): void => removeWithRollups.immediate(seq),
     /** Every device as (seq, account seq): the retention job walks them. */
     allSeqs: () => allSeqs.all().map((r) => ({ seq: r.seq, accountSeq: r.account_seq })),
   };

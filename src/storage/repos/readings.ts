@@ -2,6 +2,7 @@ import type { StoredReading } from '../../domain/types.js';
 import { MINUTE_MS } from '../../time.js';
 import type { Db } from '../db.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
+import type { PendingReading } from '../repositories.js';
 import type { RollupsRepo } from './rollups.js';
 
 const ROWS_PER_INSERT = 32;
@@ -36,16 +37,6 @@ function newestFirst(a: HistoryRow[], b: HistoryRow[], limit: number): HistoryRo
 }
 
 const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
-
-export interface PendingReading {
-  deviceSeq: number;
-  /** The device's account, when the caller has it (the ingest pipeline); looked up otherwise. */
-  accountSeq?: number;
-  time: number;
-  data: string;
-  /** `data` parsed, when the caller has it (the ingest pipeline): spares observers a parse. */
-  parsed?: Record<string, unknown>;
-}
 
 /**
  * Readings live in two tables (migration 5): `readings_inbox`, where each committed batch is
@@ -152,6 +143,11 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
   const countInserted = db.prepare<[number, number, number]>(
     'INSERT INTO reading_counts (account_seq, minute, n) VALUES (?, ?, ?) ON CONFLICT (account_seq, minute) DO UPDATE SET n = n + excluded.n',
   );
+  // Keeps the newest reading's time in the row before retention deletes readings, so
+  // last_seen survives the deletion of every reading (the devices repository falls back to it).
+  const archiveLastSeen = db.prepare<[number]>(`UPDATE devices SET last_seen = max(coalesce(last_seen, 0),
+    coalesce((SELECT max(time) FROM readings_by_device WHERE device_seq = devices.seq), 0),
+    coalesce((SELECT max(time) FROM readings_inbox WHERE device_seq = devices.seq), 0)) WHERE seq = ?`);
   const accountOfDevice = db.prepare<[number], number>('SELECT account_seq FROM devices WHERE seq = ?').pluck();
 
   /**
@@ -212,6 +208,25 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
     for (const [minute, perAccount] of perMinute) for (const [accountSeq, n] of perAccount) countInserted.run(accountSeq, minute, n);
     if (toInbox) inboxRows += batch.length;
     return seqs;
+  });
+
+  // The inbox is merged first, inside the same transaction, so the reading_counts trigger on
+  // readings_by_device sees every deletion.
+  const deleteBatchOfDeviceTx = db.transaction((deviceSeq: number, batch: number): number => {
+    mergeInbox();
+    return deleteBatchOfDevice.run(deviceSeq, batch).changes;
+  });
+  const deleteOlderBatchTx = db.transaction((deviceSeq: number, before: number, batch: number): number => {
+    mergeInbox();
+    return deleteOlderBatch.run(deviceSeq, before, batch).changes;
+  });
+  // One retention batch (the interface's expireBatch): rollups of the deleted readings go in
+  // the same transaction; the hour the cutoff cuts into is recomputed from the readings left in it.
+  const expireBatch = db.transaction((deviceSeq: number, cutoff: number, batchSize: number, levels: number): number => {
+    archiveLastSeen.run(deviceSeq);
+    const n = deleteOlderBatchTx(deviceSeq, cutoff, batchSize);
+    if (n > 0) rollups.deleteBefore(deviceSeq, cutoff, levels);
+    return n;
   });
 
   return {
@@ -281,15 +296,12 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
     rebuildDerived: () => db.exec(REBUILD_READING_COUNTS),
     countSince: (deviceSeqs: number[], since: number) =>
       deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since, seq, since)!.n, 0),
-    /** Deletes up to `batch` readings of a device; returns how many went (0 when done). */
-    deleteBatchOfDevice(deviceSeq: number, batch: number): number {
-      mergeInbox();
-      return deleteBatchOfDevice.run(deviceSeq, batch).changes;
-    },
-    deleteOlderBatch(deviceSeq: number, before: number, batch: number): number {
-      mergeInbox();
-      return deleteOlderBatch.run(deviceSeq, before, batch).changes;
-    },
+    /** Deletes up to `batch` readings of a device, oldest first; returns how many went (0 when done). */
+    deleteBatchOfDevice: (deviceSeq: number, batch: number): number => deleteBatchOfDeviceTx.immediate(deviceSeq, batch),
+    /** Deletes up to `batch` readings of a device older than `before`, oldest first; returns how many went. */
+    deleteOlderBatch: (deviceSeq: number, before: number, batch: number): number => deleteOlderBatchTx.immediate(deviceSeq, before, batch),
+    expireBatch: (deviceSeq: number, cutoff: number, batchSize: number, levels: number): number =>
+      expireBatch.immediate(deviceSeq, cutoff, batchSize, levels),
   };
 }
 

@@ -1,12 +1,6 @@
 import { HOUR_MS } from '../../time.js';
 import type { Db } from '../db.js';
-
-/** (bucket start, stats JSON) of one rollup row. */
-export type RollupRow = [number, string];
-/** (time, data) of one reading. */
-export type RawRow = [number, string];
-/** (time, seq, data) of one reading, in (time, seq) order. */
-export type OrderedRawRow = [number, number, string];
+import type { OrderedRawRow, RawRow, RollupLevelWrite, RollupRow } from '../repositories.js';
 
 /**
  * Per-device rollups of numeric paths (migration 7): rows per device, level and bucket, the
@@ -55,6 +49,11 @@ export function rollupsRepo(db: Db) {
     )
     .raw(true);
 
+  const rawCount = db.prepare<[number, number, number, number, number, number], { n: number }>(
+    `SELECT (SELECT count(*) FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?)
+      + (SELECT count(*) FROM readings_inbox WHERE device_seq = ? AND time >= ? AND time < ?) AS n`,
+  );
+
   // The next readings after (time, seq) in [time, to), in (time, seq) order: the chunks of an
   // hour too dense to read at once.
   const rawAfter = db
@@ -74,6 +73,25 @@ export function rollupsRepo(db: Db) {
   const clearDirtyOfDevice = db.prepare<[number]>('DELETE FROM rollup_dirty WHERE device_seq = ?');
   const clearDirtyBefore = db.prepare<[number, number]>('DELETE FROM rollup_dirty WHERE device_seq = ? AND hour < ?');
 
+  const writeLevels = (deviceSeq: number, writes: RollupLevelWrite[]) => {
+    for (const w of writes) {
+      if (w.deleteTo > w.deleteFrom) deleteRange.run(deviceSeq, w.level, w.deleteFrom, w.deleteTo);
+      for (const [bucket, stats] of w.rows) putRow.run(deviceSeq, w.level, bucket, stats);
+    }
+  };
+  const writeSpan = db.transaction(writeLevels);
+  const settleHour = db.transaction(
+    (deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }) => {
+      if (read.to > hour && rawCount.get(deviceSeq, hour, read.to, deviceSeq, hour, read.to)!.n !== read.readings) return false;
+      writeLevels(deviceSeq, writes);
+      clearDirty.run(deviceSeq, hour);
+      return true;
+    },
+  );
+  const clear = db.transaction(() => {
+    db.exec('DELETE FROM rollups; DELETE FROM rollup_dirty; UPDATE rollup_state SET rolled_until = 0');
+  });
+
   return {
     /** Every reading before this time is in the minute and hour rollups (dirty hours aside). */
     rolledUntil: (): number => rolledUntil,
@@ -92,14 +110,15 @@ export function rollupsRepo(db: Db) {
     },
     dirtyHours: (deviceSeq: number): number[] => dirtyOfDevice.all(deviceSeq),
     allDirty: () => allDirty.all().map((r) => ({ deviceSeq: r.device_seq, hour: r.hour })),
-    clearDirty: (deviceSeq: number, hour: number) => void clearDirty.run(deviceSeq, hour),
 
     /** Rows of one level with buckets in [from, to), oldest first. */
     rows: (deviceSeq: number, level: number, from: number, to: number): RollupRow[] => rowRange.all(deviceSeq, level, from, to),
-    put: (deviceSeq: number, level: number, bucket: number, stats: string) => void putRow.run(deviceSeq, level, bucket, stats),
     /** Deletes the rows of one level with buckets in [from, to); returns how many went. */
     deleteRange: (deviceSeq: number, level: number, from: number, to: number): number =>
       deleteRange.run(deviceSeq, level, from, to).changes,
+    writeSpan: (deviceSeq: number, writes: RollupLevelWrite[]): void => writeSpan.immediate(deviceSeq, writes),
+    settleHour: (deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }): boolean =>
+      settleHour.immediate(deviceSeq, hour, writes, read),
 
     /** Readings of [from, to) of one device, unordered. */
     raw: (deviceSeq: number, from: number, to: number): RawRow[] => rawRange.all(deviceSeq, from, to, deviceSeq, from, to),
@@ -111,7 +130,7 @@ export function rollupsRepo(db: Db) {
       rawAfter.all(deviceSeq, time, time, seq, to, deviceSeq, time, time, seq, to, limit),
 
     /**
-     * Retention deleted the readings before `cutoff`: their rollups go, and the hour the
+     * Inside readings.expireBatch's transaction: retention deleted the readings before `cutoff`: their rollups go, and the hour the
      * cutoff cuts into is marked dirty, to be recomputed from the readings left in it (a
      * later, longer retention reads it as a whole hour).
      */
@@ -120,14 +139,14 @@ export function rollupsRepo(db: Db) {
       clearDirtyBefore.run(deviceSeq, cutoff - HOUR_MS + 1);
       if (cutoff % HOUR_MS !== 0) markDirty.run(deviceSeq, Math.floor(cutoff / HOUR_MS) * HOUR_MS);
     },
-    /** Device deletion. */
+    /** Device deletion, inside devices.removeWithRollups' transaction. */
     deleteDevice(deviceSeq: number): void {
       deleteOfDevice.run(deviceSeq);
       clearDirtyOfDevice.run(deviceSeq);
     },
     /** Drops every rollup, for a rebuild from the readings. */
     clear(): void {
-      db.exec('DELETE FROM rollups; DELETE FROM rollup_dirty; UPDATE rollup_state SET rolled_until = 0');
+      clear.immediate();
       rolledUntil = 0;
       lateBefore = 0;
     },

@@ -1,14 +1,5 @@
 import type { Db } from '../db.js';
-
-/** A dashboard session; `idHash` is the SHA-256 of the cookie value, never the value itself. */
-export interface SessionRecord {
-  idHash: string;
-  accountSeq: number;
-  csrfToken: string;
-  createdAt: number;
-  lastUsedAt: number;
-  expiresAt: number;
-}
+import type { SessionRecord } from '../repositories.js';
 
 interface SessionRow {
   id_hash: string;
@@ -43,9 +34,9 @@ export function sessionsRepo(db: Db) {
 
   return {
     findByHash: (idHash: string) => toSession(byHash.get(idHash)),
-    insert: (s: SessionRecord) => insert.run(s.idHash, s.accountSeq, s.csrfToken, s.createdAt, s.lastUsedAt, s.expiresAt),
-    touch: (idHash: string, now: number, expiresAt: number) => touch.run(now, expiresAt, idHash),
-    remove: (idHash: string) => remove.run(idHash),
+    insert: (s: SessionRecord) => void insert.run(s.idHash, s.accountSeq, s.csrfToken, s.createdAt, s.lastUsedAt, s.expiresAt),
+    touch: (idHash: string, now: number, expiresAt: number) => void touch.run(now, expiresAt, idHash),
+    remove: (idHash: string) => void remove.run(idHash),
     /** Signs out every other session of the account (after a password change). */
     removeOthers: (accountSeq: number, keepIdHash: string) => removeOthers.run(accountSeq, keepIdHash).changes,
     removeExpired: (now: number) => removeExpired.run(now).changes,

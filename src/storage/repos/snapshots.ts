@@ -1,17 +1,6 @@
 import { DAY_MS } from '../../time.js';
 import type { Db } from '../db.js';
-
-/** One stored snapshot, with the owning device and account resolved (for read checks). */
-export interface SnapshotRecord {
-  seq: number;
-  id: string;
-  deviceSeq: number;
-  deviceId: string;
-  accountSeq: number;
-  contentType: string;
-  size: number;
-  createdAt: number;
-}
+import type { NewSnapshot, SnapshotRecord } from '../repositories.js';
 
 interface SnapshotRow {
   seq: number;
@@ -57,13 +46,20 @@ export function snapshotsRepo(db: Db) {
   );
   const remove = db.prepare<[number]>('DELETE FROM snapshots WHERE seq = ?');
 
+  const insertWithinQuota = db.transaction((s: NewSnapshot, since: number, limit: number): boolean => {
+    if (countSince.get(s.deviceSeq, since)!.n >= limit) return false;
+    insert.run(s.id, s.deviceSeq, s.contentType, s.size, s.now);
+    return true;
+  });
+  const removeMany = db.transaction((seqs: number[]) => seqs.reduce((n, seq) => n + remove.run(seq).changes, 0));
+
   return {
     findById: (id: string): SnapshotRecord | null => {
       const r = byId.get(id);
       return r ? toSnapshot(r) : null;
     },
-    insert: (s: { id: string; deviceSeq: number; contentType: string; size: number; now: number }) =>
-      insert.run(s.id, s.deviceSeq, s.contentType, s.size, s.now),
+    // IMMEDIATE takes the write lock before the count: concurrent uploads cannot both take the last place.
+    insertWithinQuota: (s: NewSnapshot, since: number, limit: number): boolean => insertWithinQuota.immediate(s, since, limit),
     countSince: (deviceSeq: number, since: number) => countSince.get(deviceSeq, since)!.n,
     /** Up to `limit` snapshots past their account's retention at `now`, oldest first. */
     expiredBatch(now: number, limit: number): SnapshotRecord[] {
@@ -71,7 +67,7 @@ export function snapshotsRepo(db: Db) {
       if (days === null) return [];
       return expired.all({ now, bound: now - days * DAY_MS, limit }).map(toSnapshot);
     },
-    /** Deletes the given rows; run inside one transaction by the caller. */
-    removeMany: (seqs: number[]) => seqs.reduce((n, seq) => n + remove.run(seq).changes, 0),
+    /** Deletes the given rows in one transaction; returns how many went. */
+    removeMany: (seqs: number[]): number => removeMany.immediate(seqs),
   };
 }
