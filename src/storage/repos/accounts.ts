@@ -3,7 +3,7 @@ import type { Account } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
 
-interface AccountRow {
+export interface AccountRow {
   seq: number;
   id: string;
   email: string;
@@ -23,7 +23,7 @@ interface AccountRow {
   updated_at: number;
 }
 
-function toAccount(r: AccountRow | undefined): Account | null {
+export function toAccount(r: AccountRow | undefined): Account | null {
   if (!r) return null;
   return {
     seq: r.seq,

@@ -1,7 +1,7 @@
 import type { ActionDelivery, Alert, AlertAction, AlertEvent, AlertKind, AlertState } from '../../domain/types.js';
 import type { Db } from '../db.js';
 
-interface AlertRow {
+export interface AlertRow {
   seq: number;
   id: string;
   account_seq: number;
@@ -29,7 +29,7 @@ interface AlertRow {
   updated_at: number;
 }
 
-interface EventRow {
+export interface EventRow {
   seq: number;
   id: string;
   alert_seq: number;
@@ -45,7 +45,7 @@ interface EventRow {
   resolution_deliveries: string;
 }
 
-const toAlert = (r: AlertRow | undefined): Alert | null =>
+export const toAlert = (r: AlertRow | undefined): Alert | null =>
   r
     ? {
         seq: r.seq,
@@ -76,7 +76,7 @@ const toAlert = (r: AlertRow | undefined): Alert | null =>
       }
     : null;
 
-const toEvent = (r: EventRow | undefined): AlertEvent | null =>
+export const toEvent = (r: EventRow | undefined): AlertEvent | null =>
   r
     ? {
         seq: r.seq,

@@ -1,7 +1,7 @@
 import type { ApiKey } from '../../domain/types.js';
 import type { Db } from '../db.js';
 
-interface KeyRow {
+export interface KeyRow {
   seq: number;
   id: string;
   account_seq: number;
@@ -13,7 +13,7 @@ interface KeyRow {
   revoked_at: number | null;
 }
 
-const toKey = (r: KeyRow | undefined): ApiKey | null =>
+export const toKey = (r: KeyRow | undefined): ApiKey | null =>
   r
     ? {
         seq: r.seq,

@@ -2,7 +2,7 @@ import type { Device, FieldDefinition, SchemaMode } from '../../domain/types.js'
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
 
-interface DeviceRow {
+export interface DeviceRow {
   seq: number;
   id: string;
   account_seq: number;
@@ -28,7 +28,7 @@ export interface DeviceWithToken extends Device {
   tokenHash: string;
 }
 
-function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
+export function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
   if (!r) return null;
   return {
     seq: r.seq,

@@ -8,7 +8,7 @@ const ROWS_PER_INSERT = 32;
 /** A batch with at least this many readings per distinct device skips the inbox. */
 export const DIRECT_READINGS_PER_DEVICE = 4;
 
-interface ReadingRow {
+export interface ReadingRow {
   seq: number;
   device_seq: number;
   time: number;
@@ -35,7 +35,7 @@ function newestFirst(a: HistoryRow[], b: HistoryRow[], limit: number): HistoryRo
   return out;
 }
 
-const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
+export const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
 
 export interface PendingReading {
   deviceSeq: number;

@@ -10,7 +10,7 @@ export interface SessionRecord {
   expiresAt: number;
 }
 
-interface SessionRow {
+export interface SessionRow {
   id_hash: string;
   account_seq: number;
   csrf_token: string;
@@ -19,7 +19,7 @@ interface SessionRow {
   expires_at: number;
 }
 
-const toSession = (r: SessionRow | undefined): SessionRecord | null =>
+export const toSession = (r: SessionRow | undefined): SessionRecord | null =>
   r
     ? {
         idHash: r.id_hash,

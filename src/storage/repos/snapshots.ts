@@ -13,7 +13,7 @@ export interface SnapshotRecord {
   createdAt: number;
 }
 
-interface SnapshotRow {
+export interface SnapshotRow {
   seq: number;
   id: string;
   device_seq: number;
@@ -24,7 +24,7 @@ interface SnapshotRow {
   created_at: number;
 }
 
-const toSnapshot = (r: SnapshotRow): SnapshotRecord => ({
+export const toSnapshot = (r: SnapshotRow): SnapshotRecord => ({
   seq: r.seq,
   id: r.id,
   deviceSeq: r.device_seq,

@@ -1,0 +1,908 @@
+import { rmSync } from 'node:fs';
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { PlanLimits } from '../../src/domain/plans.js';
+import type { ActionDelivery, AlertEvent } from '../../src/domain/types.js';
+import { openDatabase } from '../../src/storage/db.js';
+import { createRepositories, type Repositories } from '../../src/storage/index.js';
+import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
+import { migratePostgres } from '../../src/storage/postgres/migrations.js';
+import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
+import type { AlertOutcome } from '../../src/storage/postgres/repos/alerts.js';
+import type { RollupLevelWrite } from '../../src/storage/postgres/repos/rollups.js';
+import { ReadingWriter } from '../../src/storage/readingWriter.js';
+import type { NewAlert } from '../../src/storage/repos/alerts.js';
+import type { NewDevice } from '../../src/storage/repos/devices.js';
+import { DAY_MS, HOUR_MS, MINUTE_MS } from '../../src/time.js';
+import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
+import { tempDir } from '../helpers/server.js';
+
+/**
+ * One contract for both storage backends: the same sequence of operations runs against the
+ * SQLite repositories and the PostgreSQL ones, and every result (rows, counts, refusals,
+ * order, pages, retention, cascades) must be the same. Each `it` is one section: it runs on
+ * both backends, in order (a section builds on the state the earlier ones left), and compares
+ * what each recorded. A few expectations on the SQLite results besides keep the contract
+ * from passing when both backends are wrong alike.
+ *
+ * The named operations (one transaction each) exist on PostgreSQL; on SQLite the test runs
+ * them as the domain does today, in `repos.transaction` (sqliteOperations below).
+ */
+
+const NOW = Date.UTC(2026, 10, 23, 12, 0, 0);
+const LEVELS = 3;
+
+const limits = (deviceLimit: number, retentionDays: number): PlanLimits => ({
+  ratePerMinute: 600,
+  ratePerDay: 100_000,
+  deviceLimit,
+  retentionDays,
+  snapshotsPerDay: 2,
+  snapshotRetentionDays: 7,
+  fieldLimit: 20,
+});
+
+/** The multi-statement operations, each one transaction. */
+interface Operations {
+  insertDeviceWithinLimit(d: NewDevice, limit: number): Promise<boolean>;
+  removeDeviceWithRollups(seq: number): Promise<void>;
+  expireBatch(deviceSeq: number, cutoff: number, batch: number, levels: number): Promise<number>;
+  updateAlertEndingFiring(seq: number, a: Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'>, endingFiring: boolean): Promise<void>;
+  setAlertEnabledEndingFiring(seq: number, enabled: boolean, now: number): Promise<void>;
+  recordOutcomes(outcomes: AlertOutcome[]): Promise<{ recorded: (AlertEvent | null)[]; failed: number }>;
+  insertSnapshotWithinQuota(
+    s: { id: string; deviceSeq: number; contentType: string; size: number; now: number },
+    since: number,
+    limit: number,
+  ): Promise<boolean>;
+  writeRollupSpan(deviceSeq: number, writes: RollupLevelWrite[]): Promise<void>;
+  settleRollupHour(deviceSeq: number, hour: number, writes: RollupLevelWrite[]): Promise<void>;
+}
+
+interface Backend {
+  name: 'sqlite' | 'postgres';
+  repos: Repositories | PostgresRepositories;
+  ops: Operations;
+  append(deviceSeq: number, accountSeq: number | undefined, time: number, data: string): Promise<number>;
+  /** A raw statement through the backend's own connection (checks the repositories do not offer). */
+  scalar(sql: string): Promise<number>;
+  close(): Promise<void>;
+}
+
+/** The domain's transactions of today, over the SQLite repositories. */
+function sqliteOperations(r: Repositories): Operations {
+  const apply = (deviceSeq: number, writes: RollupLevelWrite[]) => {
+    for (const w of writes) {
+      if (w.deleteTo > w.deleteFrom) r.rollups.deleteRange(deviceSeq, w.level, w.deleteFrom, w.deleteTo);
+      for (const [bucket, stats] of w.rows) r.rollups.put(deviceSeq, w.level, bucket, stats);
+    }
+  };
+  const endFiring = (seq: number, now: number) => {
+    if (r.alerts.findBySeq(seq)?.state !== 'firing') return;
+    const open = r.alerts.openEvent(seq);
+    if (open) r.alerts.resolveEvent(open.seq, now, []);
+    r.alerts.setState(seq, 'ok');
+  };
+  return {
+    insertDeviceWithinLimit: async (d, limit) =>
+      r.transaction(() => {
+        if (r.devices.count(d.accountSeq) >= limit) return false;
+        r.devices.insert(d);
+        return true;
+      }),
+    removeDeviceWithRollups: async (seq) =>
+      r.transaction(() => {
+        r.rollups.deleteDevice(seq);
+        r.devices.remove(seq);
+      }),
+    expireBatch: async (deviceSeq, cutoff, batch, levels) =>
+      r.transaction(() => {
+        r.devices.archiveLastSeen(deviceSeq);
+        const n = r.readings.deleteOlderBatch(deviceSeq, cutoff, batch);
+        if (n > 0) r.rollups.deleteBefore(deviceSeq, cutoff, levels);
+        return n;
+      }),
+    updateAlertEndingFiring: async (seq, a, endingFiring) =>
+      r.transaction(() => {
+        r.alerts.update(seq, a);
+        if (endingFiring) endFiring(seq, a.now);
+      }),
+    setAlertEnabledEndingFiring: async (seq, enabled, now) =>
+      r.transaction(() => {
+        r.alerts.setEnabled(seq, enabled, now);
+        if (!enabled) endFiring(seq, now);
+      }),
+    recordOutcomes: async (outcomes) => {
+      let failed = 0;
+      const recorded = r.transaction(() =>
+        outcomes.map((o) => {
+          try {
+            return r.transaction(() => {
+              if (o.type === 'triggered') {
+                const seq = r.alerts.insertEvent(o.event);
+                r.alerts.setLastTriggered(o.alertSeq, o.event.triggeredAt);
+                r.alerts.setState(o.alertSeq, 'firing');
+                return {
+                  seq,
+                  ...o.event,
+                  acknowledged: false,
+                  acknowledgedAt: null,
+                  resolvedAt: null,
+                  resolutionDeliveries: [],
+                } as AlertEvent;
+              }
+              r.alerts.setState(o.alertSeq, 'ok');
+              const open = r.alerts.openEvent(o.alertSeq);
+              if (!open) return null;
+              r.alerts.resolveEvent(open.seq, o.at, o.notices);
+              return { ...open, resolvedAt: o.at, resolutionDeliveries: o.notices };
+            });
+          } catch {
+            failed++;
+            return null;
+          }
+        }),
+      );
+      return { recorded, failed };
+    },
+    insertSnapshotWithinQuota: async (s, since, limit) =>
+      r.transaction(() => {
+        if (r.snapshots.countSince(s.deviceSeq, since) >= limit) return false;
+        r.snapshots.insert(s);
+        return true;
+      }),
+    writeRollupSpan: async (deviceSeq, writes) => r.transaction(() => apply(deviceSeq, writes)),
+    settleRollupHour: async (deviceSeq, hour, writes) =>
+      r.transaction(() => {
+        apply(deviceSeq, writes);
+        r.rollups.clearDirty(deviceSeq, hour);
+      }),
+  };
+}
+
+function postgresOperations(r: PostgresRepositories): Operations {
+  return {
+    insertDeviceWithinLimit: (d, limit) => r.devices.insertWithinLimit(d, limit),
+    removeDeviceWithRollups: (seq) => r.devices.removeWithRollups(seq),
+    expireBatch: (deviceSeq, cutoff, batch, levels) => r.readings.expireBatch(deviceSeq, cutoff, batch, levels),
+    updateAlertEndingFiring: (seq, a, endingFiring) => r.alerts.updateEndingFiring(seq, a, endingFiring),
+    setAlertEnabledEndingFiring: (seq, enabled, now) => r.alerts.setEnabledEndingFiring(seq, enabled, now),
+    recordOutcomes: async (outcomes) => {
+      let failed = 0;
+      const recorded = await r.alerts.recordOutcomes(outcomes, () => failed++);
+      return { recorded, failed };
+    },
+    insertSnapshotWithinQuota: (s, since, limit) => r.snapshots.insertWithinQuota(s, since, limit),
+    writeRollupSpan: (deviceSeq, writes) => r.rollups.writeSpan(deviceSeq, writes),
+    settleRollupHour: (deviceSeq, hour, writes) => r.rollups.settleHour(deviceSeq, hour, writes),
+  };
+}
+
+/** What a refused statement was, in words both backends share. */
+function refusal(err: unknown): string {
+  const code = String((err as { code?: string }).code);
+  if (code === 'SQLITE_CONSTRAINT_UNIQUE' || code === 'SQLITE_CONSTRAINT_PRIMARYKEY' || code === '23505') return 'unique';
+  if (code === 'SQLITE_CONSTRAINT_FOREIGNKEY' || code === '23503') return 'foreign key';
+  if (code === 'SQLITE_CONSTRAINT_CHECK' || code === '23514') return 'check';
+  return `other: ${code} ${(err as Error).message}`;
+}
+const refused = async (work: () => unknown): Promise<string> => {
+  try {
+    await work();
+    return 'accepted';
+  } catch (err) {
+    return refusal(err);
+  }
+};
+
+const collect = async <T>(it: Iterable<T> | AsyncIterable<T>): Promise<T[]> => {
+  const out: T[] = [];
+  for await (const x of it) out.push(x);
+  return out;
+};
+
+const device = (id: string, accountSeq: number, now: number, extra: Partial<NewDevice> = {}): NewDevice => ({
+  id,
+  accountSeq,
+  name: `Device ${id}`,
+  type: 'sensor',
+  description: '',
+  settings: { data_interval_seconds: 30, nested: { a: [1, 2] } },
+  schemaMode: 'flexible',
+  fields: [{ name: 'temperature', type: 'number' } as never],
+  snapshotsEnabled: true,
+  tokenHash: `hash-${id}`,
+  now,
+  ...extra,
+});
+
+const alertValues = (now: number, extra: Partial<NewAlert> = {}): Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'> => ({
+  name: 'Too hot',
+  kind: 'threshold',
+  field: 'temperature',
+  operator: '>',
+  value: 30.5,
+  clearValue: 28.25,
+  actions: ['email', 'webhook'],
+  webhookUrl: 'https://hooks.example.com/x',
+  slackUrl: null,
+  discordUrl: null,
+  ntfyUrl: null,
+  severity: 'warning',
+  enabled: true,
+  notifyResolved: true,
+  cooldown: 300,
+  now,
+  ...extra,
+});
+
+const delivery = (action: ActionDelivery['action'], at: number, status: ActionDelivery['status'] = 'pending'): ActionDelivery => ({
+  action,
+  status,
+  at,
+});
+
+type Section = (b: Backend, out: Record<string, unknown>) => Promise<void>;
+
+describe('storage repositories: SQLite and PostgreSQL keep one contract', () => {
+  let pg: PostgresServer;
+  let pool: Pool;
+  let sqliteDir: string;
+  const backends: Backend[] = [];
+
+  beforeAll(async () => {
+    sqliteDir = tempDir();
+    const db = openDatabase(sqliteDir);
+    const sqliteRepos = createRepositories(db);
+    const sqliteWriter = new ReadingWriter(sqliteRepos.readings);
+    backends.push({
+      name: 'sqlite',
+      repos: sqliteRepos,
+      ops: sqliteOperations(sqliteRepos),
+      append: (deviceSeq, accountSeq, time, data) => sqliteWriter.append({ deviceSeq, accountSeq, time, data }),
+      scalar: async (sql) => db.prepare(sql).pluck().get() as number,
+      close: async () => {
+        sqliteWriter.close();
+        db.close();
+      },
+    });
+
+    pg = await startPostgres();
+    const url = await createDatabase(pg);
+    pool = await connectPostgres(url);
+    await migratePostgres(pool);
+    const pgRepos = await createPostgresRepositories(pool);
+    const pgWriter = new PostgresReadingWriter(pool, url, 5_000, pgRepos.rollups.lateBefore);
+    backends.push({
+      name: 'postgres',
+      repos: pgRepos,
+      ops: postgresOperations(pgRepos),
+      append: (deviceSeq, accountSeq, time, data) => pgWriter.append({ deviceSeq, accountSeq, time, data }),
+      scalar: async (sql) => Number(Object.values((await pool.query(sql)).rows[0])[0]),
+      close: () => pgWriter.close(),
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const b of backends) await b.close();
+    await pool?.end();
+    await pg?.stop();
+    if (sqliteDir) rmSync(sqliteDir, { recursive: true, force: true });
+  });
+
+  /** Runs a section on both backends, compares what they recorded, and returns SQLite's record. */
+  async function both(section: Section): Promise<Record<string, unknown>> {
+    const records: Record<string, unknown>[] = [];
+    for (const b of backends) {
+      const out: Record<string, unknown> = {};
+      await section(b, out);
+      records.push(out);
+    }
+    const [sqlite, postgres] = records as [Record<string, unknown>, Record<string, unknown>];
+    expect(Object.keys(postgres)).toEqual(Object.keys(sqlite));
+    for (const key of Object.keys(sqlite)) expect(postgres[key], key).toEqual(sqlite[key]);
+    return sqlite;
+  }
+
+  // Seqs both backends give the rows below: identities and rowids both start at 1.
+  const ACC_A = 1;
+  const ACC_B = 2;
+  const DEV_1 = 1;
+  const DEV_2 = 2;
+  const DEV_3 = 3;
+  const DEV_OLD = 4;
+
+  it('accounts: insert, look-ups (e-mail in any case), list, count, plan, status, secret, password', async () => {
+    const rec = await both(async ({ repos: r }, out) => {
+      await r.accounts.insert({
+        id: 'acc_a',
+        email: 'Alice@Example.com',
+        name: 'Alice',
+        passwordHash: 'pw-a',
+        plan: 'starter',
+        limits: limits(2, 30),
+        webhookSecret: 'whsec_a',
+        now: NOW - 10 * DAY_MS,
+      });
+      await r.accounts.insert({
+        id: 'acc_b',
+        email: 'bob@example.com',
+        name: 'Bob',
+        passwordHash: null,
+        plan: 'pro',
+        limits: limits(10, 90),
+        webhookSecret: 'whsec_b',
+        now: NOW - 10 * DAY_MS,
+      });
+      out.duplicateEmail = await refused(() =>
+        r.accounts.insert({
+          id: 'acc_c',
+          email: 'BOB@example.COM',
+          name: 'Bob again',
+          passwordHash: null,
+          plan: 'pro',
+          limits: limits(10, 90),
+          webhookSecret: 'whsec_c',
+          now: NOW,
+        }),
+      );
+      out.byId = await r.accounts.findById('acc_a');
+      out.byEmail = await r.accounts.findByEmail('ALICE@example.com');
+      out.bySeq = await r.accounts.findBySeq(ACC_B);
+      out.missing = [await r.accounts.findById('acc_x'), await r.accounts.findBySeq(99), await r.accounts.findByEmail('x@example.com')];
+      out.list = await r.accounts.list();
+      out.count = await r.accounts.count();
+      await r.accounts.setPlan(ACC_B, 'business', limits(3, 90), NOW - 9 * DAY_MS);
+      await r.accounts.setStatus(ACC_B, 'suspended', NOW - 9 * DAY_MS);
+      await r.accounts.setStatus(ACC_B, 'active', NOW - 9 * DAY_MS + 1);
+      await r.accounts.setWebhookSecret(ACC_A, 'whsec_a2', NOW - 9 * DAY_MS);
+      await r.accounts.setPasswordHash(ACC_B, 'pw-b', NOW - 9 * DAY_MS + 2);
+      out.changed = [await r.accounts.findBySeq(ACC_A), await r.accounts.findBySeq(ACC_B)];
+    });
+    expect(rec.duplicateEmail).toBe('unique');
+    expect(rec.count).toBe(2);
+    expect((rec.byEmail as { id: string }).id).toBe('acc_a');
+    expect(rec.changed).toMatchObject([{ webhookSecret: 'whsec_a2' }, { plan: 'business', status: 'active', passwordHash: 'pw-b' }]);
+  });
+
+  it('devices: creation within the plan limit, look-ups, pages, counts, changes, rejections', async () => {
+    const rec = await both(async ({ repos: r, ops }, out) => {
+      out.created = [
+        await ops.insertDeviceWithinLimit(device('dev_1', ACC_A, NOW - 9 * DAY_MS), 2),
+        await ops.insertDeviceWithinLimit(device('dev_2', ACC_A, NOW - 9 * DAY_MS, { snapshotsEnabled: false }), 2),
+        await ops.insertDeviceWithinLimit(device('dev_over', ACC_A, NOW - 9 * DAY_MS), 2),
+        await ops.insertDeviceWithinLimit(device('dev_3', ACC_B, NOW - 8 * DAY_MS, { schemaMode: 'strict' }), 3),
+        await ops.insertDeviceWithinLimit(device('dev_old', ACC_B, NOW - 8 * DAY_MS), 3),
+      ];
+      out.duplicateToken = await refused(() => r.devices.insert(device('dev_dup', ACC_B, NOW, { tokenHash: 'hash-dev_1' })));
+      out.unknownAccount = await refused(() => r.devices.insert(device('dev_orphan', 99, NOW)));
+      out.byId = await r.devices.findById('dev_1');
+      out.bySeq = await r.devices.findBySeq(DEV_2);
+      out.forAuth = await r.devices.findForAuth('dev_3');
+      out.missing = [await r.devices.findById('dev_over'), await r.devices.findBySeq(99), await r.devices.findForAuth('dev_x')];
+      await r.devices.setStatus(DEV_2, 'paused', NOW - 7 * DAY_MS);
+      out.pages = [
+        await r.devices.listByAccount(ACC_A, { limit: 1, offset: 0 }),
+        await r.devices.listByAccount(ACC_A, { limit: 1, offset: 1 }),
+        await r.devices.listByAccount(ACC_A, { limit: 10, offset: 2 }),
+        await r.devices.listByAccount(ACC_A, { limit: 10, offset: 0, status: 'paused' }),
+        await r.devices.listByAccount(ACC_B, { limit: 10, offset: 0, status: 'active' }),
+      ];
+      out.counts = [
+        await r.devices.count(ACC_A),
+        await r.devices.count(ACC_A, 'paused'),
+        await r.devices.count(ACC_A, 'active'),
+        await r.devices.count(ACC_B),
+      ];
+      out.seqsOfAccount = (await r.devices.seqsOfAccount(ACC_B)).sort();
+      out.allSeqs = await r.devices.allSeqs();
+      await r.devices.setStatus(DEV_2, 'active', NOW - 6 * DAY_MS);
+      await r.devices.update(DEV_3, {
+        name: 'Renamed',
+        type: 'camera',
+        description: 'roof',
+        settings: { data_interval_seconds: 120 },
+        schemaMode: 'flexible',
+        fields: [],
+        snapshotsEnabled: false,
+        now: NOW - 6 * DAY_MS,
+      });
+      await r.devices.setTokenHash(DEV_OLD, 'hash-old-2', NOW - 6 * DAY_MS);
+      await r.devices.recordRejection(DEV_1, 'field "x" is not declared', NOW - 6 * DAY_MS);
+      await r.devices.recordRejection(DEV_1, 'body is not JSON', NOW - 6 * DAY_MS + 1);
+      out.changed = [
+        await r.devices.findBySeq(DEV_1),
+        await r.devices.findBySeq(DEV_2),
+        await r.devices.findBySeq(DEV_3),
+        await r.devices.findById('dev_old'),
+      ];
+    });
+    expect(rec.created).toEqual([true, true, false, true, true]);
+    expect(rec.duplicateToken).toBe('unique');
+    expect(rec.unknownAccount).toBe('foreign key');
+    expect(rec.counts).toEqual([2, 1, 1, 2]);
+    expect(rec.changed).toMatchObject([
+      { rejectedCount: 2, lastRejectionReason: 'body is not JSON' },
+      { status: 'active', resumedAt: NOW - 6 * DAY_MS },
+      { name: 'Renamed', snapshotsEnabled: false, settings: { data_interval_seconds: 120 } },
+      { tokenHash: 'hash-old-2' },
+    ]);
+  });
+
+  it('PostgreSQL: authentication look-ups are answered from memory, and this process’s writes invalidate them', async () => {
+    const r = backends[1]!.repos as PostgresRepositories;
+    const first = await r.devices.findForAuth('dev_1');
+    // A hit is synchronous: no promise, no round trip.
+    const hit = r.devices.findForAuth('dev_1');
+    expect(hit).not.toBeInstanceOf(Promise);
+    expect(hit).toBe(first);
+    const account = await r.accounts.findBySeq(ACC_A);
+    expect(r.accounts.findBySeq(ACC_A)).toBe(account);
+    // A miss is not cached.
+    expect(await r.devices.findForAuth('dev_nope')).toBeNull();
+    expect(r.devices.findForAuth('dev_nope')).toBeInstanceOf(Promise);
+    // Own writes to devices or accounts drop both caches.
+    await r.devices.setTokenHash(DEV_1, 'hash-rotated', NOW - 5 * DAY_MS);
+    const afterRotation = r.devices.findForAuth('dev_1');
+    expect(afterRotation).toBeInstanceOf(Promise);
+    expect((await afterRotation)!.tokenHash).toBe('hash-rotated');
+    expect(r.accounts.findBySeq(ACC_A)).toBeInstanceOf(Promise);
+    await r.accounts.setStatus(ACC_A, 'active', NOW - 5 * DAY_MS);
+    expect(r.devices.findForAuth('dev_1')).toBeInstanceOf(Promise);
+    // A look-up in flight when the cache is invalidated is not remembered.
+    const inFlight = r.devices.findForAuth('dev_1');
+    r.invalidateAuthCache();
+    expect((await inFlight)!.tokenHash).toBe('hash-rotated');
+    expect(r.devices.findForAuth('dev_1')).toBeInstanceOf(Promise);
+    await r.devices.setTokenHash(DEV_1, 'hash-dev_1', NOW - 5 * DAY_MS);
+    expect((await r.devices.findForAuth('dev_1'))!.tokenHash).toBe('hash-dev_1');
+    // The same rotation on SQLite, so both stores hold the same rows again.
+    const s = backends[0]!.repos as Repositories;
+    s.devices.setTokenHash(DEV_1, 'hash-dev_1', NOW - 5 * DAY_MS);
+    s.accounts.setStatus(ACC_A, 'active', NOW - 5 * DAY_MS);
+  });
+
+  it('API keys and sessions', async () => {
+    const rec = await both(async ({ repos: r }, out) => {
+      await r.apiKeys.insert({ id: 'key_1', accountSeq: ACC_A, name: 'ci', keyPrefix: 'tk_1', keyHash: 'kh1', now: NOW - DAY_MS });
+      await r.apiKeys.insert({ id: 'key_2', accountSeq: ACC_A, name: 'grafana', keyPrefix: 'tk_2', keyHash: 'kh2', now: NOW - DAY_MS });
+      await r.apiKeys.insert({ id: 'key_3', accountSeq: ACC_A, name: 'old', keyPrefix: 'tk_3', keyHash: 'kh3', now: NOW - 2 * DAY_MS });
+      out.duplicateHash = await refused(() =>
+        r.apiKeys.insert({ id: 'key_4', accountSeq: ACC_B, name: 'x', keyPrefix: 'tk_4', keyHash: 'kh1', now: NOW }),
+      );
+      await r.apiKeys.revoke(2, NOW - 100);
+      await r.apiKeys.revoke(2, NOW); // already revoked: stays at its first time
+      await r.apiKeys.touch(1, NOW - 50);
+      out.byHash = await r.apiKeys.findByHash('kh2');
+      out.byId = await r.apiKeys.findById('key_1');
+      out.missing = [await r.apiKeys.findByHash('nope'), await r.apiKeys.findById('key_x')];
+      out.list = await r.apiKeys.listByAccount(ACC_A);
+      out.none = await r.apiKeys.listByAccount(ACC_B);
+
+      const session = (idHash: string, accountSeq: number, expiresAt: number) => ({
+        idHash,
+        accountSeq,
+        csrfToken: `csrf-${idHash}`,
+        createdAt: NOW - HOUR_MS,
+        lastUsedAt: NOW - HOUR_MS,
+        expiresAt,
+      });
+      await r.sessions.insert(session('s1', ACC_A, NOW + DAY_MS));
+      await r.sessions.insert(session('s2', ACC_A, NOW + DAY_MS));
+      await r.sessions.insert(session('s3', ACC_A, NOW - 1));
+      await r.sessions.insert(session('s4', ACC_B, NOW + DAY_MS));
+      await r.sessions.touch('s1', NOW, NOW + 2 * DAY_MS);
+      out.session = await r.sessions.findByHash('s1');
+      out.removedOthers = await r.sessions.removeOthers(ACC_A, 's1');
+      out.removedExpired = await r.sessions.removeExpired(NOW);
+      await r.sessions.remove('s4');
+      out.sessionsLeft = [await r.sessions.findByHash('s1'), await r.sessions.findByHash('s2'), await r.sessions.findByHash('s4')];
+    });
+    expect(rec.duplicateHash).toBe('unique');
+    expect((rec.list as { id: string }[]).map((k) => k.id)).toEqual(['key_2', 'key_1', 'key_3']);
+    expect(rec.byHash).toMatchObject({ revokedAt: NOW - 100 });
+    expect(rec.removedOthers).toBe(2);
+    expect(rec.removedExpired).toBe(0);
+  });
+
+  /** Reading seqs as each backend's writer acknowledged them. */
+  const written: Record<string, number[]> = {};
+
+  it('readings: written through each backend’s writer; latest, history pages, ranges, counts, usage', async () => {
+    const rec = await both(async (b, out) => {
+      const r = b.repos;
+      const appends: Promise<number>[] = [];
+      // dev_1: one reading a minute for three hours back from NOW, and two at the very same time.
+      for (let i = 180; i >= 1; i--) appends.push(b.append(DEV_1, ACC_A, NOW - i * MINUTE_MS, `{"temperature":${20 + (i % 15)},"i":${i}}`));
+      appends.push(b.append(DEV_1, undefined, NOW, '{"temperature": 31.5, "note":"same ms, first"}'));
+      appends.push(b.append(DEV_1, ACC_A, NOW, '{"temperature":32,"note":"same ms, second"}'));
+      // dev_2: 2,500 readings a second apart (several pages of a keyed walk), then its own old ones.
+      for (let i = 0; i < 2_500; i++) appends.push(b.append(DEV_2, ACC_A, NOW - DAY_MS + i * 1_000, `{"n":${i}}`));
+      // Readings a month and more back: several weekly partitions, and a week past every retention.
+      for (const days of [100, 95, 40, 35, 31, 29, 2]) {
+        appends.push(b.append(DEV_1, ACC_A, NOW - days * DAY_MS, `{"temperature":10,"days":${days}}`));
+        appends.push(b.append(DEV_3, ACC_B, NOW - days * DAY_MS + 1, `{"level":${days}}`));
+      }
+      appends.push(b.append(DEV_OLD, ACC_B, NOW - 100 * DAY_MS, '{"only":"old"}'));
+      appends.push(b.append(DEV_OLD, ACC_B, NOW - 99 * DAY_MS, '{"only":"old, later"}'));
+      written[b.name] = await Promise.all(appends);
+      out.seqs = written[b.name];
+
+      out.latest = [await r.readings.latest(DEV_1), await r.readings.latest(DEV_2), await r.readings.latest(99)];
+      out.history = [
+        await r.readings.history(DEV_1, 0, 5),
+        await r.readings.history(DEV_1, NOW - 3 * MINUTE_MS, 100),
+        await r.readings.history(DEV_2, NOW - DAY_MS + 2_000 * 1_000, 1_000),
+        await r.readings.history(DEV_3, 0, 100),
+        await r.readings.history(DEV_1, NOW + 1, 10),
+      ];
+      out.range = [
+        await collect(r.readings.iterateRange(DEV_2, 0, NOW)),
+        await collect(r.readings.iterateRange(DEV_1, NOW - 40 * DAY_MS, NOW - 30 * DAY_MS)),
+        await collect(r.readings.iterateRange(DEV_1, NOW, NOW + 1)),
+        await collect(r.readings.iterateRange(DEV_3, NOW, NOW + DAY_MS)),
+      ];
+      out.countSince = [
+        await r.readings.countSince([DEV_1, DEV_2], NOW - 2 * HOUR_MS),
+        await r.readings.countSince([DEV_3], 0),
+        await r.readings.countSince([], 0),
+      ];
+      // A start inside a minute: its partial first minute is counted from the readings.
+      out.usage = [
+        await r.readings.countSinceForAccount(ACC_A, NOW - DAY_MS),
+        await r.readings.countSinceForAccount(ACC_A, NOW - 90 * MINUTE_MS + 30_000),
+        await r.readings.countSinceForAccount(ACC_B, 0),
+      ];
+      await r.readings.rebuildDerived();
+      out.usageRebuilt = [await r.readings.countSinceForAccount(ACC_A, NOW - DAY_MS), await r.readings.countSinceForAccount(ACC_B, 0)];
+      // last_seen: the newest reading's time.
+      out.lastSeen = [(await r.devices.findById('dev_1'))!.lastSeen, await r.devices.listByAccount(ACC_B, { limit: 5, offset: 0 })];
+    });
+    expect(new Set(rec.seqs as number[]).size).toBe(2_500 + 182 + 14 + 2);
+    expect(rec.latest).toMatchObject([
+      { time: NOW, data: '{"temperature":32,"note":"same ms, second"}' },
+      { time: NOW - DAY_MS + 2_499_000 },
+      null,
+    ]);
+    expect((rec.range as unknown[][])[0]).toHaveLength(2_500);
+    expect(rec.countSince).toEqual([122, 7, 0]);
+  });
+
+  it('readings: the newest matching reading within a budget of rows, then what is left', async () => {
+    await both(async ({ repos: r }, out) => {
+      const hot = (data: string) => (JSON.parse(data) as { temperature?: number }).temperature! >= 34;
+      const never = () => false;
+      out.found = await r.readings.newestMatchingTime(DEV_1, 0, NOW + 1, hot, 5_000);
+      out.budget = await r.readings.newestMatchingTime(DEV_2, 0, NOW + 1, never, 1_200);
+      out.rest = await r.readings.newestMatchingTime(DEV_2, 0, (out.budget as { before: number }).before, never, 1_200);
+      out.none = await r.readings.newestMatchingTime(DEV_3, 0, NOW, never, 100);
+      out.empty = await r.readings.newestMatchingTime(DEV_3, NOW, NOW + 1, never, 100);
+      // The budget ends inside a millisecond of two readings: both are looked at.
+      out.sameMs = await r.readings.newestMatchingTime(DEV_1, NOW - MINUTE_MS, NOW + 1, never, 1);
+    });
+  });
+
+  it('rollups: marks, dirty hours (also from a late reading through the writer), rows, spans, settling, raw reads', async () => {
+    const rec = await both(async (b, out) => {
+      const r = b.repos;
+      out.initial = [r.rollups.rolledUntil(), r.rollups.lateBefore()];
+      await r.rollups.setRolledUntil(NOW - HOUR_MS);
+      r.rollups.setLateBefore(NOW - 2 * HOUR_MS); // never before rolledUntil
+      out.marks = [r.rollups.rolledUntil(), r.rollups.lateBefore()];
+      // A reading older than lateBefore marks its hour dirty in the batch that stores it.
+      await b.append(DEV_2, ACC_A, NOW - 3 * HOUR_MS + 123, '{"n":-1}');
+      await b.append(DEV_2, ACC_A, NOW + 5, '{"n":-2}');
+      await r.rollups.markDirty(DEV_1, NOW - 5 * HOUR_MS + 59_000);
+      await r.rollups.markDirty(DEV_1, NOW - 5 * HOUR_MS);
+      await r.rollups.markDirty(DEV_3, NOW - 30 * DAY_MS);
+      out.dirty = [await r.rollups.dirtyHours(DEV_1), await r.rollups.dirtyHours(DEV_2), await r.rollups.allDirty()];
+
+      await r.rollups.put(DEV_1, 0, NOW - 2 * HOUR_MS, '{"t":[1,2,3]}');
+      await r.rollups.put(DEV_1, 0, NOW - 2 * HOUR_MS, '{"t":[4,5,6]}'); // replaces
+      await b.ops.writeRollupSpan(DEV_1, [
+        {
+          level: 0,
+          deleteFrom: NOW - 3 * HOUR_MS,
+          deleteTo: NOW - 2 * HOUR_MS,
+          rows: [
+            [NOW - 3 * HOUR_MS, '{"t":[0]}'],
+            [NOW - 3 * HOUR_MS + MINUTE_MS, '{"t":[1]}'],
+          ],
+        },
+        { level: 1, deleteFrom: 0, deleteTo: 0, rows: [[NOW - 3 * HOUR_MS, '{"t":[0,1]}']] },
+        { level: 2, deleteFrom: 0, deleteTo: 0, rows: [[NOW - 3 * HOUR_MS, '{"t":[0,1,9]}']] },
+      ]);
+      await b.ops.writeRollupSpan(DEV_1, [
+        { level: 0, deleteFrom: NOW - 3 * HOUR_MS + 1, deleteTo: NOW - 3 * HOUR_MS + 2 * MINUTE_MS, rows: [] },
+      ]);
+      out.rows = [
+        await r.rollups.rows(DEV_1, 0, 0, NOW),
+        await r.rollups.rows(DEV_1, 1, 0, NOW),
+        await r.rollups.rows(DEV_1, 2, NOW - 3 * HOUR_MS + 1, NOW),
+      ];
+      await b.ops.settleRollupHour(DEV_1, NOW - 5 * HOUR_MS, [
+        { level: 2, deleteFrom: 0, deleteTo: 0, rows: [[NOW - 5 * HOUR_MS, '{"t":[5]}']] },
+      ]);
+      await r.rollups.clearDirty(DEV_3, NOW - 30 * DAY_MS - ((NOW - 30 * DAY_MS) % HOUR_MS));
+      out.settled = [await r.rollups.allDirty(), await r.rollups.rows(DEV_1, 2, 0, NOW + DAY_MS)];
+      out.deletedRange = await r.rollups.deleteRange(DEV_1, 0, NOW - 3 * HOUR_MS, NOW - 3 * HOUR_MS + MINUTE_MS);
+
+      const byTime = (a: [number, string], c: [number, string]) => a[0] - c[0] || a[1].localeCompare(c[1]);
+      out.raw = [(await r.rollups.raw(DEV_1, NOW - 10 * MINUTE_MS, NOW + 1)).sort(byTime), await r.rollups.raw(DEV_2, NOW + 6, NOW + 7)];
+      out.rawFirst = [
+        await r.rollups.rawFirst(DEV_1, NOW - 3 * MINUTE_MS, NOW + 1, 3),
+        await r.rollups.rawFirst(DEV_2, 0, NOW + DAY_MS, 2),
+      ];
+      const firstOfNow = (await r.rollups.rawFirst(DEV_1, NOW, NOW + 1, 1))[0]!;
+      out.rawAfter = [
+        await r.rollups.rawAfter(DEV_1, firstOfNow[0], firstOfNow[1], NOW + 1, 10),
+        await r.rollups.rawAfter(DEV_2, NOW - DAY_MS, 0, NOW - DAY_MS + 5_000, 3),
+        await r.rollups.rawAfter(DEV_2, NOW - DAY_MS + 1_000, 0, NOW - DAY_MS + 1_000, 3),
+      ];
+      // Retention of one device's rollups: rows before the cutoff go, the cut hour is dirty.
+      await r.rollups.put(DEV_3, 2, NOW - 40 * DAY_MS, '{"x":1}');
+      await r.rollups.put(DEV_3, 2, NOW - 20 * DAY_MS, '{"x":2}');
+      await r.rollups.markDirty(DEV_3, NOW - 35 * DAY_MS);
+      await r.rollups.deleteBefore(DEV_3, NOW - 30 * DAY_MS + 17 * MINUTE_MS, LEVELS);
+      out.deletedBefore = [await r.rollups.rows(DEV_3, 2, 0, NOW), await r.rollups.dirtyHours(DEV_3)];
+    });
+    expect(rec.marks).toEqual([NOW - HOUR_MS, NOW - HOUR_MS]);
+    expect((rec.dirty as unknown[])[1]).toEqual([NOW - 3 * HOUR_MS]);
+    expect(rec.deletedBefore).toEqual([[[NOW - 20 * DAY_MS, '{"x":2}']], [NOW - 30 * DAY_MS]]);
+  });
+
+  it('alerts: insert, look-ups, pages, recorded outcomes (one failing alone), ending a firing, events', async () => {
+    const rec = await both(async ({ repos: r, ops }, out) => {
+      const t = NOW - HOUR_MS;
+      await r.alerts.insert({ id: 'alert_1', accountSeq: ACC_A, deviceSeq: DEV_1, ...alertValues(t) });
+      await r.alerts.insert({
+        id: 'alert_2',
+        accountSeq: ACC_A,
+        deviceSeq: DEV_1,
+        ...alertValues(t, {
+          name: 'Silent',
+          kind: 'no_data',
+          field: '',
+          operator: '>',
+          value: 600,
+          clearValue: null,
+          actions: ['slack'],
+          slackUrl: 'https://hooks.slack.com/x',
+          notifyResolved: false,
+        }),
+      });
+      await r.alerts.insert({ id: 'alert_3', accountSeq: ACC_A, deviceSeq: DEV_2, ...alertValues(t, { enabled: false }) });
+      await r.alerts.insert({ id: 'alert_4', accountSeq: ACC_B, deviceSeq: DEV_3, ...alertValues(t + 1, { kind: 'no_data', value: 60 }) });
+      out.unknownDevice = await refused(() => r.alerts.insert({ id: 'alert_x', accountSeq: ACC_A, deviceSeq: 99, ...alertValues(t) }));
+      out.byId = await r.alerts.findById('alert_2');
+      out.bySeq = await r.alerts.findBySeq(3);
+      out.missing = [await r.alerts.findById('alert_x'), await r.alerts.findBySeq(99)];
+      out.pages = [await r.alerts.listByAccount(ACC_A, 2, 0), await r.alerts.listByAccount(ACC_A, 2, 2)];
+      out.counts = [await r.alerts.count(ACC_A), await r.alerts.countEnabled(ACC_A), await r.alerts.count(ACC_B)];
+      out.enabledOfDevice = [await r.alerts.enabledOfDevice(DEV_1), await r.alerts.enabledOfDevice(DEV_2)];
+      out.listByDevice = await r.alerts.listByDevice(DEV_1);
+      out.watches = (await r.alerts.noDataWatches()).sort((a, c) => a.alert.seq - c.alert.seq);
+
+      const event = (id: string, alertSeq: number, at: number, readingSeq: number | null) => ({
+        id,
+        alertSeq,
+        deviceId: 'dev_1',
+        conditionValue: 33.5,
+        severity: 'warning',
+        triggeredAt: at,
+        readingSeq,
+        deliveries: [delivery('email', at), delivery('webhook', at)],
+      });
+      out.triggered = await ops.recordOutcomes([
+        { type: 'triggered', alertSeq: 1, event: event('evt_1', 1, t + 1_000, 7) },
+        { type: 'triggered', alertSeq: 2, event: event('evt_2', 2, t + 2_000, null) },
+        // Nothing open to resolve.
+        { type: 'resolved', alertSeq: 3, at: t + 4_000, notices: [] },
+      ]);
+      out.afterTrigger = [await r.alerts.findBySeq(1), await r.alerts.findBySeq(2)];
+      out.firingNoData = (await r.alerts.firingNoDataDeviceIds(ACC_A)).sort();
+      await r.alerts.acknowledgeEvent(1, t + 5_000);
+      await r.alerts.acknowledgeEvent(1, t + 6_000); // already acknowledged: stays
+      await r.alerts.setDeliveries(1, [
+        delivery('email', t + 5_000, 'sent'),
+        { ...delivery('webhook', t + 5_000, 'failed'), detail: 'HTTP 500', attempts: 3 },
+      ]);
+      out.openEvent = await r.alerts.openEvent(1);
+      out.resolved = await ops.recordOutcomes([{ type: 'resolved', alertSeq: 1, at: t + 7_000, notices: [delivery('email', t + 7_000)] }]);
+      await r.alerts.setResolutionDeliveries(1, [delivery('email', t + 8_000, 'sent')]);
+      out.afterResolve = [await r.alerts.findEventById('evt_1'), await r.alerts.openEvent(1), await r.alerts.findBySeq(1)];
+
+      // A firing no_data alert whose condition changes goes back to ok, its event resolved without notices.
+      await ops.updateAlertEndingFiring(
+        2,
+        alertValues(t + 9_000, {
+          name: 'Silent',
+          kind: 'no_data',
+          field: '',
+          value: 900,
+          clearValue: null,
+          actions: ['slack'],
+          slackUrl: 'https://hooks.slack.com/y',
+        }),
+        true,
+      );
+      out.changedCondition = [await r.alerts.findBySeq(2), await r.alerts.findEventById('evt_2')];
+      // Fires again, then is disabled: the firing ends; enabling it later moves enabled_at.
+      await ops.recordOutcomes([{ type: 'triggered', alertSeq: 1, event: event('evt_3', 1, t + 10_000, 9) }]);
+      await ops.setAlertEnabledEndingFiring(1, false, t + 11_000);
+      out.disabled = [await r.alerts.findBySeq(1), await r.alerts.findEventById('evt_3')];
+      await ops.setAlertEnabledEndingFiring(1, true, t + 12_000);
+      await ops.updateAlertEndingFiring(3, alertValues(t + 13_000, { enabled: true, severity: 'critical' }), false);
+      out.enabled = [await r.alerts.findBySeq(1), await r.alerts.findBySeq(3), await r.alerts.countEnabled(ACC_A)];
+      // The plain writes.
+      await r.alerts.setEnabled(3, false, t + 14_000);
+      await r.alerts.update(3, alertValues(t + 15_000, { enabled: true, value: -4.75 }));
+      await r.alerts.setState(4, 'firing');
+      await r.alerts.setLastTriggered(4, t + 16_000);
+      const direct = await r.alerts.insertEvent({ ...event('evt_4', 4, t + 16_000, null), deviceId: 'dev_3' });
+      await r.alerts.resolveEvent(direct, t + 17_000, [delivery('email', t + 17_000, 'not_configured')]);
+      out.plain = [await r.alerts.findBySeq(3), await r.alerts.findBySeq(4), await r.alerts.findEventById('evt_4'), direct];
+      out.history = [await r.alerts.history(1, 10), await r.alerts.history(1, 1), await r.alerts.history(4, 10)];
+      out.firingNoDataB = await r.alerts.firingNoDataDeviceIds(ACC_B);
+      // A suspended account's and a paused device's no_data alerts are not watched.
+      await r.accounts.setStatus(ACC_B, 'suspended', t + 18_000);
+      await r.devices.setStatus(DEV_1, 'paused', t + 18_000);
+      out.watchesNone = await r.alerts.noDataWatches();
+      await r.accounts.setStatus(ACC_B, 'active', t + 19_000);
+      await r.devices.setStatus(DEV_1, 'active', t + 19_000);
+      await r.alerts.insert({ id: 'alert_5', accountSeq: ACC_A, deviceSeq: DEV_2, ...alertValues(t + 20_000) });
+      await r.alerts.remove((await r.alerts.findById('alert_5'))!.seq);
+      // An outcome whose alert is gone is refused by the foreign key and rolled back alone.
+      // Last of the section: PostgreSQL's identity has used a number for it (no gapless seqs).
+      out.oneFails = await ops.recordOutcomes([
+        { type: 'triggered', alertSeq: 4, event: { ...event('evt_5', 4, t + 21_000, null), deviceId: 'dev_3' } },
+        { type: 'triggered', alertSeq: 99, event: event('evt_x', 99, t + 21_000, null) },
+        { type: 'resolved', alertSeq: 4, at: t + 22_000, notices: [] },
+      ]);
+      out.afterOneFails = [await r.alerts.findBySeq(4), await r.alerts.history(4, 10), await r.alerts.findEventById('evt_x')];
+      out.removed = [await r.alerts.findById('alert_5'), await r.alerts.count(ACC_A)];
+    });
+    expect(rec.unknownDevice).toBe('foreign key');
+    expect(rec.triggered).toMatchObject({ failed: 0, recorded: [{ id: 'evt_1', seq: 1 }, { id: 'evt_2', seq: 2 }, null] });
+    expect(rec.oneFails).toMatchObject({
+      failed: 1,
+      recorded: [{ id: 'evt_5' }, null, { id: 'evt_5', resolvedAt: NOW - HOUR_MS + 22_000 }],
+    });
+    expect(rec.changedCondition).toMatchObject([
+      { state: 'ok', value: 900 },
+      { resolvedAt: NOW - HOUR_MS + 9_000, resolutionDeliveries: [] },
+    ]);
+    expect(rec.disabled).toMatchObject([{ state: 'ok', enabled: false }, { resolvedAt: NOW - HOUR_MS + 11_000 }]);
+    expect(rec.enabled).toMatchObject([{ enabled: true, enabledAt: NOW - HOUR_MS + 12_000 }, { enabledAt: NOW - HOUR_MS + 13_000 }, 3]);
+  });
+
+  it('snapshots: the daily quota, look-ups, expiry by each account’s retention, removal', async () => {
+    const rec = await both(async ({ repos: r, ops }, out) => {
+      const day = NOW - (NOW % DAY_MS);
+      const snap = (id: string, deviceSeq: number, now: number) => ({ id, deviceSeq, contentType: 'image/jpeg', size: 1_234, now });
+      await r.snapshots.insert(snap('snap_old', DEV_1, NOW - 8 * DAY_MS));
+      await r.snapshots.insert(snap('snap_b_old', DEV_3, NOW - 8 * DAY_MS + 1));
+      await r.snapshots.insert(snap('snap_y', DEV_1, day - 1));
+      out.quota = [
+        await ops.insertSnapshotWithinQuota(snap('snap_1', DEV_1, NOW), day, 2),
+        await ops.insertSnapshotWithinQuota(snap('snap_2', DEV_1, NOW + 1), day, 2),
+        await ops.insertSnapshotWithinQuota(snap('snap_3', DEV_1, NOW + 2), day, 2),
+        await ops.insertSnapshotWithinQuota(snap('snap_4', DEV_2, NOW + 3), day, 2),
+      ];
+      out.badType = await refused(() => r.snapshots.insert({ ...snap('snap_gif', DEV_1, NOW), contentType: 'image/gif' }));
+      out.countSince = [
+        await r.snapshots.countSince(DEV_1, day),
+        await r.snapshots.countSince(DEV_1, 0),
+        await r.snapshots.countSince(DEV_2, day),
+      ];
+      out.byId = [await r.snapshots.findById('snap_1'), await r.snapshots.findById('snap_3')];
+      out.expired = [await r.snapshots.expiredBatch(NOW, 10), await r.snapshots.expiredBatch(NOW + 30 * DAY_MS, 3)];
+      out.removed = await r.snapshots.removeMany([1, 2, 999]);
+      out.removedNone = await r.snapshots.removeMany([]);
+      out.left = await r.snapshots.expiredBatch(NOW + 30 * DAY_MS, 10);
+    });
+    expect(rec.quota).toEqual([true, true, false, true]);
+    expect(rec.countSince).toEqual([2, 4, 1]);
+    expect(rec.badType).toBe('check');
+    expect(rec.removed).toBe(2);
+  });
+
+  it('retention: whole weeks dropped on PostgreSQL, the rest by statement; counts, last_seen and rollups follow', async () => {
+    const rec = await both(async (b, out) => {
+      const r = b.repos;
+      if (b.name === 'postgres') {
+        const before = await b.scalar("SELECT count(*) FROM pg_inherits WHERE inhparent = 'readings'::regclass");
+        const dropped = await (r as PostgresRepositories).readings.dropExpiredPartitions(NOW, LEVELS);
+        // Only weeks that end before the longest retention (90 days): the readings 95 and 100 days back.
+        expect(dropped.length).toBeGreaterThanOrEqual(2);
+        for (const name of dropped) expect(name).toMatch(/^readings_2026(0[78])\d\d$/);
+        expect(await b.scalar("SELECT count(*) FROM pg_inherits WHERE inhparent = 'readings'::regclass")).toBe(before - dropped.length);
+        // Every reading older than the longest retention went with its week.
+        expect(await collect(r.readings.iterateRange(DEV_OLD, 0, NOW))).toEqual([]);
+        expect(await collect(r.readings.iterateRange(DEV_1, 0, NOW - 90 * DAY_MS))).toEqual([]);
+        expect(await r.readings.countSince([DEV_1], NOW - 45 * DAY_MS)).toBe(184 + 3);
+      }
+      // The domain's pass: every device, in batches, up to its account's retention.
+      const retention = new Map((await r.accounts.list()).map((a) => [a.seq, a.limits.retentionDays]));
+      const batches: number[] = [];
+      for (const { seq, accountSeq } of await r.devices.allSeqs()) {
+        const cutoff = NOW - retention.get(accountSeq)! * DAY_MS;
+        for (;;) {
+          const n = await b.ops.expireBatch(seq, cutoff, 2, LEVELS);
+          if (n === 0) break;
+          batches.push(seq);
+        }
+      }
+      out.left = [
+        await collect(r.readings.iterateRange(DEV_1, 0, NOW - HOUR_MS * 4)),
+        await collect(r.readings.iterateRange(DEV_3, 0, NOW + DAY_MS)),
+        await collect(r.readings.iterateRange(DEV_OLD, 0, NOW + DAY_MS)),
+      ];
+      out.usage = [await r.readings.countSinceForAccount(ACC_A, 0), await r.readings.countSinceForAccount(ACC_B, 0)];
+      out.lastSeen = [(await r.devices.findById('dev_old'))!.lastSeen, (await r.devices.findById('dev_3'))!.lastSeen];
+      out.rollups = [await r.rollups.rows(DEV_3, 2, 0, NOW + DAY_MS), await r.rollups.allDirty()];
+    });
+    // dev_1 (30 days) keeps 29 and 2 days back; dev_3 (90 days) keeps 40 days back and newer.
+    expect((rec.left as { time: number }[][]).map((l) => l.map((x) => Math.round((NOW - x.time) / DAY_MS)))).toEqual([
+      [29, 2],
+      [40, 35, 31, 29, 2],
+      [],
+    ]);
+    expect(rec.lastSeen).toEqual([NOW - 99 * DAY_MS, NOW - 2 * DAY_MS + 1]);
+  });
+
+  it('device deletion: readings in batches, then the row with its rollups; alerts, events and snapshots cascade', async () => {
+    const rec = await both(async ({ repos: r, ops }, out) => {
+      out.before = [
+        await r.readings.countSinceForAccount(ACC_A, 0),
+        (await r.alerts.listByDevice(DEV_1)).length,
+        await r.snapshots.countSince(DEV_1, 0),
+        (await r.rollups.rows(DEV_1, 0, 0, NOW + DAY_MS)).length,
+        (await r.rollups.dirtyHours(DEV_1)).length,
+      ];
+      const batches: number[] = [];
+      for (;;) {
+        const n = await r.readings.deleteBatchOfDevice(DEV_1, 50);
+        batches.push(n);
+        if (n === 0) break;
+      }
+      out.batches = batches;
+      await ops.removeDeviceWithRollups(DEV_1);
+      out.after = [
+        await r.devices.findById('dev_1'),
+        await r.devices.findForAuth('dev_1'),
+        await r.alerts.findById('alert_1'),
+        await r.alerts.findEventById('evt_1'),
+        await r.alerts.listByDevice(DEV_1),
+        await r.snapshots.findById('snap_1'),
+        await r.rollups.rows(DEV_1, 0, 0, NOW + DAY_MS),
+        await r.rollups.rows(DEV_1, 2, 0, NOW + DAY_MS),
+        await r.rollups.dirtyHours(DEV_1),
+        await r.readings.latest(DEV_1),
+        await r.readings.countSinceForAccount(ACC_A, 0),
+        await r.devices.count(ACC_A),
+        await r.alerts.count(ACC_A),
+      ];
+      // The place is free again.
+      out.recreated = await ops.insertDeviceWithinLimit(device('dev_new', ACC_A, NOW), 2);
+      out.limitAgain = await ops.insertDeviceWithinLimit(device('dev_more', ACC_A, NOW), 2);
+    });
+    expect(rec.before).toEqual([2_500 + 2 + 182 + 2, 2, 3, 1, 0]);
+    expect((rec.batches as number[]).reduce((a, c) => a + c, 0)).toBe(184);
+    expect(rec.after).toEqual([null, null, null, null, [], null, [], [], [], null, 2_502, 1, 1]);
+    expect([rec.recreated, rec.limitAgain]).toEqual([true, false]);
+  });
+
+  it('rollups: clearing everything', async () => {
+    await both(async ({ repos: r }, out) => {
+      await r.rollups.clear();
+      out.after = [
+        r.rollups.rolledUntil(),
+        r.rollups.lateBefore(),
+        await r.rollups.allDirty(),
+        await r.rollups.rows(DEV_3, 2, 0, NOW + DAY_MS),
+      ];
+    });
+  });
+});
