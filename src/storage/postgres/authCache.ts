@@ -1,3 +1,5 @@
+import type { Awaitable } from '../repositories.js';
+
 /**
  * Device authentication (on every reading) and the account behind it, served from memory on
  * PostgreSQL as on SQLite (src/storage/readCache.ts): a hit is synchronous, so ingest pays no
@@ -22,7 +24,7 @@ export class AuthCache {
   }
 
   /** A lookup by key cached until the next `invalidate()`; misses (null) are not cached. */
-  cached<K, V>(lookup: (key: K) => Promise<V | null>, maxEntries = 50_000): (key: K) => V | null | Promise<V | null> {
+  cached<K, V>(lookup: (key: K) => Promise<V | null>, maxEntries = 50_000): (key: K) => Awaitable<V | null> {
     const cache = new Map<K, V>();
     let seen = this.generation;
     return (key: K) => {

@@ -1,4 +1,5 @@
 import type { Pool } from 'pg';
+import type { ExternalChanges, Repositories } from '../repositories.js';
 import { AuthCache } from './authCache.js';
 import { postgresAccountsRepo } from './repos/accounts.js';
 import { postgresAlertsRepo } from './repos/alerts.js';
@@ -10,23 +11,33 @@ import { postgresSessionsRepo } from './repos/sessions.js';
 import { postgresSnapshotsRepo } from './repos/snapshots.js';
 
 /**
- * Every repository over one connection pool: the PostgreSQL counterpart of
- * createRepositories (src/storage/index.ts), for a database migrated by migratePostgres.
- * Readings are written by the PostgresReadingWriter over the same pool, given
- * `rollups.lateBefore` so late readings mark their hour dirty as on SQLite.
+ * Commits by other processes (the admin CLI, another node), which SQLite sees through PRAGMA
+ * data_version. Not seen on PostgreSQL yet: the counter never moves and the watch never
+ * fires. LISTEN/NOTIFY (the cluster work) plugs in here and in authCache.ts: one listening
+ * connection per process whose notification handler bumps this counter, calls the auth
+ * cache's `invalidate()` and the watchers' `onChange`.
+ */
+const noExternalChanges: ExternalChanges = {
+  current: () => 0,
+  watch: () => () => {},
+};
+
+/**
+ * Every repository over one connection pool (Repositories, src/storage/repositories.ts), for
+ * a database migrated by migratePostgres. Readings are written by the PostgresReadingWriter
+ * over the same pool, given `rollups.lateBefore` so that late readings mark their hour dirty
+ * as on SQLite. Every write of several statements is a named operation, one transaction on
+ * one pooled client (BEGIN … COMMIT, ROLLBACK on error). Asynchronous because the rollups'
+ * mark is read once here.
  *
- * There is no `transaction(fn)`: a PostgreSQL transaction spans awaits, so every write of
- * several statements is a named operation of its repository, one transaction on one pooled
- * client (devices.insertWithinLimit, devices.removeWithRollups, readings.expireBatch,
- * readings.dropExpiredPartitions, alerts.updateEndingFiring, alerts.setEnabledEndingFiring,
- * alerts.recordOutcomes, snapshots.insertWithinQuota, rollups.writeSpan, rollups.settleHour).
- * Async because the rollups' mark is read once here.
+ * Besides the interface: readings.dropExpiredPartitions (retention by whole weeks) and
+ * invalidateAuthCache.
  */
 export async function createPostgresRepositories(pool: Pool) {
   // Device authentication and its account, on every reading: cached, dropped on this
   // process's own changes to either table (authCache.ts).
   const authCache = new AuthCache();
-  return {
+  const repositories = {
     accounts: postgresAccountsRepo(pool, authCache),
     apiKeys: postgresApiKeysRepo(pool),
     devices: postgresDevicesRepo(pool, authCache, deleteRollupsOfDevice),
@@ -42,15 +53,12 @@ export async function createPostgresRepositories(pool: Pool) {
      * listening connection's handler bumps this counter, calls `authCache.invalidate()` and
      * the watchers' `onChange`.
      */
-    externalCommits: {
-      current: (): number => 0,
-      watch:
-        (_onChange: () => void, _intervalMs: number, _onError?: (err: unknown) => void): (() => void) =>
-        () => {},
-    },
+    externalCommits: noExternalChanges,
     /** Forgets the cached device and account look-ups (authCache.ts). */
     invalidateAuthCache: (): void => authCache.invalidate(),
   };
+  // Checked against the interface; the extras above stay visible to callers of this function.
+  return repositories satisfies Repositories;
 }
 
 export type PostgresRepositories = Awaited<ReturnType<typeof createPostgresRepositories>>;

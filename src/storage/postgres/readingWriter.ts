@@ -1,7 +1,7 @@
 import type { Pool } from 'pg';
 import { STORAGE_RETRY_AFTER_SECONDS } from '../../domain/storageStatus.js';
 import { storageUnavailable } from '../../errors.js';
-import type { PendingReading } from '../repos/readings.js';
+import type { PendingReading } from '../repositories.js';
 import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl } from './connect.js';
 import { partitionWeek, readingPartitions } from './migrations.js';
 

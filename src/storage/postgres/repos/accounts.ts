@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import type { PlanLimits } from '../../../domain/plans.js';
 import type { Account } from '../../../domain/types.js';
 import { type AccountRow, toAccount } from '../../repos/accounts.js';
+import type { AccountsRepository, NewAccount } from '../../repositories.js';
 import type { AuthCache } from '../authCache.js';
 import { prepared } from './sql.js';
 
@@ -40,8 +41,8 @@ const limitValues = (l: PlanLimits) => [
   l.fieldLimit,
 ];
 
-/** Accounts on PostgreSQL: the methods of the SQLite repository (src/storage/repos/accounts.ts), asynchronous. */
-export function postgresAccountsRepo(pool: Pool, cache: AuthCache) {
+/** Accounts on PostgreSQL (AccountsRepository, src/storage/repositories.ts). */
+export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepository {
   const findBySeq = async (seq: number): Promise<Account | null> => toAccount(await bySeq.first(pool, [seq]));
   return {
     findById: async (id: string): Promise<Account | null> => toAccount(await byId.first(pool, [id])),
@@ -50,16 +51,7 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache) {
     findByEmail: async (email: string): Promise<Account | null> => toAccount(await byEmail.first(pool, [email])),
     list: async (): Promise<Account[]> => (await all.rows(pool, [])).map((r) => toAccount(r)!),
     count: async (): Promise<number> => (await count.first(pool, []))!.n,
-    async insert(a: {
-      id: string;
-      email: string;
-      name: string;
-      passwordHash: string | null;
-      plan: string;
-      limits: PlanLimits;
-      webhookSecret: string;
-      now: number;
-    }): Promise<void> {
+    async insert(a: NewAccount): Promise<void> {
       await cache.writing(
         insert.run(pool, [a.id, a.email, a.name, a.passwordHash, a.plan, ...limitValues(a.limits), a.webhookSecret, a.now]),
       );

@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { ActionDelivery, Alert, AlertEvent, AlertState } from '../../../domain/types.js';
-import { type AlertRow, type EventRow, type NewAlert, type NoDataWatch, toAlert, toEvent } from '../../repos/alerts.js';
+import { type AlertRow, type EventRow, toAlert, toEvent } from '../../repos/alerts.js';
+import type { AlertChanges, AlertOutcome, AlertsRepository, NewAlert, NoDataWatch, RecordedOutcome } from '../../repositories.js';
 import { inTransaction, prepared, type Queryable } from './sql.js';
 
 // Booleans come out as 0/1, as SQLite stores them, so the SQLite repository's row mapping
@@ -84,18 +85,8 @@ const openEvent = prepared<EventRow>(
 );
 const resolveEvent = prepared('event-resolve', 'UPDATE alert_events SET resolved_at = $2, resolution_deliveries = $3 WHERE seq = $1');
 
-type AlertValues = Omit<NewAlert, 'id' | 'accountSeq' | 'deviceSeq'>;
-type NewEvent = Omit<AlertEvent, 'seq' | 'acknowledged' | 'acknowledgedAt' | 'resolvedAt' | 'resolutionDeliveries'>;
-
-/** What the alert evaluator records for one alert after evaluating readings (recordOutcomes). */
-export type AlertOutcome =
-  /** The alert fired: a new event, last_triggered and state 'firing'. */
-  | { type: 'triggered'; alertSeq: number; event: NewEvent }
-  /** The alert recovered at `at`: state 'ok', and its open event resolved with `notices` as its resolution deliveries. */
-  | { type: 'resolved'; alertSeq: number; at: number; notices: ActionDelivery[] };
-
 /** The alert's columns from name to cooldown, in the order of both statements. */
-const alertValues = (a: AlertValues) => [
+const alertValues = (a: AlertChanges) => [
   a.name,
   a.kind,
   a.field,
@@ -112,7 +103,6 @@ const alertValues = (a: AlertValues) => [
   a.notifyResolved,
   a.cooldown,
 ];
-const updateValues = (seq: number, a: AlertValues) => [seq, ...alertValues(a), a.now];
 
 /**
  * A firing alert whose condition changed or that is disabled goes back to 'ok', and its open
@@ -128,8 +118,8 @@ async function endFiring(db: Queryable, seq: number, now: number): Promise<void>
   await setState.run(db, [seq, 'ok']);
 }
 
-/** Alerts and their events on PostgreSQL: the methods of the SQLite repository (src/storage/repos/alerts.ts), asynchronous. */
-export function postgresAlertsRepo(pool: Pool) {
+/** Alerts and their events on PostgreSQL (AlertsRepository, src/storage/repositories.ts). */
+export function postgresAlertsRepo(pool: Pool): AlertsRepository {
   return {
     findById: async (id: string): Promise<Alert | null> => toAlert(await byId.first(pool, [id])),
     findBySeq: async (seq: number): Promise<Alert | null> => toAlert(await bySeq.first(pool, [seq])),
@@ -142,51 +132,48 @@ export function postgresAlertsRepo(pool: Pool) {
     async insert(a: NewAlert): Promise<void> {
       await insert.run(pool, [a.id, a.accountSeq, a.deviceSeq, ...alertValues(a), a.now]);
     },
-    async update(seq: number, a: AlertValues): Promise<void> {
-      await update.run(pool, updateValues(seq, a));
-    },
-    /** update, and in the same transaction, when `endingFiring`, a firing alert's firing ended (endFiring above). */
-    updateEndingFiring: (seq: number, a: AlertValues, endingFiring: boolean): Promise<void> =>
+    /** The definition, and with `ending`, a firing ended (endFiring above): one transaction. */
+    update: (seq: number, a: AlertChanges, ending: boolean): Promise<void> =>
       inTransaction(pool, async (client) => {
-        await update.run(client, updateValues(seq, a));
-        if (endingFiring) await endFiring(client, seq, a.now);
+        await update.run(client, [seq, ...alertValues(a), a.now]);
+        if (ending) await endFiring(client, seq, a.now);
       }),
-    async setEnabled(seq: number, enabled: boolean, now: number): Promise<void> {
-      await setEnabled.run(pool, [seq, enabled, now]);
-    },
-    /** setEnabled, and in the same transaction, when disabling, a firing alert's firing ended (endFiring above). */
-    setEnabledEndingFiring: (seq: number, enabled: boolean, now: number): Promise<void> =>
+    /** Enables or disables; disabling ends a firing (endFiring above): one transaction. */
+    setEnabled: (seq: number, enabled: boolean, now: number): Promise<void> =>
       inTransaction(pool, async (client) => {
         await setEnabled.run(client, [seq, enabled, now]);
         if (!enabled) await endFiring(client, seq, now);
       }),
-    async setLastTriggered(seq: number, at: number): Promise<void> {
-      await setLastTriggered.run(pool, [seq, at]);
-    },
-    async setState(seq: number, state: AlertState): Promise<void> {
-      await setState.run(pool, [seq, state]);
-    },
     noDataWatches: async (): Promise<NoDataWatch[]> =>
       (await noDataWatches.rows(pool, [])).map((r) => ({ alert: toAlert(r)!, deviceResumedAt: r.device_resumed_at })),
     firingNoDataDeviceIds: async (accountSeq: number): Promise<string[]> => (await firingNoData.rows(pool, [accountSeq])).map((r) => r.id),
     async remove(seq: number): Promise<void> {
       await remove.run(pool, [seq]);
     },
+    /**
+     * The evaluator's outcomes in one transaction, each under a savepoint of its own: one
+     * that fails (its alert was deleted after the reading was evaluated: the foreign key
+     * refuses the event) is rolled back alone and reported in its result's `error`.
+     */
+    recordOutcomes: (batch: AlertOutcome[]): Promise<RecordedOutcome[]> =>
+      inTransaction(pool, async (client) => {
+        const results: RecordedOutcome[] = [];
+        for (const o of batch) {
+          await client.query('SAVEPOINT outcome');
+          try {
+            results.push({ event: await recordOutcome(client, o) });
+            await client.query('RELEASE SAVEPOINT outcome');
+          } catch (error) {
+            await client.query('ROLLBACK TO SAVEPOINT outcome');
+            results.push({ event: null, error });
+          }
+        }
+        return results;
+      }),
 
     findEventById: async (id: string): Promise<AlertEvent | null> => toEvent(await eventById.first(pool, [id])),
     history: async (alertSeq: number, limit: number): Promise<AlertEvent[]> =>
       (await history.rows(pool, [alertSeq, limit])).map((r) => toEvent(r)!),
-    insertEvent: async (e: NewEvent): Promise<number> =>
-      (await insertEvent.first(pool, [
-        e.id,
-        e.alertSeq,
-        e.deviceId,
-        e.conditionValue,
-        e.severity,
-        e.triggeredAt,
-        e.readingSeq,
-        JSON.stringify(e.deliveries),
-      ]))!.seq,
     async acknowledgeEvent(seq: number, now: number): Promise<void> {
       await acknowledge.run(pool, [seq, now]);
     },
@@ -196,38 +183,8 @@ export function postgresAlertsRepo(pool: Pool) {
     async setResolutionDeliveries(seq: number, deliveries: ActionDelivery[]): Promise<void> {
       await setResolutionDeliveries.run(pool, [seq, JSON.stringify(deliveries)]);
     },
-    /** The unresolved event of the alert's current firing, if any. */
-    openEvent: async (alertSeq: number): Promise<AlertEvent | null> => toEvent(await openEvent.first(pool, [alertSeq])),
-    async resolveEvent(seq: number, at: number, deliveries: ActionDelivery[]): Promise<void> {
-      await resolveEvent.run(pool, [seq, at, JSON.stringify(deliveries)]);
-    },
-
-    /**
-     * Records the evaluator's outcomes in one transaction, each under a savepoint of its own:
-     * an outcome that fails (its alert was deleted after the reading was evaluated: the
-     * foreign key refuses the event) is rolled back alone, reported to `onError`, and gives
-     * null; the others are kept. Returns, per outcome, the event recorded (a trigger's new
-     * event, a recovery's resolved event) or null (no open event to resolve, or failed).
-     */
-    recordOutcomes: (outcomes: AlertOutcome[], onError: (err: unknown, outcome: AlertOutcome) => void): Promise<(AlertEvent | null)[]> =>
-      inTransaction(pool, async (client) => {
-        const recorded: (AlertEvent | null)[] = [];
-        for (const o of outcomes) {
-          await client.query('SAVEPOINT outcome');
-          try {
-            recorded.push(await recordOutcome(client, o));
-            await client.query('RELEASE SAVEPOINT outcome');
-          } catch (err) {
-            await client.query('ROLLBACK TO SAVEPOINT outcome');
-            onError(err, o);
-            recorded.push(null);
-          }
-        }
-        return recorded;
-      }),
   };
 }
-
 async function recordOutcome(db: Queryable, o: AlertOutcome): Promise<AlertEvent | null> {
   if (o.type === 'triggered') {
     const e = o.event;

@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import type { ApiKey } from '../../../domain/types.js';
 import { type KeyRow, toKey } from '../../repos/apiKeys.js';
+import type { ApiKeysRepository, NewApiKey } from '../../repositories.js';
 import { prepared } from './sql.js';
 
 const COLUMNS = 'seq, id, account_seq, name, key_prefix, key_hash, last_used_at, created_at, revoked_at';
@@ -19,13 +20,13 @@ const insert = prepared(
 const revoke = prepared('key-revoke', 'UPDATE api_keys SET revoked_at = $2 WHERE seq = $1 AND revoked_at IS NULL');
 const touch = prepared('key-touch', 'UPDATE api_keys SET last_used_at = $2 WHERE seq = $1');
 
-/** API keys on PostgreSQL: the methods of the SQLite repository (src/storage/repos/apiKeys.ts), asynchronous. */
-export function postgresApiKeysRepo(pool: Pool) {
+/** API keys on PostgreSQL (ApiKeysRepository, src/storage/repositories.ts). */
+export function postgresApiKeysRepo(pool: Pool): ApiKeysRepository {
   return {
     findByHash: async (hash: string): Promise<ApiKey | null> => toKey(await byHash.first(pool, [hash])),
     findById: async (id: string): Promise<ApiKey | null> => toKey(await byId.first(pool, [id])),
     listByAccount: async (accountSeq: number): Promise<ApiKey[]> => (await byAccount.rows(pool, [accountSeq])).map((r) => toKey(r)!),
-    async insert(k: { id: string; accountSeq: number; name: string; keyPrefix: string; keyHash: string; now: number }): Promise<void> {
+    async insert(k: NewApiKey): Promise<void> {
       await insert.run(pool, [k.id, k.accountSeq, k.name, k.keyPrefix, k.keyHash, k.now]);
     },
     async revoke(seq: number, now: number): Promise<void> {

@@ -1,6 +1,6 @@
 import type { Pool } from 'pg';
-import type { DeviceRow, DeviceWithToken, NewDevice } from '../../repos/devices.js';
-import { toDevice } from '../../repos/devices.js';
+import { type DeviceRow, toDevice } from '../../repos/devices.js';
+import type { DeviceChanges, DevicesRepository, DeviceWithToken, NewDevice } from '../../repositories.js';
 import type { AuthCache } from '../authCache.js';
 import { inTransaction, prepared, type Queryable } from './sql.js';
 
@@ -29,7 +29,6 @@ const countOf = prepared<{ n: number }>(
   'devices-count',
   'SELECT count(*) AS n FROM devices WHERE account_seq = $1 AND ($2::text IS NULL OR status = $2)',
 );
-const seqsOfAccount = prepared<{ seq: number }>('device-seqs-of-account', 'SELECT seq FROM devices WHERE account_seq = $1');
 const insert = prepared(
   'device-insert',
   `INSERT INTO devices (id, account_seq, name, type, description, settings, schema_mode, fields, snapshots_enabled, token_hash,
@@ -83,8 +82,8 @@ export const archiveDeviceLastSeen = (db: Queryable, seq: number) => archiveLast
 /** Deletes a device's rollups and their dirty hours (rollups.deleteDevice), on `db`. */
 export type DeleteRollupsOf = (db: Queryable, deviceSeq: number) => Promise<void>;
 
-/** Devices on PostgreSQL: the methods of the SQLite repository (src/storage/repos/devices.ts), asynchronous. */
-export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsOf: DeleteRollupsOf) {
+/** Devices on PostgreSQL (DevicesRepository, src/storage/repositories.ts). */
+export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsOf: DeleteRollupsOf): DevicesRepository {
   const findForAuth = async (id: string): Promise<DeviceWithToken | null> => toDevice(await forAuth.first(pool, [id]));
   const write = <T>(w: Promise<T>) => cache.writing(w).then(() => {});
   return {
@@ -99,8 +98,6 @@ export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsO
     listByAccount: async (accountSeq: number, opts: { limit: number; offset: number; status?: string }): Promise<DeviceWithToken[]> =>
       (await page.rows(pool, [accountSeq, opts.status || null, opts.limit, opts.offset])).map((r) => toDevice(r)!),
     count: async (accountSeq: number, status?: string): Promise<number> => (await countOf.first(pool, [accountSeq, status || null]))!.n,
-    seqsOfAccount: async (accountSeq: number): Promise<number[]> => (await seqsOfAccount.rows(pool, [accountSeq])).map((r) => r.seq),
-    insert: (d: NewDevice): Promise<void> => write(insert.run(pool, newDeviceValues(d))),
     /**
      * Inserts the device unless its account already has `limit` devices; false (nothing
      * inserted) when it has. One transaction holding the account row (FOR UPDATE), so two
@@ -115,7 +112,7 @@ export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsO
           return true;
         }),
       ),
-    update: (seq: number, d: Omit<NewDevice, 'id' | 'accountSeq' | 'tokenHash'>): Promise<void> =>
+    update: (seq: number, d: DeviceChanges): Promise<void> =>
       write(
         update.run(pool, [
           seq,
@@ -132,7 +129,6 @@ export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsO
     setStatus: (seq: number, status: 'active' | 'paused', now: number): Promise<void> => write(setStatus.run(pool, [seq, status, now])),
     setTokenHash: (seq: number, hash: string, now: number): Promise<void> => write(setToken.run(pool, [seq, hash, now])),
     recordRejection: (seq: number, reason: string, now: number): Promise<void> => write(recordRejection.run(pool, [seq, reason, now])),
-    remove: (seq: number): Promise<void> => write(remove.run(pool, [seq])),
     /**
      * Deletes the device with its rollups in one transaction; its alerts, their events and
      * its snapshot rows go with it (ON DELETE CASCADE). Readings left (the caller deletes them
@@ -147,7 +143,6 @@ export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsO
           await remove.run(client, [seq]);
         }),
       ),
-    archiveLastSeen: (seq: number): Promise<void> => write(archiveDeviceLastSeen(pool, seq)),
     /** Every device as (seq, account seq): the retention job walks them. */
     allSeqs: async (): Promise<{ seq: number; accountSeq: number }[]> =>
       (await allSeqs.rows(pool, [])).map((r) => ({ seq: r.seq, accountSeq: r.account_seq })),

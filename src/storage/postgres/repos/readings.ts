@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import type { StoredReading } from '../../../domain/types.js';
 import { DAY_MS, HOUR_MS, MINUTE_MS } from '../../../time.js';
 import { type ReadingRow, toReading } from '../../repos/readings.js';
+import type { ReadingsRepository } from '../../repositories.js';
 import type { AuthCache } from '../authCache.js';
 import { archiveDeviceLastSeen } from './devices.js';
 import { deleteRollupsBefore } from './rollups.js';
@@ -88,13 +89,18 @@ function partitionStart(name: string): number | null {
   return m ? Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3])) : null;
 }
 
+/** Retention's drop of whole weeks, which only the PostgreSQL backend has. */
+export interface PartitionedReadings {
+  dropExpiredPartitions(now: number, levels: number): Promise<string[]>;
+}
+
 /**
- * Readings on PostgreSQL: one range-partitioned table (migrations.ts), written by the
- * PostgresReadingWriter only; this repository reads and deletes. The reads are those of the
- * SQLite repository (src/storage/repos/readings.ts), asynchronous, and without its inbox:
- * there is nothing to merge, so insertBatch, mergeInbox and inboxRows have no counterpart.
+ * Readings on PostgreSQL (ReadingsRepository, src/storage/repositories.ts): one
+ * range-partitioned table (migrations.ts), written by the PostgresReadingWriter only; this
+ * repository reads and deletes. There is no inbox, so nothing to merge. Besides the
+ * interface: dropExpiredPartitions.
  */
-export function postgresReadingsRepo(pool: Pool, cache: AuthCache) {
+export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepository & PartitionedReadings {
   return {
     /**
      * The newest reading in [since, before) whose JSON text `matches`, looking at about
@@ -157,21 +163,10 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache) {
       ]);
       return edge!.n + minutes!.n;
     },
-    /** Recomputes tables derived from readings (reading_counts), after a bulk load. */
-    rebuildDerived: (): Promise<void> =>
-      inTransaction(pool, async (client) => {
-        await client.query('DELETE FROM reading_counts');
-        await client.query(
-          `INSERT INTO reading_counts (account_seq, minute, n)
-           SELECT d.account_seq, r.time / 60000, count(*) FROM readings r JOIN devices d ON d.seq = r.device_seq GROUP BY 1, 2`,
-        );
-      }),
     countSince: async (deviceSeqs: number[], since: number): Promise<number> =>
       deviceSeqs.length === 0 ? 0 : (await countSince.first(pool, [deviceSeqs, since]))!.n,
     /** Deletes up to `batch` readings of a device, oldest first; returns how many went (0 when done). */
     deleteBatchOfDevice: (deviceSeq: number, batch: number): Promise<number> => deleteBatchOfDevice.run(pool, [deviceSeq, batch]),
-    deleteOlderBatch: (deviceSeq: number, before: number, batch: number): Promise<number> =>
-      deleteOlderBatch.run(pool, [deviceSeq, before, batch]),
     /**
      * One retention step of a device, in one transaction: archive its last_seen, delete up to
      * `batch` of its readings older than `cutoff`, and if any went, their rollups (of

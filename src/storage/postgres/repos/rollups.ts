@@ -1,19 +1,7 @@
 import type { Pool } from 'pg';
 import { HOUR_MS } from '../../../time.js';
-import type { OrderedRawRow, RawRow, RollupRow } from '../../repos/rollups.js';
+import type { OrderedRawRow, RawRow, RollupLevelWrite, RollupRow, RollupsRepository } from '../../repositories.js';
 import { inTransaction, prepared, type Queryable } from './sql.js';
-
-/**
- * What one rolled span writes to one level: rows of buckets in [deleteFrom, deleteTo) go
- * (when deleteTo > deleteFrom), then `rows` (bucket, stats JSON) are written, replacing any
- * row of the same bucket. The domain computes this from what it read (src/domain/rollups.ts).
- */
-export interface RollupLevelWrite {
-  level: number;
-  deleteFrom: number;
-  deleteTo: number;
-  rows: RollupRow[];
-}
 
 const readState = prepared<{ rolled_until: number }>('rollup-state', 'SELECT rolled_until FROM rollup_state');
 const writeState = prepared('rollup-set-state', 'UPDATE rollup_state SET rolled_until = $1');
@@ -93,13 +81,12 @@ export async function deleteRollupsOfDevice(db: Queryable, deviceSeq: number): P
 }
 
 /**
- * Rollups on PostgreSQL: the methods of the SQLite repository (src/storage/repos/rollups.ts),
- * asynchronous where they touch the database. `rolledUntil` and `lateBefore` stay in memory,
- * read synchronously: the writer checks `lateBefore` per reading (postgres/readingWriter.ts)
- * and marks a late reading's hour dirty in the batch's own statement. The mark is read once
- * when the repositories are created.
+ * Rollups on PostgreSQL (RollupsRepository, src/storage/repositories.ts). `rolledUntil` and
+ * `lateBefore` stay in memory, read synchronously: the writer reads `lateBefore` per batch
+ * (postgres/readingWriter.ts) and marks a late reading's hour dirty in the batch's own
+ * statement. The mark is read once when the repositories are created.
  */
-export async function postgresRollupsRepo(pool: Pool) {
+export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository> {
   let rolledUntil = (await readState.first(pool, []))?.rolled_until ?? 0;
   let lateBefore = rolledUntil;
 
@@ -115,22 +102,13 @@ export async function postgresRollupsRepo(pool: Pool) {
     setLateBefore(time: number): void {
       lateBefore = Math.max(time, rolledUntil);
     },
-    async markDirty(deviceSeq: number, time: number): Promise<void> {
-      await markDirty.run(pool, [deviceSeq, Math.floor(time / HOUR_MS) * HOUR_MS]);
-    },
     dirtyHours: async (deviceSeq: number): Promise<number[]> => (await dirtyOfDevice.rows(pool, [deviceSeq])).map((r) => r.hour),
     allDirty: async (): Promise<{ deviceSeq: number; hour: number }[]> =>
       (await allDirty.rows(pool, [])).map((r) => ({ deviceSeq: r.device_seq, hour: r.hour })),
-    async clearDirty(deviceSeq: number, hour: number): Promise<void> {
-      await clearDirty.run(pool, [deviceSeq, hour]);
-    },
 
     /** Rows of one level with buckets in [from, to), oldest first. */
     rows: (deviceSeq: number, level: number, from: number, to: number): Promise<RollupRow[]> =>
       rowRange.arrays<RollupRow>(pool, [deviceSeq, level, from, to]),
-    async put(deviceSeq: number, level: number, bucket: number, stats: string): Promise<void> {
-      await putRow.run(pool, [deviceSeq, level, bucket, stats]);
-    },
     /** Deletes the rows of one level with buckets in [from, to); returns how many went. */
     deleteRange: (deviceSeq: number, level: number, from: number, to: number): Promise<number> =>
       deleteRange.run(pool, [deviceSeq, level, from, to]),
@@ -152,12 +130,6 @@ export async function postgresRollupsRepo(pool: Pool) {
     /** The first `limit` readings after (time, seq) and before `to`, in (time, seq) order. */
     rawAfter: (deviceSeq: number, time: number, seq: number, to: number, limit: number): Promise<OrderedRawRow[]> =>
       rawAfter.arrays<OrderedRawRow>(pool, [deviceSeq, time, seq, to, limit]),
-
-    /** deleteRollupsBefore in a transaction of its own. */
-    deleteBefore: (deviceSeq: number, cutoff: number, levels: number): Promise<void> =>
-      inTransaction(pool, (client) => deleteRollupsBefore(client, deviceSeq, cutoff, levels)),
-    /** Device deletion (devices.removeWithRollups does it in the device's transaction). */
-    deleteDevice: (deviceSeq: number): Promise<void> => inTransaction(pool, (client) => deleteRollupsOfDevice(client, deviceSeq)),
     /** Drops every rollup, for a rebuild from the readings. */
     async clear(): Promise<void> {
       await inTransaction(pool, async (client) => {

@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
-import { type SessionRecord, type SessionRow, toSession } from '../../repos/sessions.js';
+import { type SessionRow, toSession } from '../../repos/sessions.js';
+import type { SessionRecord, SessionsRepository } from '../../repositories.js';
 import { prepared } from './sql.js';
 
 const byHash = prepared<SessionRow>(
@@ -15,8 +16,8 @@ const remove = prepared('session-remove', 'DELETE FROM sessions WHERE id_hash = 
 const removeOthers = prepared('sessions-remove-others', 'DELETE FROM sessions WHERE account_seq = $1 AND id_hash <> $2');
 const removeExpired = prepared('sessions-remove-expired', 'DELETE FROM sessions WHERE expires_at <= $1');
 
-/** Dashboard sessions on PostgreSQL: the methods of the SQLite repository (src/storage/repos/sessions.ts), asynchronous. */
-export function postgresSessionsRepo(pool: Pool) {
+/** Dashboard sessions on PostgreSQL (SessionsRepository, src/storage/repositories.ts). */
+export function postgresSessionsRepo(pool: Pool): SessionsRepository {
   return {
     findByHash: async (idHash: string): Promise<SessionRecord | null> => toSession(await byHash.first(pool, [idHash])),
     async insert(s: SessionRecord): Promise<void> {

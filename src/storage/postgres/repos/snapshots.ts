@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import { DAY_MS } from '../../../time.js';
-import { type SnapshotRecord, type SnapshotRow, toSnapshot } from '../../repos/snapshots.js';
+import { type SnapshotRow, toSnapshot } from '../../repos/snapshots.js';
+import type { NewSnapshot, SnapshotRecord, SnapshotsRepository } from '../../repositories.js';
 import { inTransaction, prepared } from './sql.js';
 
 const SELECT = `SELECT s.seq, s.id, s.device_seq, d.id AS device_id, d.account_seq, s.content_type, s.size, s.created_at
@@ -31,18 +32,13 @@ const expired = prepared<SnapshotRow>(
 const removeMany = prepared('snapshots-remove', 'DELETE FROM snapshots WHERE seq = ANY($1::bigint[])');
 const lockDevice = prepared('device-lock', 'SELECT 1 FROM devices WHERE seq = $1 FOR UPDATE');
 
-type NewSnapshot = { id: string; deviceSeq: number; contentType: string; size: number; now: number };
-
-/** Snapshot rows on PostgreSQL: the methods of the SQLite repository (src/storage/repos/snapshots.ts), asynchronous. */
-export function postgresSnapshotsRepo(pool: Pool) {
+/** Snapshot rows on PostgreSQL (SnapshotsRepository, src/storage/repositories.ts). */
+export function postgresSnapshotsRepo(pool: Pool): SnapshotsRepository {
   const insertValues = (s: NewSnapshot) => [s.id, s.deviceSeq, s.contentType, s.size, s.now];
   return {
     async findById(id: string): Promise<SnapshotRecord | null> {
       const r = await byId.first(pool, [id]);
       return r ? toSnapshot(r) : null;
-    },
-    async insert(s: NewSnapshot): Promise<void> {
-      await insert.run(pool, insertValues(s));
     },
     /**
      * Inserts the snapshot unless its device already has `limit` snapshots created since
