@@ -26,14 +26,15 @@ export function prepared<R extends QueryResultRow = QueryResultRow>(name: string
  * Runs `fn` as one transaction on one pooled client: BEGIN, then COMMIT, or ROLLBACK when
  * `fn` throws (the error is rethrown). `fn` must use `client` for every statement: the pool
  * would hand another connection out, outside the transaction. A client whose ROLLBACK failed
- * (the connection broke) is destroyed rather than returned to the pool.
+ * (the connection broke, also before BEGIN went through) is destroyed rather than returned
+ * to the pool.
  */
 export async function inTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
   try {
-    await client.query('BEGIN');
     try {
+      await client.query('BEGIN');
       const result = await fn(client);
       await client.query('COMMIT');
       return result;
