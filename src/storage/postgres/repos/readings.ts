@@ -16,6 +16,10 @@ const PAGE_ROWS = 1_000;
 const WEEK_MS = 7 * DAY_MS;
 /** The lock reading_partitions takes (migrations.ts): creating and dropping a week never overlap. */
 const PARTITIONS_LOCK = 0x746c6d70;
+/** How long a partition's DROP waits for the readings table before it gives up (dropExpiredPartitions). */
+const DROP_LOCK_TIMEOUT_MS = 1_000;
+/** SQLSTATE of a lock_timeout. */
+const LOCK_NOT_AVAILABLE = '55P03';
 
 // Every read names the device and, where it has one, a time range: the primary key
 // (device_seq, time, seq) of each weekly partition answers it, and a range opens only the
@@ -191,6 +195,12 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
      * (no trigger sees a dropped partition), and takes the lock reading_partitions takes, so a
      * writer recreating an old week waits for the drop. What is left past each account's own
      * retention is deleted by statement (expireBatch).
+     *
+     * DROP TABLE of a partition locks the whole readings table (ACCESS EXCLUSIVE), and while
+     * it waits for that lock, every statement on readings queues behind it: ingest would
+     * stall as long as the longest query in progress. So the drop gives up after
+     * DROP_LOCK_TIMEOUT_MS, rolls its transaction back and leaves the remaining weeks to the
+     * next pass (expireBatch deletes their rows meanwhile, if their retention asks for it).
      */
     async dropExpiredPartitions(now: number, levels: number): Promise<string[]> {
       const days = (await longestRetention.first(pool, []))!.days;
@@ -201,24 +211,31 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
         const start = partitionStart(name);
         if (start === null || start + WEEK_MS > boundary) continue;
         const end = start + WEEK_MS;
-        const gone = await cache.writing(
-          inTransaction(pool, async (client) => {
-            await client.query('SELECT pg_advisory_xact_lock($1)', [PARTITIONS_LOCK]);
-            if ((await client.query('SELECT to_regclass($1) AS t', [name])).rows[0].t === null) return false;
-            const table = client.escapeIdentifier(name);
-            // One probe of the partition's primary key per device, not a scan of the week.
-            await client.query(
-              `UPDATE devices d SET last_seen = m.newest
+        const gone = await cache
+          .writing(
+            inTransaction(pool, async (client) => {
+              await client.query('SELECT pg_advisory_xact_lock($1)', [PARTITIONS_LOCK]);
+              if ((await client.query('SELECT to_regclass($1) AS t', [name])).rows[0].t === null) return false;
+              const table = client.escapeIdentifier(name);
+              // One probe of the partition's primary key per device, not a scan of the week.
+              await client.query(
+                `UPDATE devices d SET last_seen = m.newest
                FROM (SELECT x.seq, (SELECT max(r.time) FROM ${table} r WHERE r.device_seq = x.seq) AS newest FROM devices x) m
                WHERE d.seq = m.seq AND m.newest IS NOT NULL AND m.newest > coalesce(d.last_seen, 0)`,
-            );
-            await client.query('DELETE FROM rollups WHERE level < $1 AND bucket >= 0 AND bucket < $2', [levels, end]);
-            await client.query('DELETE FROM rollup_dirty WHERE hour < $1', [end - HOUR_MS + 1]);
-            await client.query('DELETE FROM reading_counts WHERE minute >= $1 AND minute < $2', [start / MINUTE_MS, end / MINUTE_MS]);
-            await client.query(`DROP TABLE ${table}`);
-            return true;
-          }),
-        );
+              );
+              await client.query('DELETE FROM rollups WHERE level < $1 AND bucket >= 0 AND bucket < $2', [levels, end]);
+              await client.query('DELETE FROM rollup_dirty WHERE hour < $1', [end - HOUR_MS + 1]);
+              await client.query('DELETE FROM reading_counts WHERE minute >= $1 AND minute < $2', [start / MINUTE_MS, end / MINUTE_MS]);
+              await client.query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
+              await client.query(`DROP TABLE ${table}`);
+              return true;
+            }),
+          )
+          .catch((err: unknown) => {
+            if ((err as { code?: string }).code === LOCK_NOT_AVAILABLE) return null;
+            throw err;
+          });
+        if (gone === null) break;
         if (gone) dropped.push(name);
       }
       return dropped;
