@@ -3,7 +3,7 @@ import type { Account } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
 
-export interface AccountRow {
+interface AccountRow {
   seq: number;
   id: string;
   email: string;
@@ -23,7 +23,7 @@ export interface AccountRow {
   updated_at: number;
 }
 
-export function toAccount(r: AccountRow | undefined): Account | null {
+function toAccount(r: AccountRow | undefined): Account | null {
   if (!r) return null;
   return {
     seq: r.seq,
@@ -114,3 +114,7 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     setPasswordHash: (seq: number, hash: string, now: number) => updatePassword.run(hash, now, seq),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/accounts.ts) so both backends
+// hand the domain the same objects.
+export { type AccountRow, toAccount };

@@ -1,7 +1,7 @@
 import type { ActionDelivery, Alert, AlertAction, AlertEvent, AlertKind, AlertState } from '../../domain/types.js';
 import type { Db } from '../db.js';
 
-export interface AlertRow {
+interface AlertRow {
   seq: number;
   id: string;
   account_seq: number;
@@ -29,7 +29,7 @@ export interface AlertRow {
   updated_at: number;
 }
 
-export interface EventRow {
+interface EventRow {
   seq: number;
   id: string;
   alert_seq: number;
@@ -45,7 +45,7 @@ export interface EventRow {
   resolution_deliveries: string;
 }
 
-export const toAlert = (r: AlertRow | undefined): Alert | null =>
+const toAlert = (r: AlertRow | undefined): Alert | null =>
   r
     ? {
         seq: r.seq,
@@ -76,7 +76,7 @@ export const toAlert = (r: AlertRow | undefined): Alert | null =>
       }
     : null;
 
-export const toEvent = (r: EventRow | undefined): AlertEvent | null =>
+const toEvent = (r: EventRow | undefined): AlertEvent | null =>
   r
     ? {
         seq: r.seq,
@@ -243,3 +243,7 @@ export function alertsRepo(db: Db) {
     resolveEvent: (seq: number, at: number, deliveries: ActionDelivery[]) => resolveEvent.run(at, JSON.stringify(deliveries), seq),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/alerts.ts) so both backends
+// hand the domain the same objects.
+export { type AlertRow, type EventRow, toAlert, toEvent };

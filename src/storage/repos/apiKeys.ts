@@ -1,7 +1,7 @@
 import type { ApiKey } from '../../domain/types.js';
 import type { Db } from '../db.js';
 
-export interface KeyRow {
+interface KeyRow {
   seq: number;
   id: string;
   account_seq: number;
@@ -13,7 +13,7 @@ export interface KeyRow {
   revoked_at: number | null;
 }
 
-export const toKey = (r: KeyRow | undefined): ApiKey | null =>
+const toKey = (r: KeyRow | undefined): ApiKey | null =>
   r
     ? {
         seq: r.seq,
@@ -46,3 +46,7 @@ export function apiKeysRepo(db: Db) {
     touch: (seq: number, now: number) => touch.run(now, seq),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/apiKeys.ts) so both backends
+// hand the domain the same objects.
+export { type KeyRow, toKey };

@@ -2,7 +2,7 @@ import type { Device, FieldDefinition, SchemaMode } from '../../domain/types.js'
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
 
-export interface DeviceRow {
+interface DeviceRow {
   seq: number;
   id: string;
   account_seq: number;
@@ -28,7 +28,7 @@ export interface DeviceWithToken extends Device {
   tokenHash: string;
 }
 
-export function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
+function toDevice(r: DeviceRow | undefined): DeviceWithToken | null {
   if (!r) return null;
   return {
     seq: r.seq,
@@ -164,3 +164,7 @@ export function devicesRepo(db: Db, changes?: TableChanges) {
     allSeqs: () => allSeqs.all().map((r) => ({ seq: r.seq, accountSeq: r.account_seq })),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/devices.ts) so both backends
+// hand the domain the same objects.
+export { type DeviceRow, toDevice };

@@ -8,7 +8,7 @@ const ROWS_PER_INSERT = 32;
 /** A batch with at least this many readings per distinct device skips the inbox. */
 export const DIRECT_READINGS_PER_DEVICE = 4;
 
-export interface ReadingRow {
+interface ReadingRow {
   seq: number;
   device_seq: number;
   time: number;
@@ -35,7 +35,7 @@ function newestFirst(a: HistoryRow[], b: HistoryRow[], limit: number): HistoryRo
   return out;
 }
 
-export const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
+const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
 
 export interface PendingReading {
   deviceSeq: number;
@@ -282,3 +282,7 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
 }
 
 export type ReadingsRepo = ReturnType<typeof readingsRepo>;
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/readings.ts) so both backends
+// hand the domain the same objects.
+export { type ReadingRow, toReading };

@@ -10,7 +10,7 @@ export interface SessionRecord {
   expiresAt: number;
 }
 
-export interface SessionRow {
+interface SessionRow {
   id_hash: string;
   account_seq: number;
   csrf_token: string;
@@ -19,7 +19,7 @@ export interface SessionRow {
   expires_at: number;
 }
 
-export const toSession = (r: SessionRow | undefined): SessionRecord | null =>
+const toSession = (r: SessionRow | undefined): SessionRecord | null =>
   r
     ? {
         idHash: r.id_hash,
@@ -51,3 +51,7 @@ export function sessionsRepo(db: Db) {
     removeExpired: (now: number) => removeExpired.run(now).changes,
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/sessions.ts) so both backends
+// hand the domain the same objects.
+export { type SessionRow, toSession };

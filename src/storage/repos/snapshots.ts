@@ -13,7 +13,7 @@ export interface SnapshotRecord {
   createdAt: number;
 }
 
-export interface SnapshotRow {
+interface SnapshotRow {
   seq: number;
   id: string;
   device_seq: number;
@@ -24,7 +24,7 @@ export interface SnapshotRow {
   created_at: number;
 }
 
-export const toSnapshot = (r: SnapshotRow): SnapshotRecord => ({
+const toSnapshot = (r: SnapshotRow): SnapshotRecord => ({
   seq: r.seq,
   id: r.id,
   deviceSeq: r.device_seq,
@@ -75,3 +75,7 @@ export function snapshotsRepo(db: Db) {
     removeMany: (seqs: number[]) => seqs.reduce((n, seq) => n + remove.run(seq).changes, 0),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/snapshots.ts) so both backends
+// hand the domain the same objects.
+export { type SnapshotRow, toSnapshot };
