@@ -23,7 +23,9 @@ const LOCK_NOT_AVAILABLE = '55P03';
 
 // Every read names the device and, where it has one, a time range: the primary key
 // (device_seq, time, seq) of each weekly partition answers it, and a range opens only the
-// partitions it covers.
+// partitions it covers. A keyed page states its time bound on its own besides the row
+// comparison: partition pruning does not look into (time, seq) > (…), and without it every
+// partition would be opened.
 const latest = prepared<ReadingRow>(
   'readings-latest',
   'SELECT seq, device_seq, time, data FROM readings WHERE device_seq = $1 ORDER BY time DESC, seq DESC LIMIT 1',
@@ -38,7 +40,7 @@ const newestFirstFrom = prepared(
 );
 const newestFirstAfter = prepared(
   'readings-newest-first-after',
-  `SELECT time, seq, data FROM readings WHERE device_seq = $1 AND time >= $2 AND (time, seq) < ($3, $4)
+  `SELECT time, seq, data FROM readings WHERE device_seq = $1 AND time >= $2 AND time <= $3 AND (time, seq) < ($3, $4)
    ORDER BY time DESC, seq DESC LIMIT $5`,
 );
 const rangeFrom = prepared<ReadingRow>(
@@ -47,7 +49,7 @@ const rangeFrom = prepared<ReadingRow>(
 );
 const rangeAfter = prepared<ReadingRow>(
   'readings-range-after',
-  `SELECT seq, device_seq, time, data FROM readings WHERE device_seq = $1 AND (time, seq) > ($2, $3) AND time < $4
+  `SELECT seq, device_seq, time, data FROM readings WHERE device_seq = $1 AND time >= $2 AND (time, seq) > ($2, $3) AND time < $4
    ORDER BY time, seq LIMIT $5`,
 );
 const countSince = prepared<{ n: number }>(

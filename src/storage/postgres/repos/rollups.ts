@@ -36,10 +36,12 @@ const rawFirst = prepared(
   'rollup-raw-first',
   'SELECT time, seq, data FROM readings WHERE device_seq = $1 AND time >= $2 AND time < $3 ORDER BY time, seq LIMIT $4',
 );
-// The next readings after (time, seq) and before `to`: the chunks of an hour too dense to read at once.
+// The next readings after (time, seq) and before `to`: the chunks of an hour too dense to read
+// at once. `time >= $2` besides the row comparison, which partition pruning does not look into.
 const rawAfter = prepared(
   'rollup-raw-after',
-  'SELECT time, seq, data FROM readings WHERE device_seq = $1 AND (time, seq) > ($2, $3) AND time < $4 ORDER BY time, seq LIMIT $5',
+  `SELECT time, seq, data FROM readings WHERE device_seq = $1 AND time >= $2 AND (time, seq) > ($2, $3) AND time < $4
+   ORDER BY time, seq LIMIT $5`,
 );
 
 const markDirty = prepared('rollup-mark-dirty', 'INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2) ON CONFLICT DO NOTHING');
