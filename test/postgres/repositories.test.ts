@@ -646,6 +646,11 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       await r.rollups.setRolledUntil(NOW - HOUR_MS);
       r.rollups.setLateBefore(NOW - 2 * HOUR_MS); // never before rolledUntil
       out.marks = [r.rollups.rolledUntil(), r.rollups.lateBefore()];
+      if (b.name === 'postgres') {
+        // The mark is stored: repositories created later (a restart) start from it.
+        const reopened = await createPostgresRepositories(pool);
+        expect([reopened.rollups.rolledUntil(), reopened.rollups.lateBefore()]).toEqual([NOW - HOUR_MS, NOW - HOUR_MS]);
+      }
       // A reading older than lateBefore marks its hour dirty in the batch that stores it.
       await Promise.all([
         b.append(DEV_2, ACC_A, NOW - 3 * HOUR_MS + 123, '{"n":-1}'),
