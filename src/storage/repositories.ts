@@ -345,9 +345,13 @@ export interface RollupsRepository {
   writeSpan(deviceSeq: number, writes: RollupLevelWrite[]): Awaitable<void>;
   /**
    * Stores the recomputed rollups of one dirty hour (as writeSpan) and clears its dirty
-   * mark: one transaction.
+   * mark: one transaction, and only if the device still has exactly `read.readings`
+   * readings in [hour, read.to), the ones the caller computed them from. Otherwise (a late
+   * reading committed, or retention deleted some, between the caller's read and this
+   * transaction) nothing is written and the mark stays, for the next settle. Returns
+   * whether the hour was settled.
    */
-  settleHour(deviceSeq: number, hour: number, writes: RollupLevelWrite[]): Awaitable<void>;
+  settleHour(deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }): Awaitable<boolean>;
   /** Drops every rollup, dirty mark and the rolled_until mark (to 0), one transaction: a rebuild from the readings follows. */
   clear(): Awaitable<void>;
 }

@@ -70,6 +70,7 @@ interface StatementRepositories extends Pick<Repositories, 'accounts' | 'apiKeys
   readings: { deleteOlderBatch(deviceSeq: number, before: number, batch: number): number };
   rollups: {
     deleteRange(deviceSeq: number, level: number, from: number, to: number): number;
+    raw(deviceSeq: number, from: number, to: number): [number, string][];
     put(deviceSeq: number, level: number, bucket: number, stats: string): void;
     clearDirty(deviceSeq: number, hour: number): void;
     deleteDevice(deviceSeq: number): void;
@@ -143,10 +144,12 @@ function sqliteContract(repositories: object): Repositories {
     rollups: {
       ...asInterface<RollupsRepository>(r.rollups),
       writeSpan: (deviceSeq, writes) => r.transaction(() => apply(deviceSeq, writes)),
-      settleHour: (deviceSeq, hour, writes) =>
+      settleHour: (deviceSeq, hour, writes, read) =>
         r.transaction(() => {
+          if (read.to > hour && r.rollups.raw(deviceSeq, hour, read.to).length !== read.readings) return false;
           apply(deviceSeq, writes);
           r.rollups.clearDirty(deviceSeq, hour);
+          return true;
         }),
     },
     alerts: {
@@ -684,10 +687,14 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
         await r.rollups.rows(DEV_1, 1, 0, NOW),
         await r.rollups.rows(DEV_1, 2, NOW - 3 * HOUR_MS + 1, NOW),
       ];
-      await r.rollups.settleHour(DEV_1, NOW - 5 * HOUR_MS, [
-        { level: 2, deleteFrom: 0, deleteTo: 0, rows: [[NOW - 5 * HOUR_MS, '{"t":[5]}']] },
-      ]);
-      await r.rollups.settleHour(DEV_2, NOW - 3 * HOUR_MS, []);
+      // Settled only while the hour still holds the readings its rollups were computed from.
+      const settled = [{ level: 2, deleteFrom: 0, deleteTo: 0, rows: [[NOW - 5 * HOUR_MS, '{"t":[5]}']] as [number, string][] }];
+      out.settledStale = await r.rollups.settleHour(DEV_1, NOW - 5 * HOUR_MS, settled, { to: NOW - 4 * HOUR_MS, readings: 1 });
+      out.notSettled = [await r.rollups.dirtyHours(DEV_1), await r.rollups.rows(DEV_1, 2, 0, NOW + DAY_MS)];
+      out.settledHours = [
+        await r.rollups.settleHour(DEV_1, NOW - 5 * HOUR_MS, settled, { to: NOW - 4 * HOUR_MS, readings: 2 }),
+        await r.rollups.settleHour(DEV_2, NOW - 3 * HOUR_MS, [], { to: NOW - 2 * HOUR_MS, readings: 1 }),
+      ];
       out.settled = [await r.rollups.allDirty(), await r.rollups.rows(DEV_1, 2, 0, NOW + DAY_MS)];
       out.deletedRange = [
         await r.rollups.deleteRange(DEV_1, 0, NOW - 3 * HOUR_MS, NOW - 3 * HOUR_MS + MINUTE_MS),
@@ -738,6 +745,9 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       ],
     ]);
     expect(rec.deletedRange).toEqual([1, 0]);
+    expect([rec.settledStale, rec.settledHours]).toEqual([false, [true, true]]);
+    expect((rec.notSettled as unknown[])[0]).toEqual([NOW - 5 * HOUR_MS]);
+    expect((rec.settled as unknown[])[0]).toEqual([{ deviceSeq: DEV_3, hour: NOW - 35 * DAY_MS }]);
     expect(rec.expired).toEqual([1, 1, 0]);
     expect((rec.afterCut as unknown[]).slice(0, 2)).toEqual([[[NOW - 20 * DAY_MS, '{"x":2}']], [NOW - 45 * DAY_MS, NOW - 35 * DAY_MS]]);
   });
@@ -1056,5 +1066,29 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
     );
     expect(uploaded.filter(Boolean)).toHaveLength(2);
     expect(await r.snapshots.countSince(racer.seq, 0)).toBe(2);
+  });
+
+  it('PostgreSQL: a late reading committed while its hour is being settled marks the hour again', async () => {
+    // What rollups.settleHour relies on: it deletes the hour's mark first, and the writer's
+    // insert of the same mark waits for that transaction, then inserts it anew.
+    pgRepos.rollups.setLateBefore(NOW);
+    const hour = NOW - 7 * HOUR_MS;
+    await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [DEV_2, hour]);
+    const settling = await pool.connect();
+    try {
+      await settling.query('BEGIN');
+      await settling.query('DELETE FROM rollup_dirty WHERE device_seq = $1 AND hour = $2', [DEV_2, hour]);
+      let committed = false;
+      const appended = backends[1]!.append(DEV_2, ACC_A, hour + 5, '{"n":"late"}').then(() => {
+        committed = true;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(committed).toBe(false);
+      await settling.query('COMMIT');
+      await appended;
+    } finally {
+      settling.release();
+    }
+    expect(await pgRepos.rollups.dirtyHours(DEV_2)).toEqual([hour]);
   });
 });

@@ -1,7 +1,7 @@
 import type { Pool } from 'pg';
 import { HOUR_MS } from '../../../time.js';
 import type { OrderedRawRow, RawRow, RollupLevelWrite, RollupRow, RollupsRepository } from '../../repositories.js';
-import { inTransaction, prepared, type Queryable } from './sql.js';
+import { inTransaction, prepared, type Queryable, Rollback } from './sql.js';
 
 const readState = prepared<{ rolled_until: number }>('rollup-state', 'SELECT rolled_until FROM rollup_state');
 const writeState = prepared('rollup-set-state', 'UPDATE rollup_state SET rolled_until = $1');
@@ -32,6 +32,10 @@ const deleteOfDevice = prepared('rollup-delete-device', 'DELETE FROM rollups WHE
 
 // Readings of one device: the primary key (device_seq, time, seq) of each partition the range covers.
 const rawRange = prepared('rollup-raw', 'SELECT time, data FROM readings WHERE device_seq = $1 AND time >= $2 AND time < $3');
+const rawCount = prepared<{ n: number }>(
+  'rollup-raw-count',
+  'SELECT count(*) AS n FROM readings WHERE device_seq = $1 AND time >= $2 AND time < $3',
+);
 const rawFirst = prepared(
   'rollup-raw-first',
   'SELECT time, seq, data FROM readings WHERE device_seq = $1 AND time >= $2 AND time < $3 ORDER BY time, seq LIMIT $4',
@@ -117,11 +121,23 @@ export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository
     /** The writes of one rolled span of a device, in one transaction. */
     writeSpan: (deviceSeq: number, writes: RollupLevelWrite[]): Promise<void> =>
       inTransaction(pool, (client) => applyWrites(client, deviceSeq, writes)),
-    /** A dirty hour recomputed: its writes and the end of its mark, in one transaction. */
-    settleHour: (deviceSeq: number, hour: number, writes: RollupLevelWrite[]): Promise<void> =>
-      inTransaction(pool, async (client) => {
-        await applyWrites(client, deviceSeq, writes);
+    /**
+     * A dirty hour recomputed: its writes and the end of its mark, in one transaction, only if
+     * the device still has the `read.readings` readings in [hour, read.to) the writes were
+     * computed from; otherwise rolled back, the mark kept, and false.
+     *
+     * The mark is deleted before the readings are counted: a late reading's batch that
+     * commits meanwhile re-inserts the mark (its INSERT … ON CONFLICT waits on the deleted
+     * row until this transaction ends), so either the count sees that reading and nothing is
+     * settled, or the hour is marked again after this settle. SQLite has the same guarantee
+     * from its write lock.
+     */
+    settleHour: (deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }): Promise<boolean> =>
+      inTransaction<boolean>(pool, async (client) => {
         await clearDirty.run(client, [deviceSeq, hour]);
+        if (read.to > hour && (await rawCount.first(client, [deviceSeq, hour, read.to]))!.n !== read.readings) return new Rollback(false);
+        await applyWrites(client, deviceSeq, writes);
+        return true;
       }),
 
     /** Readings of [from, to) of one device, unordered. */

@@ -22,20 +22,29 @@ export function prepared<R extends QueryResultRow = QueryResultRow>(name: string
   };
 }
 
+/** What a transaction's function returns to end it with ROLLBACK instead of COMMIT, and give `result`. */
+export class Rollback<T> {
+  constructor(readonly result: T) {}
+}
+
 /**
  * Runs `fn` as one transaction on one pooled client: BEGIN, then COMMIT, or ROLLBACK when
- * `fn` throws (the error is rethrown). `fn` must use `client` for every statement: the pool
+ * `fn` throws (the error is rethrown) or returns a Rollback (a refusal, not an error). `fn` must use `client` for every statement: the pool
  * would hand another connection out, outside the transaction. A client whose ROLLBACK failed
  * (the connection broke, also before BEGIN went through) is destroyed rather than returned
  * to the pool.
  */
-export async function inTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T>): Promise<T> {
+export async function inTransaction<T>(pool: Pool, fn: (client: PoolClient) => Promise<T | Rollback<T>>): Promise<T> {
   const client = await pool.connect();
   let broken: Error | undefined;
   try {
     try {
       await client.query('BEGIN');
       const result = await fn(client);
+      if (result instanceof Rollback) {
+        await client.query('ROLLBACK');
+        return result.result;
+      }
       await client.query('COMMIT');
       return result;
     } catch (err) {
