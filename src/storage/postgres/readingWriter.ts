@@ -14,8 +14,11 @@ interface Waiting extends PendingReading {
  * One statement per batch, so one transaction (autocommit) and one round trip: the batch
  * comes as four arrays, takes its ids from reading_seq in arrival order, lands in readings,
  * and adds its usage counts per account and UTC minute (the account looked up where the
- * caller did not have it; a device deleted meanwhile is not counted). The ids come back in
- * the order the readings were given.
+ * caller did not have it; a device deleted meanwhile is not counted). A reading older than $5
+ * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
+ * same statement, so an acknowledged late reading is never missed by the rollups; with $5
+ * null, or readings stamped now, that CTE inserts nothing. The ids come back in the order the
+ * readings were given.
  */
 const INSERT_BATCH = `
   WITH batch AS MATERIALIZED (
@@ -30,6 +33,10 @@ const INSERT_BATCH = `
     WHERE coalesce(b.account_seq, d.account_seq) IS NOT NULL
     GROUP BY 1, 2
     ON CONFLICT (account_seq, minute) DO UPDATE SET n = reading_counts.n + excluded.n
+  ), late AS (
+    INSERT INTO rollup_dirty (device_seq, hour)
+    SELECT DISTINCT device_seq, time - ((time % 3600000) + 3600000) % 3600000 FROM batch WHERE time < $5::bigint
+    ON CONFLICT DO NOTHING
   )
   SELECT seq FROM batch ORDER BY ord`;
 
@@ -71,6 +78,8 @@ export class PostgresReadingWriter {
     private readonly pool: Pool,
     databaseUrl: string,
     private readonly maxBatchSize = 5_000,
+    /** Readings before this time mark their hour for the rollups to recompute (rollups.lateBefore); none without it. */
+    private readonly lateBefore: (() => number) | null = null,
   ) {
     this.database = parseDatabaseUrl(databaseUrl);
   }
@@ -150,7 +159,12 @@ export class PostgresReadingWriter {
       }
     }
     if (unknownWeek) await this.ensureWeeks(unknownWeek);
-    const query = { name: 'telemetryd-insert-readings', text: INSERT_BATCH, values: [devices, times, data, accounts], rowMode: 'array' };
+    const query = {
+      name: 'telemetryd-insert-readings',
+      text: INSERT_BATCH,
+      values: [devices, times, data, accounts, this.lateBefore?.() ?? null],
+      rowMode: 'array',
+    };
     try {
       return (await this.pool.query<[number]>(query)).rows.map((r) => r[0]);
     } catch (err) {

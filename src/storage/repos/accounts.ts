@@ -107,3 +107,7 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     setPasswordHash: (seq: number, hash: string, now: number) => void updatePassword.run(hash, now, seq),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/accounts.ts) so both backends
+// hand the domain the same objects.
+export { type AccountRow, toAccount };

@@ -257,3 +257,7 @@ export function alertsRepo(db: Db) {
       void setResolutionDeliveries.run(JSON.stringify(deliveries), seq),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/alerts.ts) so both backends
+// hand the domain the same objects.
+export { type AlertRow, type EventRow, toAlert, toEvent };

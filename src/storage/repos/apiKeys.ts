@@ -46,3 +46,7 @@ export function apiKeysRepo(db: Db) {
     touch: (seq: number, now: number) => void touch.run(now, seq),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/apiKeys.ts) so both backends
+// hand the domain the same objects.
+export { type KeyRow, toKey };

@@ -151,3 +151,7 @@ export function devicesRepo(db: Db, rollups: RollupsRepo, changes?: TableChanges
     allSeqs: () => allSeqs.all().map((r) => ({ seq: r.seq, accountSeq: r.account_seq })),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/devices.ts) so both backends
+// hand the domain the same objects.
+export { type DeviceRow, toDevice };

@@ -306,3 +306,7 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
 }
 
 export type ReadingsRepo = ReturnType<typeof readingsRepo>;
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/readings.ts) so both backends
+// hand the domain the same objects.
+export { type ReadingRow, toReading };

@@ -42,3 +42,7 @@ export function sessionsRepo(db: Db) {
     removeExpired: (now: number) => removeExpired.run(now).changes,
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/sessions.ts) so both backends
+// hand the domain the same objects.
+export { type SessionRow, toSession };

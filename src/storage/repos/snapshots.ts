@@ -71,3 +71,7 @@ export function snapshotsRepo(db: Db) {
     removeMany: (seqs: number[]): number => removeMany.immediate(seqs),
   };
 }
+
+// The row and its mapping, shared with the PostgreSQL repository (postgres/repos/snapshots.ts) so both backends
+// hand the domain the same objects.
+export { type SnapshotRow, toSnapshot };

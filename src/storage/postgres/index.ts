@@ -1,0 +1,64 @@
+import type { Pool } from 'pg';
+import type { ExternalChanges, Repositories } from '../repositories.js';
+import { AuthCache } from './authCache.js';
+import { postgresAccountsRepo } from './repos/accounts.js';
+import { postgresAlertsRepo } from './repos/alerts.js';
+import { postgresApiKeysRepo } from './repos/apiKeys.js';
+import { postgresDevicesRepo } from './repos/devices.js';
+import { postgresReadingsRepo } from './repos/readings.js';
+import { deleteRollupsOfDevice, postgresRollupsRepo } from './repos/rollups.js';
+import { postgresSessionsRepo } from './repos/sessions.js';
+import { postgresSnapshotsRepo } from './repos/snapshots.js';
+
+/**
+ * Commits by other processes (the admin CLI, another node), which SQLite sees through PRAGMA
+ * data_version. Not seen on PostgreSQL yet: the counter never moves and the watch never
+ * fires. LISTEN/NOTIFY (the cluster work) plugs in here and in authCache.ts: one listening
+ * connection per process whose notification handler bumps this counter, calls the auth
+ * cache's `invalidate()` and the watchers' `onChange`.
+ */
+const noExternalChanges: ExternalChanges = {
+  current: () => 0,
+  watch: () => () => {},
+};
+
+/**
+ * Every repository over one connection pool (Repositories, src/storage/repositories.ts), for
+ * a database migrated by migratePostgres. Readings are written by the PostgresReadingWriter
+ * over the same pool, given `rollups.lateBefore` so that late readings mark their hour dirty
+ * as on SQLite. Every write of several statements is a named operation, one transaction on
+ * one pooled client (BEGIN … COMMIT, ROLLBACK on error). Asynchronous because the rollups'
+ * mark is read once here.
+ *
+ * Besides the interface: readings.dropExpiredPartitions (retention by whole weeks) and
+ * invalidateAuthCache.
+ */
+export async function createPostgresRepositories(pool: Pool) {
+  // Device authentication and its account, on every reading: cached, dropped on this
+  // process's own changes to either table (authCache.ts).
+  const authCache = new AuthCache();
+  const repositories = {
+    accounts: postgresAccountsRepo(pool, authCache),
+    apiKeys: postgresApiKeysRepo(pool),
+    devices: postgresDevicesRepo(pool, authCache, deleteRollupsOfDevice),
+    readings: postgresReadingsRepo(pool, authCache),
+    rollups: await postgresRollupsRepo(pool),
+    alerts: postgresAlertsRepo(pool),
+    sessions: postgresSessionsRepo(pool),
+    snapshots: postgresSnapshotsRepo(pool),
+    /**
+     * Commits by other processes (the admin CLI, another node), which SQLite sees through
+     * PRAGMA data_version. Not seen on PostgreSQL yet: the counter never moves and the watch
+     * never fires. LISTEN/NOTIFY (the cluster work) plugs in here and in authCache.ts: the
+     * listening connection's handler bumps this counter, calls `authCache.invalidate()` and
+     * the watchers' `onChange`.
+     */
+    externalCommits: noExternalChanges,
+    /** Forgets the cached device and account look-ups (authCache.ts). */
+    invalidateAuthCache: (): void => authCache.invalidate(),
+  };
+  // Checked against the interface; the extras above stay visible to callers of this function.
+  return repositories satisfies Repositories;
+}
+
+export type PostgresRepositories = Awaited<ReturnType<typeof createPostgresRepositories>>;

@@ -1,0 +1,72 @@
+import type { Pool } from 'pg';
+import type { PlanLimits } from '../../../domain/plans.js';
+import type { Account } from '../../../domain/types.js';
+import { type AccountRow, toAccount } from '../../repos/accounts.js';
+import type { AccountsRepository, NewAccount } from '../../repositories.js';
+import type { AuthCache } from '../authCache.js';
+import { prepared } from './sql.js';
+
+const COLUMNS = `seq, id, email, name, password_hash, plan, status, rate_per_minute, rate_per_day, device_limit, retention_days,
+  snapshots_per_day, snapshot_retention_days, field_limit, webhook_secret, created_at, updated_at`;
+
+const byId = prepared<AccountRow>('account-by-id', `SELECT ${COLUMNS} FROM accounts WHERE id = $1`);
+const bySeq = prepared<AccountRow>('account-by-seq', `SELECT ${COLUMNS} FROM accounts WHERE seq = $1`);
+// Served by the unique index on lower(email): an address matches whatever its case, as
+// COLLATE NOCASE does on SQLite.
+const byEmail = prepared<AccountRow>('account-by-email', `SELECT ${COLUMNS} FROM accounts WHERE lower(email) = lower($1)`);
+const all = prepared<AccountRow>('accounts-all', `SELECT ${COLUMNS} FROM accounts ORDER BY created_at, seq`);
+const count = prepared<{ n: number }>('accounts-count', 'SELECT count(*) AS n FROM accounts');
+const insert = prepared(
+  'account-insert',
+  `INSERT INTO accounts (id, email, name, password_hash, plan, status, rate_per_minute, rate_per_day, device_limit, retention_days,
+     snapshots_per_day, snapshot_retention_days, field_limit, webhook_secret, created_at, updated_at)
+   VALUES ($1, $2, $3, $4, $5, 'active', $6, $7, $8, $9, $10, $11, $12, $13, $14, $14)`,
+);
+const updatePlan = prepared(
+  'account-set-plan',
+  `UPDATE accounts SET plan = $2, rate_per_minute = $3, rate_per_day = $4, device_limit = $5, retention_days = $6,
+     snapshots_per_day = $7, snapshot_retention_days = $8, field_limit = $9, updated_at = $10 WHERE seq = $1`,
+);
+const updateStatus = prepared('account-set-status', 'UPDATE accounts SET status = $2, updated_at = $3 WHERE seq = $1');
+const updateSecret = prepared('account-set-secret', 'UPDATE accounts SET webhook_secret = $2, updated_at = $3 WHERE seq = $1');
+const updatePassword = prepared('account-set-password', 'UPDATE accounts SET password_hash = $2, updated_at = $3 WHERE seq = $1');
+
+const limitValues = (l: PlanLimits) => [
+  l.ratePerMinute,
+  l.ratePerDay,
+  l.deviceLimit,
+  l.retentionDays,
+  l.snapshotsPerDay,
+  l.snapshotRetentionDays,
+  l.fieldLimit,
+];
+
+/** Accounts on PostgreSQL (AccountsRepository, src/storage/repositories.ts). */
+export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepository {
+  const findBySeq = async (seq: number): Promise<Account | null> => toAccount(await bySeq.first(pool, [seq]));
+  return {
+    findById: async (id: string): Promise<Account | null> => toAccount(await byId.first(pool, [id])),
+    /** Cached until this process changes accounts or devices (authCache.ts): treat the result as read-only. */
+    findBySeq: cache.cached(findBySeq),
+    findByEmail: async (email: string): Promise<Account | null> => toAccount(await byEmail.first(pool, [email])),
+    list: async (): Promise<Account[]> => (await all.rows(pool, [])).map((r) => toAccount(r)!),
+    count: async (): Promise<number> => (await count.first(pool, []))!.n,
+    async insert(a: NewAccount): Promise<void> {
+      await cache.writing(
+        insert.run(pool, [a.id, a.email, a.name, a.passwordHash, a.plan, ...limitValues(a.limits), a.webhookSecret, a.now]),
+      );
+    },
+    async setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Promise<void> {
+      await cache.writing(updatePlan.run(pool, [seq, plan, ...limitValues(limits), now]));
+    },
+    async setStatus(seq: number, status: 'active' | 'suspended', now: number): Promise<void> {
+      await cache.writing(updateStatus.run(pool, [seq, status, now]));
+    },
+    async setWebhookSecret(seq: number, secret: string, now: number): Promise<void> {
+      await cache.writing(updateSecret.run(pool, [seq, secret, now]));
+    },
+    async setPasswordHash(seq: number, hash: string, now: number): Promise<void> {
+      await cache.writing(updatePassword.run(pool, [seq, hash, now]));
+    },
+  };
+}

@@ -1,0 +1,162 @@
+import type { Pool } from 'pg';
+import { HOUR_MS } from '../../../time.js';
+import type { OrderedRawRow, RawRow, RollupLevelWrite, RollupRow, RollupsRepository } from '../../repositories.js';
+import { inTransaction, prepared, type Queryable, Rollback } from './sql.js';
+
+const readState = prepared<{ rolled_until: number }>('rollup-state', 'SELECT rolled_until FROM rollup_state');
+const writeState = prepared('rollup-set-state', 'UPDATE rollup_state SET rolled_until = $1');
+const rowRange = prepared(
+  'rollup-rows',
+  'SELECT bucket, stats FROM rollups WHERE device_seq = $1 AND level = $2 AND bucket >= $3 AND bucket < $4 ORDER BY bucket',
+);
+const putRow = prepared(
+  'rollup-put',
+  `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, $2, $3, $4)
+   ON CONFLICT (device_seq, level, bucket) DO UPDATE SET stats = excluded.stats`,
+);
+// Many rows of one level in one statement: a span of a busy device writes hundreds.
+const putRows = prepared(
+  'rollup-put-many',
+  `INSERT INTO rollups (device_seq, level, bucket, stats) SELECT $1, $2, b, s FROM unnest($3::bigint[], $4::text[]) AS u(b, s)
+   ON CONFLICT (device_seq, level, bucket) DO UPDATE SET stats = excluded.stats`,
+);
+const deleteRange = prepared(
+  'rollup-delete-range',
+  'DELETE FROM rollups WHERE device_seq = $1 AND level = $2 AND bucket >= $3 AND bucket < $4',
+);
+const deleteLevelsBefore = prepared(
+  'rollup-delete-before',
+  'DELETE FROM rollups WHERE device_seq = $1 AND level < $2 AND bucket >= 0 AND bucket < $3',
+);
+const deleteOfDevice = prepared('rollup-delete-device', 'DELETE FROM rollups WHERE device_seq = $1');
+
+// Readings of one device: the primary key (device_seq, time, seq) of each partition the range covers.
+const rawRange = prepared('rollup-raw', 'SELECT time, data FROM readings WHERE device_seq = $1 AND time >= $2 AND time < $3');
+const rawCount = prepared<{ n: number }>(
+  'rollup-raw-count',
+  'SELECT count(*) AS n FROM readings WHERE device_seq = $1 AND time >= $2 AND time < $3',
+);
+const rawFirst = prepared(
+  'rollup-raw-first',
+  'SELECT time, seq, data FROM readings WHERE device_seq = $1 AND time >= $2 AND time < $3 ORDER BY time, seq LIMIT $4',
+);
+// The next readings after (time, seq) and before `to`: the chunks of an hour too dense to read
+// at once. `time >= $2` besides the row comparison, which partition pruning does not look into.
+const rawAfter = prepared(
+  'rollup-raw-after',
+  `SELECT time, seq, data FROM readings WHERE device_seq = $1 AND time >= $2 AND (time, seq) > ($2, $3) AND time < $4
+   ORDER BY time, seq LIMIT $5`,
+);
+
+const markDirty = prepared('rollup-mark-dirty', 'INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2) ON CONFLICT DO NOTHING');
+const dirtyOfDevice = prepared<{ hour: number }>(
+  'rollup-dirty-of-device',
+  'SELECT hour FROM rollup_dirty WHERE device_seq = $1 ORDER BY hour',
+);
+const allDirty = prepared<{ device_seq: number; hour: number }>(
+  'rollup-dirty-all',
+  'SELECT device_seq, hour FROM rollup_dirty ORDER BY device_seq, hour',
+);
+const clearDirty = prepared('rollup-clear-dirty', 'DELETE FROM rollup_dirty WHERE device_seq = $1 AND hour = $2');
+const clearDirtyOfDevice = prepared('rollup-clear-dirty-device', 'DELETE FROM rollup_dirty WHERE device_seq = $1');
+const clearDirtyBefore = prepared('rollup-clear-dirty-before', 'DELETE FROM rollup_dirty WHERE device_seq = $1 AND hour < $2');
+
+async function applyWrites(db: Queryable, deviceSeq: number, writes: RollupLevelWrite[]): Promise<void> {
+  for (const w of writes) {
+    if (w.deleteTo > w.deleteFrom) await deleteRange.run(db, [deviceSeq, w.level, w.deleteFrom, w.deleteTo]);
+    if (w.rows.length === 1) await putRow.run(db, [deviceSeq, w.level, w.rows[0]![0], w.rows[0]![1]]);
+    else if (w.rows.length > 1) await putRows.run(db, [deviceSeq, w.level, w.rows.map((r) => r[0]), w.rows.map((r) => r[1])]);
+  }
+}
+
+/**
+ * Retention removed the readings before `cutoff`: their rollups go, and the hour the cutoff
+ * cuts into is marked dirty, to be recomputed from the readings left in it. On `db`, so it
+ * runs in the retention step's transaction (readings.expireBatch).
+ */
+export async function deleteRollupsBefore(db: Queryable, deviceSeq: number, cutoff: number, levels: number): Promise<void> {
+  await deleteLevelsBefore.run(db, [deviceSeq, levels, cutoff]);
+  await clearDirtyBefore.run(db, [deviceSeq, cutoff - HOUR_MS + 1]);
+  if (cutoff % HOUR_MS !== 0) await markDirty.run(db, [deviceSeq, Math.floor(cutoff / HOUR_MS) * HOUR_MS]);
+}
+
+/** A device's rollups and dirty hours, on `db` (device deletion, in its transaction). */
+export async function deleteRollupsOfDevice(db: Queryable, deviceSeq: number): Promise<void> {
+  await deleteOfDevice.run(db, [deviceSeq]);
+  await clearDirtyOfDevice.run(db, [deviceSeq]);
+}
+
+/**
+ * Rollups on PostgreSQL (RollupsRepository, src/storage/repositories.ts). `rolledUntil` and
+ * `lateBefore` stay in memory, read synchronously: the writer reads `lateBefore` per batch
+ * (postgres/readingWriter.ts) and marks a late reading's hour dirty in the batch's own
+ * statement. The mark is read once when the repositories are created.
+ */
+export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository> {
+  let rolledUntil = (await readState.first(pool, []))?.rolled_until ?? 0;
+  let lateBefore = rolledUntil;
+
+  return {
+    /** Every reading before this time is in the minute and hour rollups (dirty hours aside). */
+    rolledUntil: (): number => rolledUntil,
+    async setRolledUntil(time: number): Promise<void> {
+      await writeState.run(pool, [time]);
+      rolledUntil = time;
+    },
+    /** A reading committed from now on with an earlier time marks its hour dirty. */
+    lateBefore: (): number => lateBefore,
+    setLateBefore(time: number): void {
+      lateBefore = Math.max(time, rolledUntil);
+    },
+    dirtyHours: async (deviceSeq: number): Promise<number[]> => (await dirtyOfDevice.rows(pool, [deviceSeq])).map((r) => r.hour),
+    allDirty: async (): Promise<{ deviceSeq: number; hour: number }[]> =>
+      (await allDirty.rows(pool, [])).map((r) => ({ deviceSeq: r.device_seq, hour: r.hour })),
+
+    /** Rows of one level with buckets in [from, to), oldest first. */
+    rows: (deviceSeq: number, level: number, from: number, to: number): Promise<RollupRow[]> =>
+      rowRange.arrays<RollupRow>(pool, [deviceSeq, level, from, to]),
+    /** Deletes the rows of one level with buckets in [from, to); returns how many went. */
+    deleteRange: (deviceSeq: number, level: number, from: number, to: number): Promise<number> =>
+      deleteRange.run(pool, [deviceSeq, level, from, to]),
+    /** The writes of one rolled span of a device, in one transaction. */
+    writeSpan: (deviceSeq: number, writes: RollupLevelWrite[]): Promise<void> =>
+      inTransaction(pool, (client) => applyWrites(client, deviceSeq, writes)),
+    /**
+     * A dirty hour recomputed: its writes and the end of its mark, in one transaction, only if
+     * the device still has the `read.readings` readings in [hour, read.to) the writes were
+     * computed from; otherwise rolled back, the mark kept, and false.
+     *
+     * The mark is deleted before the readings are counted: a late reading's batch that
+     * commits meanwhile re-inserts the mark (its INSERT … ON CONFLICT waits on the deleted
+     * row until this transaction ends), so either the count sees that reading and nothing is
+     * settled, or the hour is marked again after this settle. SQLite has the same guarantee
+     * from its write lock.
+     */
+    settleHour: (deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }): Promise<boolean> =>
+      inTransaction<boolean>(pool, async (client) => {
+        await clearDirty.run(client, [deviceSeq, hour]);
+        if (read.to > hour && (await rawCount.first(client, [deviceSeq, hour, read.to]))!.n !== read.readings) return new Rollback(false);
+        await applyWrites(client, deviceSeq, writes);
+        return true;
+      }),
+
+    /** Readings of [from, to) of one device, unordered. */
+    raw: (deviceSeq: number, from: number, to: number): Promise<RawRow[]> => rawRange.arrays<RawRow>(pool, [deviceSeq, from, to]),
+    /** The first `limit` readings of [from, to) of one device, in (time, seq) order. */
+    rawFirst: (deviceSeq: number, from: number, to: number, limit: number): Promise<OrderedRawRow[]> =>
+      rawFirst.arrays<OrderedRawRow>(pool, [deviceSeq, from, to, limit]),
+    /** The first `limit` readings after (time, seq) and before `to`, in (time, seq) order. */
+    rawAfter: (deviceSeq: number, time: number, seq: number, to: number, limit: number): Promise<OrderedRawRow[]> =>
+      rawAfter.arrays<OrderedRawRow>(pool, [deviceSeq, time, seq, to, limit]),
+    /** Drops every rollup, for a rebuild from the readings. */
+    async clear(): Promise<void> {
+      await inTransaction(pool, async (client) => {
+        await client.query('DELETE FROM rollups');
+        await client.query('DELETE FROM rollup_dirty');
+        await client.query('UPDATE rollup_state SET rolled_until = 0');
+      });
+      rolledUntil = 0;
+      lateBefore = 0;
+    },
+  };
+}

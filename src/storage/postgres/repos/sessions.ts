@@ -1,0 +1,36 @@
+import type { Pool } from 'pg';
+import { type SessionRow, toSession } from '../../repos/sessions.js';
+import type { SessionRecord, SessionsRepository } from '../../repositories.js';
+import { prepared } from './sql.js';
+
+const byHash = prepared<SessionRow>(
+  'session-by-hash',
+  'SELECT id_hash, account_seq, csrf_token, created_at, last_used_at, expires_at FROM sessions WHERE id_hash = $1',
+);
+const insert = prepared(
+  'session-insert',
+  'INSERT INTO sessions (id_hash, account_seq, csrf_token, created_at, last_used_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)',
+);
+const touch = prepared('session-touch', 'UPDATE sessions SET last_used_at = $2, expires_at = $3 WHERE id_hash = $1');
+const remove = prepared('session-remove', 'DELETE FROM sessions WHERE id_hash = $1');
+const removeOthers = prepared('sessions-remove-others', 'DELETE FROM sessions WHERE account_seq = $1 AND id_hash <> $2');
+const removeExpired = prepared('sessions-remove-expired', 'DELETE FROM sessions WHERE expires_at <= $1');
+
+/** Dashboard sessions on PostgreSQL (SessionsRepository, src/storage/repositories.ts). */
+export function postgresSessionsRepo(pool: Pool): SessionsRepository {
+  return {
+    findByHash: async (idHash: string): Promise<SessionRecord | null> => toSession(await byHash.first(pool, [idHash])),
+    async insert(s: SessionRecord): Promise<void> {
+      await insert.run(pool, [s.idHash, s.accountSeq, s.csrfToken, s.createdAt, s.lastUsedAt, s.expiresAt]);
+    },
+    async touch(idHash: string, now: number, expiresAt: number): Promise<void> {
+      await touch.run(pool, [idHash, now, expiresAt]);
+    },
+    async remove(idHash: string): Promise<void> {
+      await remove.run(pool, [idHash]);
+    },
+    /** Signs out every other session of the account (after a password change). */
+    removeOthers: (accountSeq: number, keepIdHash: string): Promise<number> => removeOthers.run(pool, [accountSeq, keepIdHash]),
+    removeExpired: (now: number): Promise<number> => removeExpired.run(pool, [now]),
+  };
+}
