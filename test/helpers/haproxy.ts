@@ -6,7 +6,7 @@ import { freePort } from './process.js';
 import { tempDir } from './server.js';
 
 /** Debian's haproxy (.ci/run installs it). */
-export const HAPROXY = '/usr/sbin/haproxy';
+const HAPROXY = '/usr/sbin/haproxy';
 
 export interface Frontend {
   name: string;
