@@ -33,7 +33,6 @@ export interface RunningHaproxy {
  * connections.
  */
 export async function startHaproxy(frontends: Frontend[]): Promise<RunningHaproxy> {
-  const dir = tempDir('telemetryd-haproxy-');
   const ports: Record<string, number> = {};
   const sections = ['global', '  maxconn 256', '', 'defaults', '  timeout connect 5s', '  timeout client 30s', '  timeout server 30s', ''];
   for (const f of frontends) {
@@ -53,7 +52,15 @@ export async function startHaproxy(frontends: Frontend[]): Promise<RunningHaprox
       '',
     );
   }
-  const config = sections.join('\n');
+  return runHaproxy(sections.join('\n'), ports);
+}
+
+/**
+ * Runs haproxy in the foreground on `config` (written into a temp dir) and waits until each
+ * of `ports` on 127.0.0.1 accepts connections.
+ */
+export async function runHaproxy(config: string, ports: Record<string, number>): Promise<RunningHaproxy> {
+  const dir = tempDir('telemetryd-haproxy-');
   const file = path.join(dir, 'haproxy.cfg');
   writeFileSync(file, config);
   const child: ChildProcess = spawn(HAPROXY, ['-db', '-f', file], { stdio: ['ignore', 'pipe', 'pipe'] });

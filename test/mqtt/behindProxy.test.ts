@@ -63,8 +63,8 @@ describe('MQTT behind haproxy with --mqtt-proxy-protocol', () => {
     a = await seedAccount(server, { email: 'proxied@example.com' });
     proxy = await startHaproxy([
       { name: 'tls_v1', mode: 'tcp', server: `127.0.0.1:${server.mqttPort} send-proxy` },
-      // Health checks that send a PROXY header of their own (LOCAL), as a real setup would.
-      { name: 'tls_v2', mode: 'tcp', server: `127.0.0.1:${server.mqttPort} send-proxy-v2 check check-send-proxy inter 300` },
+      // With health checks, which send a LOCAL header of their own, as a real setup would.
+      { name: 'tls_v2', mode: 'tcp', server: `127.0.0.1:${server.mqttPort} send-proxy-v2 check inter 300` },
       { name: 'plain_v1', mode: 'tcp', server: `127.0.0.1:${server.mqttPlainPort} send-proxy` },
       { name: 'plain_v2', mode: 'tcp', server: `127.0.0.1:${server.mqttPlainPort} send-proxy-v2` },
     ]);
