@@ -166,3 +166,24 @@ describe('MQTT behind haproxy with --mqtt-proxy-protocol', () => {
     ).rejects.toThrow();
   });
 });
+
+describe('MQTT without --mqtt-proxy-protocol', () => {
+  it('is unchanged: direct clients connect, and a PROXY header is not MQTT', async () => {
+    const server = await startTestServer({ 'mqtt-port': '0', 'mqtt-plain-port': '0' });
+    const proxy = await startHaproxy([{ name: 'plain_v2', mode: 'tcp', server: `127.0.0.1:${server.mqttPlainPort} send-proxy-v2` }]);
+    try {
+      const a = await seedAccount(server);
+      const creds = { username: a.device.id, password: a.token };
+      const direct = await connectFrom(server.mqttPlainPort!, '127.0.0.2', creds);
+      expect(direct).toHaveProperty('connected');
+      await (direct as { connected: MqttClient }).connected.endAsync();
+      const tlsDirect = await connectFrom(server.mqttPort!, '127.0.0.2', creds, readFileSync(certPath(server)));
+      expect(tlsDirect).toHaveProperty('connected');
+      await (tlsDirect as { connected: MqttClient }).connected.endAsync();
+      expect(await connectFrom(proxy.ports.plain_v2!, '127.0.0.2', creds)).toEqual({ closed: true });
+    } finally {
+      await proxy.stop();
+      await server.stop();
+    }
+  });
+});
