@@ -183,6 +183,9 @@ function str(value: unknown): string | null {
 
 const MB = 1_048_576;
 
+const ON_WORDS = ['true', 'on', 'yes', '1'];
+const OFF_WORDS = ['false', 'off', 'no', '0'];
+
 /**
  * A switch given as a bare flag (commander: true), from the environment or a config file:
  * true/on/yes/1 and false/off/no/0. Unset: `fallback`.
@@ -191,8 +194,8 @@ function onOff(name: string, value: unknown, fallback: boolean): boolean {
   if (value === undefined || value === null || value === '') return fallback;
   if (typeof value === 'boolean') return value;
   const text = String(value).trim().toLowerCase();
-  if (['true', 'on', 'yes', '1'].includes(text)) return true;
-  if (['false', 'off', 'no', '0'].includes(text)) return false;
+  if (ON_WORDS.includes(text)) return true;
+  if (OFF_WORDS.includes(text)) return false;
   throw new ConfigError(`--${name} must be on or off, got "${String(value)}"`);
 }
 
@@ -205,8 +208,8 @@ function trustProxyOf(value: unknown): ServerConfig['trustProxy'] {
   if (value === undefined || value === null || value === '' || typeof value === 'boolean') return value === true ? 'private' : false;
   const text = String(value).trim();
   const word = text.toLowerCase();
-  if (['true', 'on', 'yes', '1'].includes(word)) return 'private';
-  if (['false', 'off', 'no', '0'].includes(word)) return false;
+  if (ON_WORDS.includes(word)) return 'private';
+  if (OFF_WORDS.includes(word)) return false;
   return proxyList(text.split(','));
 }
 

@@ -11,6 +11,7 @@ import { Aedes, type Client } from 'aedes';
 import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+import { ThrottledLog } from '../domain/throttledLog.js';
 import { MINUTE_MS } from '../time.js';
 import { limitPacketSize, remoteAddressOf, skipFanOut } from './aedesInternals.js';
 import { recordForwardedAddress } from './clientAddress.js';
@@ -116,14 +117,22 @@ export async function startMqtt(
    * --mqtt-proxy-protocol: every connection starts with a PROXY header from the proxy, read off
    * the raw socket before anything else (before TLS: the header precedes the ClientHello). A
    * connection without a valid one is closed: a proxy always sends it, so its absence means
-   * someone bypassed the proxy and might otherwise pose as any client.
+   * someone bypassed the proxy and might otherwise pose as any client. Those closures are
+   * warned about at most once a minute (a port scan must not flood the log), since a stream of
+   * them usually means a proxy that was not told to send the header.
    */
+  const headerlessLog = new ThrottledLog(MINUTE_MS);
   const acceptProxied = (next: (socket: Socket, address: string | undefined) => void) => (socket: Socket) => {
     track(socket);
     readProxyHeader(socket, CONNECT_TIMEOUT_MS).then(
       ({ clientAddress }) => next(socket, clientAddress),
       (err: Error) => {
-        log.debug({ peer: socket.remoteAddress, err: err.message }, 'MQTT connection without a valid PROXY header; closed');
+        headerlessLog.report(
+          (details, message) => log.warn(details, message),
+          'no-proxy-header',
+          'MQTT connection without a valid PROXY header closed (--mqtt-proxy-protocol; does the proxy send one?)',
+          { peer: socket.remoteAddress, reason: err.message },
+        );
         socket.destroy();
       },
     );
@@ -150,14 +159,17 @@ export async function startMqtt(
             const socket = new tls.TLSSocket(raw, { isServer: true, secureContext });
             track(socket);
             const handshakeTimer = setTimeout(() => socket.destroy(), CONNECT_TIMEOUT_MS);
-            socket.once('secure', () => {
-              clearTimeout(handshakeTimer);
-              handOverForwarded(socket, address);
-            });
-            socket.on('error', (err) => {
-              clearTimeout(handshakeTimer);
+            const onHandshakeError = (err: Error) => {
               log.debug({ address, err: err.message }, 'MQTT TLS handshake failed');
               socket.destroy();
+            };
+            socket.on('error', onHandshakeError);
+            socket.once('close', () => clearTimeout(handshakeTimer));
+            socket.once('secure', () => {
+              clearTimeout(handshakeTimer);
+              // From here on aedes handles the connection's errors.
+              socket.off('error', onHandshakeError);
+              handOverForwarded(socket, address);
             });
           }),
         );

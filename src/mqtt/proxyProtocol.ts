@@ -141,7 +141,7 @@ function ipv6(block: Buffer, at: number): string {
   return new URL(`http://[${groups.join(':')}]/`).hostname.slice(1, -1);
 }
 
-/** The client as the header tells it, and whatever arrived after the header. */
+/** The header read off a connection, and the client address it comes to. */
 export interface ProxiedConnection {
   header: ProxyHeader;
   /** The source address from the header, or the socket's own peer for LOCAL/UNKNOWN. */
@@ -173,7 +173,8 @@ export function readProxyHeader(socket: Socket, timeoutMs: number): Promise<Prox
       const { header } = parsed;
       resolve({ header, clientAddress: header.command === 'proxy' ? header.source.address : socket.remoteAddress });
     };
-    const onEnd = () => finish(new ProxyHeaderError('connection closed before a complete PROXY header'));
+    const onEnd = (err?: Error) =>
+      finish(new ProxyHeaderError(`connection closed before a complete PROXY header${err instanceof Error ? `: ${err.message}` : ''}`));
     const finish = (err: Error | null) => {
       clearTimeout(timer);
       socket.off('data', onData);

@@ -3,6 +3,7 @@
  * variable and its config-file key (flag > env > file), and a clear refusal of a bad value.
  */
 import { writeFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runCli } from '../helpers/cli.js';
@@ -49,6 +50,38 @@ describe('serve proxy options', () => {
     const neither = await serveOutput([]);
     expect(neither).not.toContain('X-Forwarded-For');
     expect(neither).not.toContain(PROXY_PROTOCOL_LINE);
+  });
+
+  it('warns, at most once a minute, about connections that come without a PROXY header', async () => {
+    const serve = await spawnServe(
+      [
+        '--data-dir',
+        tempDir(),
+        '--host',
+        '127.0.0.1',
+        '--http-port',
+        String(await freePort()),
+        '--mqtt-port',
+        '0',
+        '--mqtt-proxy-protocol',
+      ],
+      { ready: /First run: open/ },
+    );
+    const mqttPort = Number(/MQTT over TLS listening on 127\.0\.0\.1:(\d+)/.exec(serve.output())![1]);
+    for (let i = 0; i < 3; i++) {
+      const socket = net.connect(mqttPort, '127.0.0.1');
+      socket.on('error', () => {});
+      socket.resume();
+      await new Promise((resolve) => {
+        socket.once('connect', () => socket.write(Buffer.from([0x16, 0x03, 0x01, 0x00]))); // a TLS ClientHello's start
+        socket.once('close', resolve);
+      });
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const warnings = serve.output().match(/without a valid PROXY header closed/g) ?? [];
+    serve.child.kill('SIGTERM');
+    expect(await serve.exited).toBe(0);
+    expect(warnings).toHaveLength(1);
   });
 
   it('refuses a bad value with one clear line', () => {
