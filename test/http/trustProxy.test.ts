@@ -7,6 +7,7 @@
 import http from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { buildServerConfig } from '../../src/config.js';
+import { proxyTrust } from '../../src/http/trustProxy.js';
 import { type RunningHaproxy, startHaproxy } from '../helpers/haproxy.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
@@ -18,20 +19,21 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
 
-async function server(overrides: Record<string, unknown>): Promise<TestServer> {
+/** A server with one account whose password is `password-123`; its email is `s.email`. */
+async function server(overrides: Record<string, unknown>): Promise<TestServer & { email: string }> {
   const s = await startTestServer(overrides);
   cleanups.push(() => s.stop());
   const seeded = await seedAccount(s);
   await s.services.accounts.setPassword(seeded.account.seq, 'password-123');
-  return s;
+  return Object.assign(s, { email: seeded.account.email });
 }
 
-async function haproxyInFront(s: TestServer, serverOptions = ''): Promise<RunningHaproxy> {
+async function haproxyInFront(s: TestServer, serverOptions = '', frontendLines: string[] = []): Promise<RunningHaproxy> {
   const proxy = await startHaproxy([
     {
       name: 'web',
       mode: 'http',
-      frontendLines: ['option forwardfor'],
+      frontendLines: ['option forwardfor', ...frontendLines],
       backendLines: ['option httpchk GET /healthz'],
       server: `127.0.0.1:${new URL(s.httpUrl).port} check inter 200 ${serverOptions}`,
     },
@@ -113,6 +115,26 @@ describe('--trust-proxy behind haproxy', () => {
   });
 });
 
+describe('X-Forwarded-Proto', () => {
+  const signInCookie = async (url: string, email: string, headers: Record<string, string> = {}) => {
+    const res = await fetch(`${url}/ui/api/sign-in`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session', ...headers },
+      body: JSON.stringify({ email, password: 'password-123' }),
+    });
+    expect(res.status).toBe(200);
+    return res.headers.get('set-cookie') ?? '';
+  };
+
+  it('from a trusted proxy marks the session cookie Secure; from anyone else it is ignored', async () => {
+    const trusting = await server({ 'trust-proxy': true });
+    const proxy = await haproxyInFront(trusting, '', ['http-request set-header X-Forwarded-Proto https']);
+    expect(await signInCookie(`http://127.0.0.1:${proxy.ports.web}`, trusting.email)).toMatch(/; Secure/);
+    const plain = await server({});
+    expect(await signInCookie(plain.httpUrl, plain.email, { 'x-forwarded-proto': 'https' })).not.toMatch(/Secure/);
+  });
+});
+
 describe('--trust-proxy values', () => {
   const config = (value: unknown) => buildServerConfig({ 'data-dir': '/tmp/x', 'trust-proxy': value }).trustProxy;
 
@@ -131,5 +153,41 @@ describe('--trust-proxy values', () => {
     for (const bad of ['haproxy.local', '10.0.0.0/33', 'fd00::/129', '10.0.0.1/8/2', ',', '3']) {
       expect(() => config(bad), bad).toThrow(/--trust-proxy/);
     }
+  });
+});
+
+describe('which peers count as proxies', () => {
+  it('bare flag: the direct peer at a loopback or private address, IPv4-mapped forms included, one hop only', () => {
+    const trust = proxyTrust('private') as (address: string, hop: number) => boolean;
+    for (const address of [
+      '127.0.0.1',
+      '::1',
+      '10.1.2.3',
+      '172.16.0.9',
+      '172.31.255.1',
+      '192.168.1.20',
+      'fd12::1',
+      '::ffff:192.168.1.20',
+      '::FFFF:127.0.0.1',
+    ]) {
+      expect(trust(address, 0), address).toBe(true);
+    }
+    for (const address of ['203.0.113.7', '172.32.0.1', '2001:db8::1', '::ffff:203.0.113.7', 'not-an-address', '']) {
+      expect(trust(address, 0), address).toBe(false);
+    }
+    // The address the proxy appended is the client, private or not.
+    expect(trust('192.168.1.20', 1)).toBe(false);
+  });
+
+  it('a list: exactly those addresses and ranges, at any hop', () => {
+    const trust = proxyTrust(['10.0.0.5', '192.168.0.0/16', 'fd00::/8']) as (address: string, hop: number) => boolean;
+    expect([trust('10.0.0.5', 0), trust('::ffff:10.0.0.5', 0), trust('192.168.7.7', 2), trust('fd00::7', 1)]).toEqual([
+      true,
+      true,
+      true,
+      true,
+    ]);
+    expect([trust('10.0.0.6', 0), trust('127.0.0.1', 0), trust('fe80::1', 0), trust('garbage', 1)]).toEqual([false, false, false, false]);
+    expect(proxyTrust(false)).toBe(false);
   });
 });
