@@ -142,6 +142,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   print(
     `telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`,
   );
+  if (config.trustProxy !== false) {
+    const proxies =
+      config.trustProxy === 'private' ? 'a proxy at a loopback or private address' : `proxies at ${config.trustProxy.join(', ')}`;
+    print(`HTTP client addresses come from X-Forwarded-For set by ${proxies} (--trust-proxy)`);
+  }
   let mqtt: RunningMqtt | null = null;
   try {
     mqtt = await startMqtt(config, services, app.log, print);
