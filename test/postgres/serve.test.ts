@@ -1,0 +1,196 @@
+/**
+ * `serve` on PostgreSQL (docs/postgres.md, "Running on PostgreSQL"): the real server started
+ * with a database URL on a throwaway PostgreSQL server, driven through HTTP, MQTT QoS 1, the
+ * Public API, the dashboard's sign-in and the admin CLI (the built bundle) with
+ * --database-url, whose changes the running server hears through change notifications.
+ */
+import mqtt, { type MqttClient } from 'mqtt';
+import type { Pool } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { runCliAsync } from '../helpers/cli.js';
+import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
+import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+
+const connectMqtt = (server: TestServer, username: string, password: string): Promise<MqttClient> =>
+  mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPlainPort}`, { username, password, reconnectPeriod: 0, connectTimeout: 5_000 }, false);
+
+/** Resolves when the server closes the client's connection; rejects after `timeoutMs`. */
+function closedWithin(client: MqttClient, timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (client.disconnected || !client.connected) return resolve();
+    const timer = setTimeout(() => reject(new Error(`connection still open after ${timeoutMs} ms`)), timeoutMs);
+    client.once('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
+
+describe('serve on PostgreSQL', () => {
+  let pg: PostgresServer;
+  let url: string;
+  let server: TestServer;
+  /** Another connection, to see what is committed. */
+  let observer: Pool;
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+    url = await createDatabase(pg);
+    server = await startTestServer({ 'database-url': url, 'mqtt-plain-port': '0' });
+    observer = await connectPostgres(url, { max: 2 });
+  });
+  afterAll(async () => {
+    await server?.stop();
+    await observer?.end();
+    await pg?.stop();
+  });
+
+  it('runs on PostgreSQL: no SQLite handle, the schema with change notifications', async () => {
+    expect(server.storage.backend).toBe('postgres');
+    expect(server.storage.db).toBeUndefined();
+    const triggers = await observer.query<{ name: string }>(
+      "SELECT tgname AS name FROM pg_trigger WHERE tgname LIKE '%_notify_change' ORDER BY 1",
+    );
+    expect(triggers.rows.map((r) => r.name)).toEqual([
+      'accounts_notify_change',
+      'alerts_notify_change',
+      'api_keys_notify_change',
+      'devices_notify_change',
+    ]);
+  });
+
+  it('takes readings over HTTP and MQTT QoS 1 and answers history, latest, aggregates and usage from PostgreSQL', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    for (const temp of [20, 21, 22]) {
+      const r = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { temp } });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+    }
+    const client = await connectMqtt(server, s.device.id, s.token);
+    try {
+      // publishAsync resolves on the PUBACK, which comes only after the commit.
+      for (const temp of [23, 24]) await client.publishAsync(`d/${s.device.id}/t`, JSON.stringify({ temp }), { qos: 1 });
+    } finally {
+      await client.endAsync();
+    }
+    const stored = await observer.query<{ data: string }>(
+      'SELECT r.data FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.id = $1 ORDER BY r.seq',
+      [s.device.id],
+    );
+    expect(stored.rows.map((r) => JSON.parse(r.data).temp)).toEqual([20, 21, 22, 23, 24]);
+
+    const latest = await server.request(`/v1/devices/${s.device.id}/telemetry/latest`, { key: s.key });
+    expect(latest.status).toBe(200);
+    expect(((await latest.json()) as { data: { data: unknown } }).data.data).toEqual({ temp: 24 });
+
+    const history = await server.request(`/v1/devices/${s.device.id}/telemetry?range=1h`, { key: s.key });
+    expect(history.status).toBe(200);
+    const rows = ((await history.json()) as { data: { data: { temp: number } }[] }).data;
+    expect(rows.map((r) => r.data.temp)).toEqual([24, 23, 22, 21, 20]);
+
+    const aggregate = await server.request(`/v1/devices/${s.device.id}/telemetry/aggregate?range=1h&interval=1h&fields=temp`, {
+      key: s.key,
+    });
+    expect(aggregate.status).toBe(200);
+    const buckets = (
+      (await aggregate.json()) as { data: { values: { temp?: { count: number; min: number; max: number; avg: number } } }[] }
+    ).data;
+    const temp = buckets.flatMap((b) => (b.values.temp ? [b.values.temp] : []));
+    expect(temp.reduce((n, t) => n + t.count, 0)).toBe(5);
+    expect(Math.min(...temp.map((t) => t.min))).toBe(20);
+    expect(Math.max(...temp.map((t) => t.max))).toBe(24);
+
+    const usage = await server.request('/v1/account/usage', { key: s.key });
+    expect(usage.status).toBe(200);
+    expect(((await usage.json()) as { data: unknown }).data).toMatchObject({
+      devices: { total: 1, active: 1, paused: 0 },
+      telemetry: { data_points_24h: 5 },
+      alerts: { total: 0, active: 0 },
+    });
+
+    const device = await server.request(`/v1/devices/${s.device.id}`, { key: s.key });
+    expect(((await device.json()) as { data: { last_seen: string | null } }).data.last_seen).not.toBeNull();
+  });
+
+  it('signs in to the dashboard and shows the account’s devices', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    await server.services.accounts.setPassword(s.account.seq, 'password-123');
+    const signIn = await server.request('/ui/api/sign-in', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
+      body: JSON.stringify({ email: s.account.email, password: 'password-123' }),
+    });
+    expect(signIn.status).toBe(200);
+    const cookie = (signIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+    expect(cookie).toMatch(/=/);
+    const devices = await server.request('/ui/api/devices', { headers: { cookie } });
+    expect(devices.status).toBe(200);
+    expect(JSON.stringify(await devices.json())).toContain(s.device.id);
+    const session = await observer.query('SELECT count(*)::int AS n FROM sessions WHERE account_seq = $1', [s.account.seq]);
+    expect(session.rows[0].n).toBe(1);
+  });
+
+  it('runs the admin CLI with --database-url; a device paused from it is refused by the running server within 1 s', async () => {
+    const db = ['--database-url', url];
+    const email = `cli-${Math.random().toString(36).slice(2)}@example.com`;
+    const account = await runCliAsync(['accounts', 'create', '--email', email, '--plan', 'business', '--json', ...db]);
+    expect(account.status, account.stderr).toBe(0);
+    const key = await runCliAsync(['keys', 'create', '--account', email, '--name', 'cli key', '--json', ...db]);
+    expect(key.status, key.stderr).toBe(0);
+    const device = await runCliAsync(['devices', 'create', '--account', account.json.id, '--name', 'cli device', '--json', ...db]);
+    expect(device.status, device.stderr).toBe(0);
+    const list = await runCliAsync(['accounts', 'list', '--json', ...db]);
+    expect(list.status, list.stderr).toBe(0);
+    expect(JSON.stringify(list.json)).toContain(email);
+
+    // What the CLI created is what the running server serves.
+    const listed = await server.request('/v1/devices', { key: key.json.key });
+    expect(listed.status).toBe(200);
+    expect(JSON.stringify(await listed.json())).toContain(device.json.id);
+    const ok = await ingest(server, { device_id: device.json.id, access_token: device.json.access_token, data: { v: 1 } });
+    expect(ok.status).toBe(200);
+    const client = await connectMqtt(server, device.json.id, device.json.access_token);
+    await client.publishAsync(`d/${device.json.id}/t`, '{"v":2}', { qos: 1 });
+
+    const pause = await runCliAsync(['devices', 'pause', device.json.id, '--json', ...db]);
+    expect(pause.status, pause.stderr).toBe(0);
+    const pausedAt = Date.now();
+    await closedWithin(client, 1_000);
+    const refused = await ingest(server, { device_id: device.json.id, access_token: device.json.access_token, data: { v: 3 } });
+    expect(refused.status).toBe(403);
+    expect(Date.now() - pausedAt).toBeLessThan(1_000);
+    await client.endAsync(true);
+
+    // Resumed from the CLI: taken again, and a regenerated token refuses the old one.
+    expect((await runCliAsync(['devices', 'resume', device.json.id, ...db])).status).toBe(0);
+    await expect
+      .poll(
+        async () => (await ingest(server, { device_id: device.json.id, access_token: device.json.access_token, data: { v: 4 } })).status,
+        {
+          timeout: 1_000,
+          interval: 50,
+        },
+      )
+      .toBe(200);
+    const regenerated = await runCliAsync(['devices', 'regenerate-token', device.json.id, '--json', ...db]);
+    expect(regenerated.status, regenerated.stderr).toBe(0);
+    await expect
+      .poll(
+        async () => (await ingest(server, { device_id: device.json.id, access_token: device.json.access_token, data: { v: 5 } })).status,
+        {
+          timeout: 1_000,
+          interval: 50,
+        },
+      )
+      .toBe(401);
+  });
+
+  it('exits 1 with one line, never the password, when the database cannot be reached', async () => {
+    const password = new URL(url).password;
+    const bad = url.replace(/:\d+\//, ':1/');
+    const r = await runCliAsync(['serve', '--http-port', '0', '--mqtt-port', 'off', '--database-url', bad]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toBe('telemetryd: PostgreSQL at 127.0.0.1:1: connection refused\n');
+    expect(r.stderr + r.stdout).not.toContain(password);
+  });
+});
