@@ -193,4 +193,92 @@ describe('serve on PostgreSQL', () => {
     expect(r.stderr).toBe('telemetryd: PostgreSQL at 127.0.0.1:1: connection refused\n');
     expect(r.stderr + r.stdout).not.toContain(password);
   });
+
+  // Last in this file: it stops the database server (and starts it again).
+  it('stopped under load: 503 and no PUBACK while down, /healthz degraded, recovery without a restart, every acknowledged reading stored once', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    const acknowledged: number[] = [];
+    const statuses: { status: number; error?: string; retryAfter: string | null }[] = [];
+    let next = 0;
+    let running = true;
+
+    const httpLoop = async () => {
+      while (running) {
+        const n = next++;
+        const r = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { n } });
+        if (r.status === 200) acknowledged.push(n);
+        else {
+          statuses.push({ status: r.status, error: r.body.error as string | undefined, retryAfter: r.headers.get('retry-after') });
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      }
+    };
+    /** QoS 1 publishes; a PUBACK counts as acknowledged, a closed connection as not, then it reconnects. */
+    let mqttRefused = 0;
+    const mqttLoop = async () => {
+      while (running) {
+        let client: MqttClient;
+        try {
+          client = await connectMqtt(server, s.device.id, s.token);
+        } catch {
+          await new Promise((resolve) => setTimeout(resolve, 50));
+          continue;
+        }
+        const closed = new Promise<'closed'>((resolve) => client.once('close', () => resolve('closed')));
+        while (running && client.connected) {
+          const n = next++;
+          const outcome = await Promise.race([
+            client.publishAsync(`d/${s.device.id}/t`, JSON.stringify({ n }), { qos: 1 }).then(() => 'puback' as const),
+            closed,
+          ]);
+          if (outcome === 'puback') acknowledged.push(n);
+          else mqttRefused++;
+        }
+        await client.endAsync(true);
+      }
+    };
+    const health = async () => {
+      const res = await server.request('/healthz');
+      return { code: res.status, body: (await res.json()) as { status: string; reason?: string } };
+    };
+
+    const loops = [httpLoop(), httpLoop(), httpLoop(), mqttLoop()];
+    try {
+      await expect.poll(() => acknowledged.length, { timeout: 5_000 }).toBeGreaterThan(50);
+      expect((await health()).body.status).toBe('ok');
+      await pg.kill();
+      const ackedAtKill = acknowledged.length;
+
+      await expect.poll(() => statuses.length, { timeout: 5_000 }).toBeGreaterThan(5);
+      await expect.poll(() => mqttRefused, { timeout: 5_000 }).toBeGreaterThan(0);
+      const down = await health();
+      expect(down.code).toBe(503);
+      expect(down.body).toMatchObject({ status: 'degraded', reason: 'database unreachable' });
+      for (const refusal of statuses)
+        expect(refusal).toEqual({ status: 503, error: 'storage unavailable: database unreachable', retryAfter: '10' });
+      // Readings in flight when it stopped may still have been acknowledged; none after that.
+      const ackedWhileDown = acknowledged.length;
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(acknowledged.length).toBe(ackedWhileDown);
+      expect(ackedWhileDown - ackedAtKill).toBeLessThan(50);
+
+      await pg.start();
+      const ackedAtStart = acknowledged.length;
+      await expect.poll(() => acknowledged.length, { timeout: 15_000 }).toBeGreaterThan(ackedAtStart + 50);
+      await expect.poll(async () => (await health()).code, { timeout: 5_000 }).toBe(200);
+      expect((await health()).body.status).toBe('ok');
+    } finally {
+      running = false;
+      await Promise.all(loops);
+    }
+
+    const stored = await observer.query<{ n: number; copies: number }>(
+      "SELECT (data::jsonb ->> 'n')::int AS n, count(*)::int AS copies FROM readings WHERE device_seq = $1 GROUP BY 1",
+      [s.device.seq],
+    );
+    const copies = new Map(stored.rows.map((r) => [r.n, r.copies]));
+    const missing = acknowledged.filter((n) => copies.get(n) !== 1);
+    expect(missing).toEqual([]);
+    expect(acknowledged.length).toBeGreaterThan(100);
+  });
 });
