@@ -194,6 +194,28 @@ describe('serve on PostgreSQL', () => {
     expect(r.stderr + r.stdout).not.toContain(password);
   });
 
+  it('retention drops whole weekly partitions past every account’s retention, then deletes the rest per account', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    const now = Date.now();
+    const old = now - 800 * 24 * 3_600_000;
+    const { writer } = server.storage;
+    // Readings far past every plan's retention (two weeks of them), one within it.
+    for (const time of [old, old + 3_600_000, old + 8 * 24 * 3_600_000])
+      await writer.append({ deviceSeq: s.device.seq, time, data: '{"old":true}' });
+    await writer.append({ deviceSeq: s.device.seq, time: now - 60_000, data: '{"old":false}' });
+    const partitionsBefore = await observer.query("SELECT count(*)::int AS n FROM pg_inherits WHERE inhparent = 'readings'::regclass");
+
+    const run = await server.retention.runOnce();
+    // The two weeks with readings, and the empty week(s) the writer made ahead of them.
+    expect(run.partitions).toBeGreaterThanOrEqual(2);
+    const partitionsAfter = await observer.query("SELECT count(*)::int AS n FROM pg_inherits WHERE inhparent = 'readings'::regclass");
+    expect(partitionsAfter.rows[0].n).toBe(partitionsBefore.rows[0].n - run.partitions);
+    // Nothing was left for the per-device deletes of this device.
+    expect(run.deleted).toBe(0);
+    const left = await observer.query<{ data: string }>('SELECT data FROM readings WHERE device_seq = $1', [s.device.seq]);
+    expect(left.rows.map((r) => r.data)).toEqual(['{"old":false}']);
+  });
+
   // Last in this file: it stops the database server (and starts it again).
   it('stopped under load: 503 and no PUBACK while down, /healthz degraded, recovery without a restart, every acknowledged reading stored once', async () => {
     const s = await seedAccount(server, { plan: 'business' });
