@@ -185,6 +185,72 @@ describe('serve on PostgreSQL', () => {
       .toBe(401);
   });
 
+  it('runs every admin command group with --database-url, each change seen by the running server at once', async () => {
+    const db = ['--database-url', url];
+    const cli = async (...args: string[]) => {
+      const r = await runCliAsync([...args, '--json', ...db]);
+      expect(r.status, `${args.join(' ')}: ${r.stderr}`).toBe(0);
+      return r.json;
+    };
+    const email = `all-${Math.random().toString(36).slice(2)}@example.com`;
+    const account = await cli('accounts', 'create', '--email', email, '--plan', 'business');
+    const key = await cli('keys', 'create', '--account', email, '--name', 'k');
+    expect(JSON.stringify(await cli('keys', 'list', '--account', email))).toContain(key.id);
+    const kept = await cli('devices', 'create', '--account', account.id, '--name', 'kept');
+    const doomed = await cli('devices', 'create', '--account', account.id, '--name', 'doomed');
+    expect(JSON.stringify(await cli('devices', 'list', '--account', email))).toContain(doomed.id);
+    const rotated = await cli('accounts', 'webhook-secret', email, '--rotate');
+    expect((await cli('accounts', 'webhook-secret', email)).webhook_secret).toBe(rotated.webhook_secret);
+
+    const api = async (pathname: string) => {
+      const res = await server.request(pathname, { key: key.key });
+      return { status: res.status, body: (await res.json()) as { data?: Record<string, unknown> } };
+    };
+    const alert = await cli(
+      'alerts',
+      'create',
+      '--device',
+      kept.id,
+      '--name',
+      'hot',
+      '--field',
+      'temp',
+      '--operator',
+      '>',
+      '--value',
+      '30',
+    );
+    expect((await api(`/v1/alerts/${alert.id}`)).body.data).toMatchObject({ name: 'hot', enabled: true });
+    await cli('alerts', 'disable', alert.id);
+    expect((await api(`/v1/alerts/${alert.id}`)).body.data).toMatchObject({ enabled: false });
+
+    await cli('accounts', 'set-plan', email, 'scale');
+    expect((await api('/v1/account/usage')).body.data).toMatchObject({ plan: { plan: 'scale' } });
+
+    await cli('devices', 'delete', doomed.id, '--yes');
+    expect((await api(`/v1/devices/${doomed.id}`)).status).toBe(404);
+    const deletedIngest = await ingest(server, { device_id: doomed.id, access_token: doomed.access_token, data: { v: 1 } });
+    expect(deletedIngest.status).toBeGreaterThanOrEqual(401);
+    expect(deletedIngest.status).toBeLessThanOrEqual(404);
+
+    // A suspension closes the account's MQTT sessions and refuses its devices at once.
+    const client = await connectMqtt(server, kept.id, kept.access_token);
+    await cli('accounts', 'suspend', email);
+    await closedWithin(client, 1_000);
+    expect((await ingest(server, { device_id: kept.id, access_token: kept.access_token, data: { temp: 1 } })).status).toBe(403);
+    await client.endAsync(true);
+    await cli('accounts', 'resume', email);
+    await expect
+      .poll(async () => (await ingest(server, { device_id: kept.id, access_token: kept.access_token, data: { temp: 2 } })).status, {
+        timeout: 1_000,
+        interval: 50,
+      })
+      .toBe(200);
+
+    await cli('keys', 'revoke', key.id);
+    expect((await api('/v1/devices')).status).toBe(401);
+  });
+
   it('exits 1 with one line, never the password, when the database cannot be reached', async () => {
     const password = new URL(url).password;
     const bad = url.replace(/:\d+\//, ':1/');
