@@ -82,7 +82,13 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   });
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
-  const setupToken = (await services.accounts.count()) === 0 ? randomBase62(32) : null;
+  let setupToken: string | null;
+  try {
+    setupToken = (await services.accounts.count()) === 0 ? randomBase62(32) : null;
+  } catch (err) {
+    await closeStorage();
+    throw err;
+  }
 
   const { retention } = services;
   let stopWatching: (() => void) | null = null;

@@ -251,6 +251,34 @@ describe('serve on PostgreSQL', () => {
     expect((await api('/v1/devices')).status).toBe(401);
   });
 
+  it('listens again after its connection is dropped, counting the reconnect as a change, and hears changes from then on', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    const client = await connectMqtt(server, s.device.id, s.token);
+    let heard = 0;
+    const off = server.services.events.on('external.change', () => heard++);
+    try {
+      const dropped = await observer.query(
+        "SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE query = 'LISTEN telemetryd_changes' AND pid <> pg_backend_pid()",
+      );
+      expect(dropped.rows).toEqual([{ ok: true }]);
+      // Notifications sent while it was gone are lost: the reconnect itself is the change.
+      await expect.poll(() => heard, { timeout: 3_000, interval: 20 }).toBeGreaterThan(0);
+      await expect
+        .poll(
+          async () =>
+            (await observer.query("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = 'LISTEN telemetryd_changes'")).rows[0].n,
+        )
+        .toBe(1);
+      // A change committed by another process (another node name) on the new connection.
+      await observer.query("UPDATE devices SET status = 'paused' WHERE id = $1", [s.device.id]);
+      await closedWithin(client, 1_000);
+      expect((await ingest(server, { device_id: s.device.id, access_token: s.token, data: { v: 1 } })).status).toBe(403);
+    } finally {
+      off();
+      await client.endAsync(true);
+    }
+  });
+
   it('exits 1 with one line, never the password, when the database cannot be reached', async () => {
     const password = new URL(url).password;
     const bad = url.replace(/:\d+\//, ':1/');
