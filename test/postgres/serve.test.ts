@@ -383,6 +383,19 @@ describe('serve on PostgreSQL', () => {
       await expect.poll(() => acknowledged.length, { timeout: 15_000 }).toBeGreaterThan(ackedAtStart + 50);
       await expect.poll(async () => (await health()).code, { timeout: 5_000 }).toBe(200);
       expect((await health()).body.status).toBe('ok');
+      // /metrics: the refusals by reason, the snapshots folder's free space (the database's disk
+      // is its server's), PostgreSQL's figure of the database size.
+      await expect
+        .poll(async () => Number(/telemetryd_database_size_bytes (\d+)/.exec(await (await server.request('/metrics')).text())?.[1]), {
+          timeout: 15_000,
+        })
+        .toBeGreaterThan(1_000_000);
+      const metrics = await (await server.request('/metrics')).text();
+      const refusedMetric = Number(/telemetryd_storage_refused_writes_total\{reason="unreachable"\} (\d+)/.exec(metrics)?.[1]);
+      expect(refusedMetric).toBeGreaterThanOrEqual(statuses.length);
+      expect(metrics).toMatch(/telemetryd_storage_free_bytes\{dir="snapshots"\} \d+/);
+      expect(metrics).not.toMatch(/telemetryd_storage_free_bytes\{dir="data"\}/);
+      expect(metrics).toMatch(/telemetryd_storage_writable 1/);
     } finally {
       running = false;
       await Promise.all(loops);
