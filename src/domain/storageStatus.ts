@@ -171,10 +171,14 @@ export class StorageStatus {
     this.logWarn('probe', 'cannot read free disk space', { err: err instanceof Error ? err.message : String(err) });
   }
 
-  /** The refusal of `count` writes, counted for /metrics and logged (throttled). */
-  refuse(failure: StorageFailure, count = 1): AppError {
+  /**
+   * The refusal of `count` writes, counted for /metrics and logged (throttled). `detail` is
+   * for the log only (which database server failed, and how), never for the caller.
+   */
+  refuse(failure: StorageFailure, count = 1, detail?: string): AppError {
     this.options.events.emit('storage.refused', { kind: failure.kind, count });
-    this.logWarn(`refused:${failure.kind}`, 'writes refused: storage unavailable', { reason: failure.reason }, count);
+    const details = detail === undefined ? { reason: failure.reason } : { reason: failure.reason, detail };
+    this.logWarn(`refused:${failure.kind}`, 'writes refused: storage unavailable', details, count);
     return storageUnavailable(failure.reason, STORAGE_RETRY_AFTER_SECONDS);
   }
 
@@ -206,7 +210,9 @@ export class StorageStatus {
     const failure = this.options.probes.classify(err);
     if (failure === null) return err;
     this.markFailed(area, failure);
-    return this.refuse(failure, count);
+    // The PostgreSQL writer's 503 carries the server's own message as its cause.
+    const cause = (err as { cause?: unknown } | null)?.cause;
+    return this.refuse(failure, count, cause instanceof Error ? cause.message : undefined);
   }
 
   writeSucceeded(area: StorageArea): void {
