@@ -4,13 +4,16 @@
  * Public API, the dashboard's sign-in and the admin CLI (the built bundle) with
  * --database-url, whose changes the running server hears through change notifications.
  */
+import { existsSync, rmSync } from 'node:fs';
+import path from 'node:path';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
-import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
+import { startChildServer, stopChild } from '../reliability/helpers.js';
 
 const connectMqtt = (server: TestServer, username: string, password: string): Promise<MqttClient> =>
   mqtt.connectAsync(`mqtt://127.0.0.1:${server.mqttPlainPort}`, { username, password, reconnectPeriod: 0, connectTimeout: 5_000 }, false);
@@ -277,6 +280,34 @@ describe('serve on PostgreSQL', () => {
       off();
       await client.endAsync(true);
     }
+  });
+
+  it('as the built executable: the same start-up lines without the password, ingest, and a clean exit on SIGTERM', async () => {
+    const password = new URL(url).password;
+    const dataDir = tempDir();
+    const child = await startChildServer(dataDir, ['--database-url', url, '--log-level', 'info']);
+    try {
+      expect(child.output()).toMatch(
+        /^telemetryd \S+: HTTP listening on 127\.0\.0\.1:\d+ \(dashboard http:\/\/127\.0\.0\.1:\d+\/, Public API http:\/\/127\.0\.0\.1:\d+\/v1\)$/m,
+      );
+      const s = await seedAccount(server, { plan: 'business' });
+      const res = await fetch(`${child.url}/api/devices/ingest`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ device_id: s.device.id, access_token: s.token, data: { from: 'child' } }),
+      });
+      expect(res.status).toBe(200);
+      const stored = await observer.query('SELECT count(*)::int AS n FROM readings WHERE device_seq = $1 AND data = \'{"from":"child"}\'', [
+        s.device.seq,
+      ]);
+      expect(stored.rows[0].n).toBe(1);
+      // Nothing of the database lives in the data dir.
+      expect(existsSync(path.join(dataDir, 'telemetryd.db'))).toBe(false);
+    } finally {
+      expect((await stopChild(child)).code).toBe(0);
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+    expect(child.output()).not.toContain(password);
   });
 
   it('exits 1 with one line, never the password, when the database cannot be reached', async () => {
