@@ -1,0 +1,107 @@
+/**
+ * Three `serve` processes on one PostgreSQL and one snapshots folder behind haproxy are one
+ * service (docs/cluster.md): what any node acknowledged, stored or signed in is there on every
+ * node at once, and an admin change made with the CLI applies on every node within 1 s.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { tinyJpeg } from '../snapshots/images.js';
+import { type ClusterSeed, connectViaHaproxy, historyOn, ingestVia, seedViaCli } from './support.js';
+
+describe('a cluster of three nodes behind haproxy', () => {
+  let cluster: Cluster;
+  let seed: ClusterSeed;
+
+  beforeAll(async () => {
+    cluster = await startCluster({ nodes: 3 });
+    seed = await seedViaCli(cluster);
+  });
+  afterAll(async () => {
+    await cluster?.stop();
+  });
+
+  it('serves readings ingested through haproxy (HTTP and MQTT QoS 1) from every node at once', async () => {
+    // Round robin: six requests reach each of the three nodes twice.
+    for (let n = 0; n < 6; n++) expect(await ingestVia(cluster.url, seed, { n, via: 'http' })).toBe(200);
+    const clients = [];
+    for (let i = 0; i < 3; i++) clients.push(await connectViaHaproxy(cluster, seed, `cluster-shared-${i}`));
+    try {
+      // publishAsync resolves on the PUBACK, sent only after the commit.
+      await Promise.all(
+        clients.map((c, i) => c.publishAsync(`d/${seed.deviceId}/t`, JSON.stringify({ n: 6 + i, via: 'mqtt' }), { qos: 1 })),
+      );
+    } finally {
+      await Promise.all(clients.map((c) => c.endAsync()));
+    }
+    // Each node asked directly, right after the last acknowledgement.
+    for (const node of cluster.nodes) {
+      const rows = await historyOn(node.url, seed);
+      expect(
+        rows.map((r) => r.n).sort((a, b) => Number(a) - Number(b)),
+        node.url,
+      ).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+  });
+
+  it('serves a snapshot uploaded through one node from the others', async () => {
+    const cam = await seedViaCli(cluster, ['--type', 'camera', '--snapshots']);
+    const image = tinyJpeg('cluster snapshot');
+    const up = await fetch(`${cluster.nodes[0]!.url}/api/devices/${cam.deviceId}/snapshot`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${cam.token}`, 'content-type': 'image/jpeg' },
+      body: new Uint8Array(image),
+    });
+    expect(up.status).toBe(200);
+    const { url } = (await up.json()) as { url: string };
+    for (const node of cluster.nodes.slice(1)) {
+      const got = await fetch(`${node.url}${url}`, { headers: { authorization: `Bearer ${cam.key}` } });
+      expect(got.status, node.url).toBe(200);
+      expect(Buffer.from(await got.arrayBuffer()).equals(image)).toBe(true);
+    }
+  });
+
+  it('accepts a dashboard session created on one node on every other node', async () => {
+    const email = `dash-${Math.random().toString(36).slice(2)}@example.com`;
+    const acc = await cluster.cli(
+      ['accounts', 'create', '--email', email, '--plan', 'business', '--password-stdin', '--json'],
+      'password-123\n',
+    );
+    expect(acc.status, acc.stderr).toBe(0);
+    const signIn = await fetch(`${cluster.nodes[1]!.url}/ui/api/sign-in`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
+      body: JSON.stringify({ email, password: 'password-123' }),
+    });
+    expect(signIn.status).toBe(200);
+    const cookie = (signIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+    expect(cookie).toMatch(/=./);
+    for (const node of cluster.nodes) {
+      const me = await fetch(`${node.url}/ui/api/devices`, { headers: { cookie } });
+      expect(me.status, node.url).toBe(200);
+    }
+    // And a request without the cookie is refused, so the 200s above are the session's doing.
+    expect((await fetch(`${cluster.nodes[2]!.url}/ui/api/devices`)).status).toBe(401);
+  });
+
+  it('applies a device paused with the CLI on every node within 1 s (403 through each node)', async () => {
+    const paused = await seedViaCli(cluster);
+    for (const node of cluster.nodes) expect(await ingestVia(node.url, paused, { n: 1 })).toBe(200);
+    const cli = await cluster.cli(['devices', 'pause', paused.deviceId, '--json']);
+    expect(cli.status, cli.stderr).toBe(0);
+    const pausedAt = Date.now();
+    const refusedAt: number[] = [];
+    for (const node of cluster.nodes) {
+      for (;;) {
+        const status = await ingestVia(node.url, paused, { n: 2 });
+        if (status === 403) break;
+        expect(status).toBe(200);
+        expect(Date.now() - pausedAt, `${node.url} still accepts the paused device`).toBeLessThan(1_000);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      refusedAt.push(Date.now() - pausedAt);
+    }
+    expect(Math.max(...refusedAt)).toBeLessThan(1_000);
+    // Through haproxy too, whichever node it picks.
+    for (let i = 0; i < 3; i++) expect(await ingestVia(cluster.url, paused, { n: 3 })).toBe(403);
+  });
+});
