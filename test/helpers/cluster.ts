@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { CLI, type CliResult, runCliAsync } from './cli.js';
+import { clusterHaproxyConfig, type NodePorts } from './clusterConfig.js';
 import { type RunningHaproxy, runHaproxy } from './haproxy.js';
 import { createDatabase, type PostgresServer, startPostgres } from './postgres.js';
 import { freePort } from './process.js';
@@ -11,91 +12,11 @@ import { tempDir } from './server.js';
  * A cluster for end-to-end tests: a throwaway PostgreSQL, N `serve` processes of the built
  * bundle (dist/telemetryd.cjs) on the same database URL and the same snapshots folder, each
  * with its own data dir and ports, and Debian's haproxy in front of them with the
- * configuration `clusterHaproxyConfig` generates (the one docs/cluster.md shows).
+ * configuration `clusterHaproxyConfig` generates (clusterConfig.ts; the one docs/cluster.md shows).
  *
  * Nodes are real child processes, so a test can kill -9 one and start it again on the same
  * ports (haproxy's configuration names them), and stop PostgreSQL under them.
  */
-
-/** Ports of one node as haproxy reaches them. */
-interface NodePorts {
-  http: number;
-  /** Plain MQTT listener (`--mqtt-plain-port`), behind the `mqtt_plain_in` frontend. */
-  mqttPlain: number;
-  /** MQTT over TLS (`--mqtt-port`), behind the `mqtt_in` frontend. */
-  mqttTls: number;
-}
-
-interface HaproxyConfigOptions {
-  /** `bind` address of each frontend. */
-  bind: { http: string; mqttTls: string; mqttPlain: string };
-  nodes: NodePorts[];
-  /** Health-check interval: `5s` in production, shorter in tests so a dead node shows quickly. */
-  checkInterval: string;
-}
-
-/**
- * haproxy in front of N nodes: HTTP round robin with `/healthz` checks and X-Forwarded-For
- * (nodes run with --trust-proxy), MQTT over TLS and plain MQTT passed through as TCP with a
- * PROXY protocol v2 header (nodes run with --mqtt-proxy-protocol), balanced by least
- * connections since MQTT connections are long-lived.
- */
-function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
-  const servers = (port: (n: NodePorts) => number, extra: string) =>
-    o.nodes.map((n, i) => `    server node${i + 1} 127.0.0.1:${port(n)} ${extra}check inter ${o.checkInterval} fall 2 rise 2`);
-  return [
-    'global',
-    '    maxconn 4096',
-    '',
-    'defaults',
-    '    timeout connect 5s',
-    '    timeout client  60s',
-    '    timeout server  60s',
-    '',
-    'frontend http_in',
-    '    mode http',
-    `    bind ${o.bind.http}`,
-    '    option forwardfor',
-    '    default_backend telemetryd_http',
-    '',
-    'backend telemetryd_http',
-    '    mode http',
-    '    balance roundrobin',
-    '    option httpchk GET /healthz',
-    '    http-check expect status 200',
-    // A request that found a dead node before its check did goes to another node once;
-    // ingest is not idempotent, so only failed connections are retried, never sent requests.
-    '    retries 2',
-    '    option redispatch 1',
-    ...servers((n) => n.http, ''),
-    '',
-    'frontend mqtt_in',
-    '    mode tcp',
-    `    bind ${o.bind.mqttTls}`,
-    '    # Longer than the devices\u2019 MQTT keep-alive, or haproxy cuts idle connections.',
-    '    timeout client 10m',
-    '    default_backend telemetryd_mqtt',
-    '',
-    'backend telemetryd_mqtt',
-    '    mode tcp',
-    '    balance leastconn',
-    '    timeout server 10m',
-    ...servers((n) => n.mqttTls, 'send-proxy-v2 '),
-    '',
-    'frontend mqtt_plain_in',
-    '    mode tcp',
-    `    bind ${o.bind.mqttPlain}`,
-    '    timeout client 10m',
-    '    default_backend telemetryd_mqtt_plain',
-    '',
-    'backend telemetryd_mqtt_plain',
-    '    mode tcp',
-    '    balance leastconn',
-    '    timeout server 10m',
-    ...servers((n) => n.mqttPlain, 'send-proxy-v2 '),
-    '',
-  ].join('\n');
-}
 
 interface ClusterNode {
   /** 0-based index; haproxy calls it node<index+1>. */
