@@ -3,8 +3,17 @@
  * service (docs/cluster.md): what any node acknowledged, stored or signed in is there on every
  * node at once, and an admin change made with the CLI applies on every node within 1 s.
  */
+import { X509Certificate } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import tls from 'node:tls';
+import { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runCli } from '../helpers/cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { clusterHaproxyConfig } from '../helpers/clusterConfig.js';
+import { runHaproxy } from '../helpers/haproxy.js';
+import { freePort } from '../helpers/process.js';
 import { tinyJpeg } from '../snapshots/images.js';
 import { type ClusterSeed, connectViaHaproxy, historyOn, ingestVia, seedViaCli } from './support.js';
 
@@ -104,4 +113,73 @@ describe('a cluster of three nodes behind haproxy', () => {
     // Through haproxy too, whichever node it picks.
     for (let i = 0; i < 3; i++) expect(await ingestVia(cluster.url, paused, { n: 3 })).toBe(403);
   });
+
+  it('runs the haproxy configuration of docs/cluster.md as written, addresses and ports aside', async () => {
+    const doc = readFileSync('docs/cluster.md', 'utf8');
+    const shown = /```haproxy\n([\s\S]*?)```/.exec(doc)?.[1] ?? '';
+    // The text is the helper's configuration for three hosts, with production check intervals.
+    const docNodes = [11, 12, 13].map((h) => ({ host: `10.0.0.${h}`, http: 8080, mqttTls: 8884, mqttPlain: 1884 }));
+    expect(shown).toBe(clusterHaproxyConfig({ bind: { http: ':80', mqttTls: ':8883' }, nodes: docNodes, checkInterval: '5s' }));
+
+    const ports = { http: await freePort(), mqtt: await freePort() };
+    let config = replaceOnce(shown, 'bind :80\n', `bind 127.0.0.1:${ports.http}\n`);
+    config = replaceOnce(config, 'bind :8883\n', `bind 127.0.0.1:${ports.mqtt}\n`);
+    for (const [i, node] of cluster.nodes.entries()) {
+      config = replaceOnce(config, `10.0.0.1${i + 1}:8080 `, `127.0.0.1:${node.ports.http} `);
+      config = replaceOnce(config, `10.0.0.1${i + 1}:8884 `, `127.0.0.1:${node.ports.mqttTls} `);
+    }
+    config = config.replaceAll('inter 5s', 'inter 200');
+    const proxy = await runHaproxy(config, ports);
+    try {
+      for (let n = 100; n < 103; n++) expect(await ingestVia(`http://127.0.0.1:${ports.http}`, seed, { n }), proxy.output()).toBe(200);
+      // Each node presents its own generated certificate here (no --tls-cert): the one this
+      // connection got must be one of theirs, so TLS ends at a node, not at haproxy.
+      const fingerprints = cluster.nodes.map(
+        (n) => new X509Certificate(readFileSync(path.join(n.dataDir, 'tls', 'cert.pem'))).fingerprint256,
+      );
+      let presented = '';
+      const client = new MqttClient(
+        () => {
+          const socket = tls.connect({ host: '127.0.0.1', port: ports.mqtt, rejectUnauthorized: false, servername: 'localhost' });
+          socket.once('secureConnect', () => (presented = socket.getPeerX509Certificate()?.fingerprint256 ?? ''));
+          return socket;
+        },
+        { username: seed.deviceId, password: seed.token, protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 5_000 },
+      );
+      await new Promise<void>((resolve, reject) => {
+        client.once('connect', () => resolve());
+        client.once('error', reject);
+      });
+      await client.publishAsync(`d/${seed.deviceId}/t`, JSON.stringify({ n: 103 }), { qos: 1 });
+      await client.endAsync();
+      expect(fingerprints).toContain(presented);
+      const stored = (await historyOn(cluster.nodes[0]!.url, seed)).map((r) => r.n);
+      expect(stored).toEqual(expect.arrayContaining([100, 101, 102, 103]));
+      // Rounds of checks ran against every node (HTTP /healthz, MQTT with a LOCAL header): none failed.
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(proxy.output()).not.toMatch(/is DOWN|Health check.*failed/i);
+    } finally {
+      await proxy.stop();
+    }
+  });
+
+  it('gives in the systemd unit of docs/cluster.md options serve has, the database URL from its environment file', () => {
+    const doc = readFileSync('docs/cluster.md', 'utf8');
+    const unit = /```ini\n([\s\S]*?)```/.exec(doc)?.[1] ?? '';
+    const envFile = /^EnvironmentFile=(\S+)$/m.exec(unit)?.[1];
+    expect(envFile).toBe('/etc/telemetryd/cluster.env');
+    expect(doc).toMatch(/^TELEMETRYD_DATABASE_URL=postgres:\/\/\S+$/m);
+    const execStart = /^ExecStart=((?:.*\\\n)*.*)$/m.exec(unit)?.[1] ?? '';
+    const flags = execStart.match(/--[a-z-]+/g) ?? [];
+    expect(flags).toEqual(expect.arrayContaining(['--snapshots-dir', '--trust-proxy', '--mqtt-proxy-protocol', '--data-dir']));
+    const help = runCli(['serve', '--help']).stdout.replace(/\s+/g, ' ');
+    for (const flag of flags) expect(help, flag).toContain(`${flag} `);
+    expect(help).toContain('env: TELEMETRYD_DATABASE_URL');
+  });
 });
+
+/** Replaces the one occurrence of `from` (the test fails if the example no longer has it). */
+function replaceOnce(text: string, from: string, to: string): string {
+  expect(text.split(from).length - 1, `"${from}" in the example`).toBe(1);
+  return text.replace(from, to);
+}

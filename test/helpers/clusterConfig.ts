@@ -7,6 +7,8 @@
 
 /** Ports of one node as haproxy reaches them. */
 export interface NodePorts {
+  /** Where haproxy reaches the node; 127.0.0.1 when left out (every node on this machine). */
+  host?: string;
   http: number;
   /** Plain MQTT listener (`--mqtt-plain-port`), behind the `mqtt_plain_in` frontend when there is one. */
   mqttPlain: number;
@@ -30,7 +32,9 @@ export interface HaproxyConfigOptions {
  */
 export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
   const servers = (port: (n: NodePorts) => number, extra: string) =>
-    o.nodes.map((n, i) => `    server node${i + 1} 127.0.0.1:${port(n)} ${extra}check inter ${o.checkInterval} fall 2 rise 2`);
+    o.nodes.map(
+      (n, i) => `    server node${i + 1} ${n.host ?? '127.0.0.1'}:${port(n)} ${extra}check inter ${o.checkInterval} fall 2 rise 2`,
+    );
   return [
     'global',
     '    maxconn 4096',
@@ -60,7 +64,7 @@ export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
     'frontend mqtt_in',
     '    mode tcp',
     `    bind ${o.bind.mqttTls}`,
-    '    # Longer than the devices\u2019 MQTT keep-alive, or haproxy cuts idle connections.',
+    "    # Longer than the devices' MQTT keep-alive, or haproxy cuts idle connections.",
     '    timeout client 10m',
     '    default_backend telemetryd_mqtt',
     '',
