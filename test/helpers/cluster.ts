@@ -18,7 +18,7 @@ import { tempDir } from './server.js';
  * ports (haproxy's configuration names them), and stop PostgreSQL under them.
  */
 
-export interface ClusterNode {
+interface ClusterNode {
   /** 0-based index; haproxy calls it node<index+1>. */
   index: number;
   ports: NodePorts;
