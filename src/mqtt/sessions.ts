@@ -25,6 +25,8 @@ interface Log {
 export class SessionRegistry {
   private readonly byClient = new WeakMap<Client, Session>();
   private readonly byDevice = new Map<string, Set<Session>>();
+  /** By MQTT client id (namespaced by the device: hooks.ts preConnect), for takeovers by another node. */
+  private readonly byClientId = new Map<string, Session>();
 
   constructor(
     private readonly services: Services,
@@ -51,6 +53,7 @@ export class SessionRegistry {
       this.byDevice.set(session.deviceId, set);
     }
     set.add(session);
+    this.byClientId.set(session.client.id, session);
     // The socket's close is the one event every ending goes through (DISCONNECT, error,
     // keep-alive timeout, takeover, broker shutdown), registered or not.
     session.client.conn.once('close', () => this.remove(session));
@@ -60,6 +63,20 @@ export class SessionRegistry {
     const set = this.byDevice.get(session.deviceId);
     set?.delete(session);
     if (set && set.size === 0) this.byDevice.delete(session.deviceId);
+    // aedes's own takeover on this node registers the newer session under the same id first.
+    if (this.byClientId.get(session.client.id) === session) this.byClientId.delete(session.client.id);
+  }
+
+  /**
+   * Another node accepted a connection with this client id: the older session here ends, as
+   * aedes ends it when both connect to the same node ([MQTT-3.1.4-2]).
+   */
+  takenOverElsewhere(clientId: string): void {
+    const session = this.byClientId.get(clientId);
+    if (!session) return;
+    this.log.info({ deviceId: session.deviceId, reason: 'client id connected to another node' }, 'closing MQTT session');
+    this.remove(session);
+    session.client.close();
   }
 
   /**
@@ -123,6 +140,7 @@ export class SessionRegistry {
       events.on('device.changed', ({ deviceId }) => this.recheckDevice(deviceId)),
       events.on('account.changed', ({ accountId }) => this.recheckAccount(accountId)),
       events.on('external.change', () => this.recheckAll()),
+      this.services.cluster.onMqttClientElsewhere((clientId) => this.takenOverElsewhere(clientId)),
     ];
     return () => {
       for (const off of offs) off();
