@@ -97,7 +97,9 @@ export class ChangeListener implements ExternalChanges {
       const lost = (err?: unknown) => this.lost(client!, err ?? new Error('change notifications: connection ended'));
       client.on('error', lost);
       client.on('end', () => lost());
-      await client.query([CHANGES_CHANNEL, ...PEER_CHANNELS].map((channel) => `LISTEN ${channel};`).join(' '));
+      for (const channel of PEER_CHANNELS) await client.query(`LISTEN ${channel}`);
+      // Last, so the connection shows as `LISTEN telemetryd_changes` in pg_stat_activity (an operator's query finds it).
+      await client.query(`LISTEN ${CHANGES_CHANNEL}`);
     } catch (err) {
       this.connecting = false;
       client?.end().catch(() => {});
