@@ -229,6 +229,34 @@ describe('what every node sees (PostgreSQL cluster)', () => {
       }
     });
 
+    it('costs one notification per committed batch, not one per reading', async () => {
+      const { account, device } = await seedAccount(a);
+      const listener = await observer.connect();
+      const payloads: string[] = [];
+      listener.on('notification', (n) => {
+        if (n.channel === 'telemetryd_readings') payloads.push(n.payload ?? '');
+      });
+      try {
+        await listener.query('LISTEN telemetryd_readings');
+        const now = Date.now();
+        // Appended in one pass of the event loop: one batch, one statement.
+        const seqs = await Promise.all(
+          Array.from({ length: 100 }, (_, i) =>
+            b.storage.writer.append({ deviceSeq: device.seq, accountSeq: account.seq, time: now - i, data: JSON.stringify({ i }) }),
+          ),
+        );
+        await sleep(300);
+        expect(payloads).toHaveLength(1);
+        const [, minTime, maxTime, minSeq, maxSeq, devices] = payloads[0]!.split(' ');
+        expect([Number(minTime), Number(maxTime)]).toEqual([now - 99, now]);
+        expect([Number(minSeq), Number(maxSeq)]).toEqual([Math.min(...seqs), Math.max(...seqs)]);
+        expect(devices).toBe(String(device.seq));
+      } finally {
+        await listener.query('UNLISTEN *');
+        listener.release();
+      }
+    });
+
     it('does not show another account’s readings', async () => {
       const mine = await seedAccount(a);
       const theirs = await seedAccount(a);
@@ -271,6 +299,21 @@ describe('what every node sees (PostgreSQL cluster)', () => {
       expect(statuses).toEqual([200, 200, 200, 200, 200, 429, 429, 429]);
       expect(remaining).toEqual(['4', '3', '2', '1', '0', '0', '0', '0']);
     });
+  });
+
+  it('counts concurrent requests on both nodes exactly: the limit succeeds, the rest get 429', async () => {
+    const { account, key } = await seedAccount(a);
+    await observer.query('UPDATE accounts SET rate_per_minute = 7 WHERE seq = $1', [account.seq]);
+    await sleep(300);
+    if (60_000 - (Date.now() % 60_000) < 5_000) await sleep(60_000 - (Date.now() % 60_000) + 100);
+    const statuses = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? a : b).request('/v1/devices', { key }).then((r) => r.status)),
+    );
+    expect(statuses.filter((s) => s === 200)).toHaveLength(7);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(13);
+    // The day window counted the same 7.
+    const { rows } = await observer.query("SELECT n FROM rate_limit_counts WHERE account_seq = $1 AND window_kind = 'd'", [account.seq]);
+    expect(rows).toEqual([{ n: 7 }]);
   });
 
   describe('one certificate and one setup link per cluster', () => {
