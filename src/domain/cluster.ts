@@ -45,14 +45,20 @@ export function clusterService(parts: ClusterParts | null, events: DomainEvents,
     /** Whether other processes may serve the same devices (PostgreSQL). */
     shared: parts !== null,
 
-    /** Tells other nodes this node accepted the MQTT client id; sent off the CONNECT's path. */
-    announceMqttClient(clientId: string): void {
-      parts?.peers.announceMqttClient(clientId).catch((err: unknown) => onError(err, 'announcing an MQTT client id'));
+    /**
+     * Tells every node that this one accepted the MQTT client id for its `session` (a number
+     * unique in this process); sent off the CONNECT's path.
+     */
+    announceMqttClient(session: number, clientId: string): void {
+      parts?.peers.announceMqttClient(session, clientId).catch((err: unknown) => onError(err, 'announcing an MQTT client id'));
     },
 
-    /** Calls `handler` with each MQTT client id another node accepted; returns the function that stops it. */
-    onMqttClientElsewhere(handler: (clientId: string) => void): () => void {
-      return parts ? parts.peers.onMqttClientElsewhere(handler) : () => {};
+    /**
+     * Calls `handler` with each announcement of an MQTT client id, this node's included, in
+     * the order they were committed; returns the function that stops it.
+     */
+    onMqttClientAnnounced(handler: (announcement: { session: number; clientId: string; own: boolean }) => void): () => void {
+      return parts ? parts.peers.onMqttClientAnnounced(handler) : () => {};
     },
 
     /**

@@ -86,8 +86,6 @@ export function brokerHooks(deps: {
       }
       const accept = ({ device, account }: Authenticated) => {
         sessions.add({ deviceId: device.id, accountId: account.id, tokenHash: device.tokenHash, client });
-        // Another node holding a session with this client id closes it (docs/cluster.md).
-        services.cluster.announceMqttClient(client.id);
         throttle.recordSuccess(address);
         callback(null, true);
       };

@@ -504,12 +504,17 @@ export interface PeerReading {
 
 /**
  * What the nodes of a cluster tell each other (PostgreSQL only: LISTEN/NOTIFY on the listening
- * connection of ExternalChanges). Handlers hear other nodes only, never this process.
+ * connection of ExternalChanges). Readings handlers hear other nodes only, never this process.
  */
 export interface PeerChannel {
-  /** Tells the other nodes this one accepted an MQTT client id (they close their sessions with it). */
-  announceMqttClient(clientId: string): Promise<void>;
-  onMqttClientElsewhere(handler: (clientId: string) => void): () => void;
+  /**
+   * Tells every node (this one too) that this one accepted an MQTT client id; `session`
+   * tells this node's announcements apart. Nodes hear them in commit order: an older session
+   * is closed by a newer one's announcement.
+   */
+  announceMqttClient(session: number, clientId: string): Promise<void>;
+  /** Each announcement, in commit order; `own` when this process sent it. */
+  onMqttClientAnnounced(handler: (announcement: { session: number; clientId: string; own: boolean }) => void): () => void;
   onReadingsElsewhere(handler: (notice: PeerReadingsNotice) => void): () => void;
   /** The readings of a notified batch that belong to these accounts, oldest first. */
   readingsElsewhere(notice: PeerReadingsNotice, accountSeqs: number[]): Promise<PeerReading[]>;

@@ -102,6 +102,17 @@ describe('what every node sees (PostgreSQL cluster)', () => {
       expect(rows[0].n).toBe(1);
     });
 
+    it('keeps only the newest of quick reconnections that alternate between nodes', async () => {
+      const { device, token } = await seedAccount(a);
+      const first = await connect(a, device.id, token, 'flapping');
+      const second = await connect(b, device.id, token, 'flapping');
+      const third = await connect(a, device.id, token, 'flapping');
+      await closedWithin(first, 1_000);
+      await closedWithin(second, 1_000);
+      await sleep(500);
+      expect(third.connected).toBe(true);
+    });
+
     it('leaves other client ids, and the same client id of another device, connected', async () => {
       const one = await seedAccount(a);
       const two = await seedAccount(a);

@@ -24,7 +24,7 @@ interface Watcher {
  *
  * The same connection LISTENs to the channels nodes of a cluster talk on (an MQTT client id
  * taken over, a batch of readings committed: migrations.ts), whose payloads start with the
- * sending node's name: onPeer() hears those of other nodes only. One listening connection per
+ * sending node's name: onPeer() hears them, told whether this process sent it. One listening connection per
  * process, whatever the number of channels.
  *
  * Notifications sent while the connection is down are lost, so a reconnect counts as
@@ -40,7 +40,7 @@ export class ChangeListener implements ExternalChanges {
   private failures = 0;
   private retryTimer: NodeJS.Timeout | null = null;
   private notifyScheduled = false;
-  private readonly peerHandlers = new Map<string, Set<(payload: string) => void>>();
+  private readonly peerHandlers = new Map<string, Set<(payload: string, own: boolean) => void>>();
 
   constructor(
     private readonly pool: Pool,
@@ -69,10 +69,12 @@ export class ChangeListener implements ExternalChanges {
   }
 
   /**
-   * Calls `handler` with what follows the node name in each notification another node sends
-   * on `channel` (one of PEER_CHANNELS); returns the function that stops it.
+   * Calls `handler` with what follows the node name in each notification sent on `channel`
+   * (one of PEER_CHANNELS), and whether this process sent it: PostgreSQL delivers them in
+   * commit order, so a process's own notification places it among the others'. Returns the
+   * function that stops it.
    */
-  onPeer(channel: (typeof PEER_CHANNELS)[number], handler: (payload: string) => void): () => void {
+  onPeer(channel: (typeof PEER_CHANNELS)[number], handler: (payload: string, own: boolean) => void): () => void {
     let set = this.peerHandlers.get(channel);
     if (!set) {
       set = new Set();
@@ -147,11 +149,12 @@ export class ChangeListener implements ExternalChanges {
     const handlers = this.peerHandlers.get(n.channel);
     if (!handlers || handlers.size === 0) return;
     const space = payload.indexOf(' ');
-    if (space < 0 || payload.slice(0, space) === this.node) return;
+    if (space < 0) return;
+    const own = payload.slice(0, space) === this.node;
     const rest = payload.slice(space + 1);
     for (const handler of handlers) {
       try {
-        handler(rest);
+        handler(rest, own);
       } catch {
         // One handler's bug must not keep the others, or the change notifications, from running.
       }

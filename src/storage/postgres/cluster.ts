@@ -19,13 +19,18 @@ function parseReadingsNotice(payload: string): PeerReadingsNotice | null {
 
 export function postgresPeerChannel(pool: Pool, node: string, listener: ChangeListener): PeerChannel {
   return {
-    async announceMqttClient(clientId) {
-      await pool.query('SELECT pg_notify($1, $2)', [MQTT_CLIENTS_CHANNEL, `${node} ${clientId}`]);
+    async announceMqttClient(session, clientId) {
+      await pool.query('SELECT pg_notify($1, $2)', [MQTT_CLIENTS_CHANNEL, `${node} ${session} ${clientId}`]);
     },
-    onMqttClientElsewhere: (handler) => listener.onPeer(MQTT_CLIENTS_CHANNEL, handler),
+    onMqttClientAnnounced: (handler) =>
+      listener.onPeer(MQTT_CLIENTS_CHANNEL, (payload, own) => {
+        const space = payload.indexOf(' ');
+        const session = Number(payload.slice(0, space));
+        if (space > 0 && Number.isSafeInteger(session)) handler({ session, clientId: payload.slice(space + 1), own });
+      }),
     onReadingsElsewhere: (handler) =>
-      listener.onPeer(READINGS_CHANNEL, (payload) => {
-        const notice = parseReadingsNotice(payload);
+      listener.onPeer(READINGS_CHANNEL, (payload, own) => {
+        const notice = own ? null : parseReadingsNotice(payload);
         if (notice) handler(notice);
       }),
     async readingsElsewhere(notice, accountSeqs) {
