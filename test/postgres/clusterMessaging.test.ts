@@ -7,7 +7,7 @@
  * setup link per cluster.
  */
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import tls from 'node:tls';
 import mqtt, { type MqttClient } from 'mqtt';
@@ -16,7 +16,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
-import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
 const connectMqtt = (server: TestServer, username: string, password: string, clientId?: string): Promise<MqttClient> =>
   mqtt.connectAsync(
@@ -373,6 +373,34 @@ describe('what every node sees (PostgreSQL cluster)', () => {
         await Promise.all([c?.stop(), d?.stop()]);
       }
     });
+  });
+});
+
+describe('a single node’s certificate becoming the cluster’s', () => {
+  it('is offered by the first node that has one, so devices that pinned it keep working on every node', async () => {
+    const pg = await startPostgres();
+    const dataDir = tempDir();
+    try {
+      // A node that ran alone on SQLite first: its data dir holds a generated pair.
+      const alone = await startTestServer({ 'data-dir': dataDir, 'mqtt-port': '0' });
+      const pinned = alone.mqttFingerprint;
+      await alone.stop();
+      expect(pinned).toMatch(/^[0-9A-F:]+$/);
+
+      const url = await createDatabase(pg);
+      const first = await startTestServer({ 'data-dir': dataDir, 'database-url': url, 'mqtt-port': '0' });
+      const second = await startTestServer({ 'database-url': url, 'mqtt-port': '0' });
+      try {
+        expect(first.mqttFingerprint).toBe(pinned);
+        expect(second.mqttFingerprint).toBe(pinned);
+        expect(await presentedFingerprint(second.mqttPort!)).toBe(pinned);
+      } finally {
+        await Promise.all([first.stop(), second.stop()]);
+      }
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+      await pg.stop();
+    }
   });
 });
 
