@@ -47,10 +47,13 @@ export function clusterService(parts: ClusterParts | null, events: DomainEvents,
 
     /**
      * Tells every node that this one accepted the MQTT client id for its `session` (a number
-     * unique in this process); sent off the CONNECT's path.
+     * unique in this process). Resolves once sent, never rejects (a failure is reported: the
+     * connection stands, only the takeover is missed); null on SQLite, where there is no one to tell.
      */
-    announceMqttClient(session: number, clientId: string): void {
-      parts?.peers.announceMqttClient(session, clientId).catch((err: unknown) => onError(err, 'announcing an MQTT client id'));
+    announceMqttClient(session: number, clientId: string): Promise<void> | null {
+      return parts
+        ? parts.peers.announceMqttClient(session, clientId).catch((err: unknown) => onError(err, 'announcing an MQTT client id'))
+        : null;
     },
 
     /**

@@ -60,9 +60,15 @@ export class SessionRegistry {
     return n;
   }
 
-  add(session: Session): void {
+  /**
+   * Registers an authenticated session and, on PostgreSQL, announces its client id to every
+   * node: the promise settles once the announcement is committed, and the CONNACK waits for
+   * it, so a device's next connection (to any node) is announced after this one and ends it.
+   * Null when there is nothing to wait for.
+   */
+  add(session: Session): Promise<void> | null {
     // A socket that closed while CONNECT was being checked never emits 'close' again.
-    if (session.client.closed || session.client.conn.destroyed) return;
+    if (session.client.closed || session.client.conn.destroyed) return null;
     this.byClient.set(session.client, session);
     let set = this.byDevice.get(session.deviceId);
     if (!set) {
@@ -72,11 +78,11 @@ export class SessionRegistry {
     set.add(session);
     const no = ++this.announcements;
     this.byClientId.set(session.client.id, { session, no, addedAt: performance.now(), heard: false });
-    // Another node holding a session with this client id closes it (docs/cluster.md).
-    this.services.cluster.announceMqttClient(no, session.client.id);
     // The socket's close is the one event every ending goes through (DISCONNECT, error,
     // keep-alive timeout, takeover, broker shutdown), registered or not.
     session.client.conn.once('close', () => this.remove(session));
+    // Another node holding a session with this client id closes it (docs/cluster.md).
+    return this.services.cluster.announceMqttClient(no, session.client.id);
   }
 
   private remove(session: Session): void {

@@ -202,15 +202,18 @@ describe('what every node sees (PostgreSQL cluster)', () => {
           // aborted
         }
       })();
-      const next = (timeoutMs: number) =>
+      /** Resolves once `count` readings have arrived (at once if they already have). */
+      const received = (count: number, timeoutMs: number) =>
         new Promise<void>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new Error(`no reading within ${timeoutMs} ms`)), timeoutMs);
-          waiters.push(() => {
+          const timer = setTimeout(() => reject(new Error(`${readings.length} of ${count} readings within ${timeoutMs} ms`)), timeoutMs);
+          const check = () => {
+            if (readings.length < count) return void waiters.push(check);
             clearTimeout(timer);
             resolve();
-          });
+          };
+          check();
         });
-      return { readings, next, close: () => controller.abort() };
+      return { readings, received, close: () => controller.abort() };
     }
 
     it('shows on node A a reading ingested on node B within 1 s, once', async () => {
@@ -221,7 +224,7 @@ describe('what every node sees (PostgreSQL cluster)', () => {
       const viewB = await liveView(b, cookie);
       try {
         await sleep(200); // the streams are subscribed once their first bytes arrived; give the follow a moment
-        const arrived = viewA.next(1_000);
+        const arrived = viewA.received(1, 1_000);
         const started = Date.now();
         const stored = await ingest(b, { device_id: seeded.device.id, access_token: seeded.token, data: { temp: 21.5 } });
         expect(stored.status).toBe(200);
@@ -278,7 +281,7 @@ describe('what every node sees (PostgreSQL cluster)', () => {
         await sleep(200);
         expect((await ingest(b, { device_id: theirs.device.id, access_token: theirs.token, data: { v: 1 } })).status).toBe(200);
         await ingest(b, { device_id: mine.device.id, access_token: mine.token, data: { v: 2 } });
-        await view.next(1_000);
+        await view.received(1, 1_000);
         await sleep(300);
         expect(view.readings.map((r) => [r.device_id, r.reading.data])).toEqual([[mine.device.id, { v: 2 }]]);
       } finally {
