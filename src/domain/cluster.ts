@@ -25,26 +25,38 @@ export function clusterService(parts: ClusterParts | null, events: DomainEvents,
   /** Accounts with a live view open on this node, by how many. */
   const followed = new Map<number, number>();
   let stopHearingReadings: (() => void) | null = null;
-  /** Fetches of notified batches run one after another, so readings reach a view in commit order. */
-  let fetching: Promise<void> = Promise.resolve();
+  /** Batches heard while a fetch was running: the next fetch takes them all, in one query. */
+  let pending: PeerReadingsNotice[] = [];
+  let fetching = false;
 
-  const readingsElsewhere = (notice: PeerReadingsNotice) => {
-    if (!parts || followed.size === 0) return;
-    fetching = fetching.then(async () => {
-      if (followed.size === 0) return;
+  /**
+   * One fetch in flight per node: batches heard meanwhile wait and go together into the next
+   * one, so a busy cluster makes fetches larger, not more numerous; readings reach a view in
+   * commit order.
+   */
+  const fetchPending = async () => {
+    fetching = true;
+    while (pending.length > 0 && parts && followed.size > 0) {
+      const notices = pending;
+      pending = [];
       try {
-        const readings = await parts.peers.readingsElsewhere(notice, [...followed.keys()]);
+        const readings = await parts.peers.readingsElsewhere(notices, [...followed.keys()]);
         for (const r of readings) events.emit('reading.storedElsewhere', r);
       } catch (err) {
         onError(err, 'reading the readings another node committed');
       }
-    });
+    }
+    pending = [];
+    fetching = false;
+  };
+
+  const readingsElsewhere = (notice: PeerReadingsNotice) => {
+    if (followed.size === 0) return;
+    pending.push(notice);
+    if (!fetching) void fetchPending();
   };
 
   return {
-    /** Whether other processes may serve the same devices (PostgreSQL). */
-    shared: parts !== null,
-
     /**
      * Tells every node that this one accepted the MQTT client id for its `session` (a number
      * unique in this process). Resolves once sent, never rejects (a failure is reported: the

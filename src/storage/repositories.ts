@@ -516,8 +516,8 @@ export interface PeerChannel {
   /** Each announcement, in commit order; `own` when this process sent it. */
   onMqttClientAnnounced(handler: (announcement: { session: number; clientId: string; own: boolean }) => void): () => void;
   onReadingsElsewhere(handler: (notice: PeerReadingsNotice) => void): () => void;
-  /** The readings of a notified batch that belong to these accounts, oldest first. */
-  readingsElsewhere(notice: PeerReadingsNotice, accountSeqs: number[]): Promise<PeerReading[]>;
+  /** The readings of notified batches that belong to these accounts, oldest first, in one query. */
+  readingsElsewhere(notices: PeerReadingsNotice[], accountSeqs: number[]): Promise<PeerReading[]>;
 }
 
 /** Values generated once per cluster and shared by every node (PostgreSQL only). */

@@ -271,6 +271,40 @@ describe('what every node sees (PostgreSQL cluster)', () => {
       }
     });
 
+    it('shows every reading of a burst of batches once, and none of its own node’s batches in between', async () => {
+      const { account, device } = await seedAccount(a);
+      await a.services.accounts.setPassword(account.seq, 'password-123');
+      const { cookie } = await signIn(a, account.email, 'password-123');
+      const view = await liveView(a, cookie);
+      try {
+        await sleep(200);
+        // Written straight to each node's writer: node A's own batches raise no event on A, so
+        // any of them on A's view would have come from a fetch that took too much.
+        for (let batch = 0; batch < 5; batch++) {
+          const now = Date.now();
+          await Promise.all(
+            ['a', 'b'].flatMap((node) =>
+              Array.from({ length: 20 }, (_, i) =>
+                (node === 'a' ? a : b).storage.writer.append({
+                  deviceSeq: device.seq,
+                  accountSeq: account.seq,
+                  time: now - i,
+                  data: JSON.stringify({ node, batch, i }),
+                }),
+              ),
+            ),
+          );
+        }
+        await view.received(100, 2_000);
+        await sleep(300);
+        expect(view.readings).toHaveLength(100);
+        expect(new Set(view.readings.map((r) => r.reading.id)).size).toBe(100);
+        expect(view.readings.every((r) => r.reading.data.node === 'b')).toBe(true);
+      } finally {
+        view.close();
+      }
+    });
+
     it('does not show another account’s readings', async () => {
       const mine = await seedAccount(a);
       const theirs = await seedAccount(a);

@@ -33,9 +33,16 @@ export function postgresPeerChannel(pool: Pool, node: string, listener: ChangeLi
         const notice = own ? null : parseReadingsNotice(payload);
         if (notice) handler(notice);
       }),
-    async readingsElsewhere(notice, accountSeqs) {
+    async readingsElsewhere(notices, accountSeqs) {
+      const devices = new Set<number>();
+      let anyDevice = false;
+      for (const n of notices) {
+        if (n.deviceSeqs === null) anyDevice = true;
+        else for (const seq of n.deviceSeqs) devices.add(seq);
+      }
       // The time bounds let the (device_seq, time) index and partition pruning do the work;
-      // the seq bounds keep readings of other batches in that time range out.
+      // the batches' id ranges keep out readings of other batches in that time (this node's
+      // own, shown to its views already, among them).
       const { rows } = await pool.query<{
         device_id: string;
         account_seq: number;
@@ -46,10 +53,18 @@ export function postgresPeerChannel(pool: Pool, node: string, listener: ChangeLi
       }>(
         `SELECT d.id AS device_id, d.account_seq, r.seq, r.device_seq, r.time, r.data
          FROM readings r JOIN devices d ON d.seq = r.device_seq
-         WHERE r.time BETWEEN $1 AND $2 AND r.seq BETWEEN $3 AND $4 AND d.account_seq = ANY($5::bigint[])
-           AND ($6::bigint[] IS NULL OR r.device_seq = ANY($6::bigint[]))
+         WHERE r.time BETWEEN $1 AND $2 AND d.account_seq = ANY($3::bigint[])
+           AND ($4::bigint[] IS NULL OR r.device_seq = ANY($4::bigint[]))
+           AND EXISTS (SELECT 1 FROM unnest($5::bigint[], $6::bigint[]) AS b(lo, hi) WHERE r.seq BETWEEN b.lo AND b.hi)
          ORDER BY r.seq`,
-        [notice.minTime, notice.maxTime, notice.minSeq, notice.maxSeq, accountSeqs, notice.deviceSeqs],
+        [
+          Math.min(...notices.map((n) => n.minTime)),
+          Math.max(...notices.map((n) => n.maxTime)),
+          accountSeqs,
+          anyDevice ? null : [...devices],
+          notices.map((n) => n.minSeq),
+          notices.map((n) => n.maxSeq),
+        ],
       );
       return rows.map(
         (r): PeerReading => ({
