@@ -10,11 +10,12 @@ import { accountService } from './domain/accounts.js';
 import { aggregateService } from './domain/aggregates.js';
 import { alertEvaluator } from './domain/alerts/evaluator.js';
 import { alertService } from './domain/alerts.js';
+import { type ClusterParts, clusterService } from './domain/cluster.js';
 import { deviceService } from './domain/devices.js';
 import { DomainEvents } from './domain/events.js';
 import { ingestPipeline } from './domain/ingest/pipeline.js';
 import { keyService } from './domain/keys.js';
-import { RateLimiter } from './domain/rateLimit.js';
+import { RateLimiter, SharedRateLimiter } from './domain/rateLimit.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 import { rollupService } from './domain/rollups.js';
 import { sessionService } from './domain/sessions.js';
@@ -33,12 +34,14 @@ import type { StorageConfig } from './config.js';
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
 import { createRepositories, type SqliteRepositories } from './storage/index.js';
 import { createPostgresBackup, type PostgresBackupProgress, restorePostgresBackup } from './storage/postgres/archive.js';
-import { connectPostgres } from './storage/postgres/connect.js';
+import { postgresClusterSettings, postgresPeerChannel, postgresRateCounts } from './storage/postgres/cluster.js';
+import { connectPostgres, poolNode } from './storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from './storage/postgres/index.js';
 import { migratePostgres } from './storage/postgres/migrations.js';
 import { PostgresReadingWriter } from './storage/postgres/readingWriter.js';
 import { postgresStorageProbes } from './storage/postgres/storageProbes.js';
 import { ReadingWriter } from './storage/readingWriter.js';
+import type { SharedRateCounts } from './storage/repositories.js';
 import { type SnapshotFiles, snapshotFiles } from './storage/snapshotFiles.js';
 import { storageProbes } from './storage/storageProbes.js';
 import { type Clock, systemClock } from './time.js';
@@ -66,6 +69,8 @@ export interface ServiceOptions {
   minFreeDiskBytes?: number;
   /** Where storage refusals and recoveries are logged (throttled). */
   storageLog?: { warn: LogLine; info: LogLine };
+  /** Where a failure to talk to the other nodes of a cluster is reported (PostgreSQL). */
+  onClusterError?: (err: unknown, what: string) => void;
 }
 
 /**
@@ -87,6 +92,8 @@ interface PostgresStorage {
   pool: Pool;
   repos: PostgresRepositories;
   writer: PostgresReadingWriter;
+  /** What the nodes of a cluster share beyond the tables (storage/postgres/cluster.ts). */
+  cluster: ClusterParts & { rateCounts: SharedRateCounts };
 }
 
 /** The SQLite storage of a composition, for code and tests that need SQLite's handle; throws on PostgreSQL. */
@@ -138,7 +145,8 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     usage: usageService(repos, clock),
     alerts: alertService(repos, clock, events),
     alertEvaluation,
-    rateLimiter: new RateLimiter(clock),
+    rateLimiter: storage.backend === 'postgres' ? new SharedRateLimiter(clock, storage.cluster.rateCounts) : new RateLimiter(clock),
+    cluster: clusterService(storage.backend === 'postgres' ? storage.cluster : null, events, options.onClusterError ?? (() => {})),
     ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate, gate: storageStatus }),
     snapshots,
     /** Whether storage takes writes (free disk space, failed commits), for ingest, /healthz and /metrics. */
@@ -238,7 +246,17 @@ async function composePostgres(
       log: options.storageLog,
     });
     writer.reportTo(storageStatus);
-    const storage: PostgresStorage = { backend: 'postgres', pool, repos, writer };
+    const storage: PostgresStorage = {
+      backend: 'postgres',
+      pool,
+      repos,
+      writer,
+      cluster: {
+        peers: postgresPeerChannel(pool, poolNode(pool), repos.externalCommits),
+        settings: postgresClusterSettings(pool),
+        rateCounts: postgresRateCounts(pool),
+      },
+    };
     const services = buildServices(storage, { clock, events, files, storageStatus }, options);
     let closing: Promise<void> | null = null;
     return {

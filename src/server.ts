@@ -2,6 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { openStorage, type Services, type Storage } from './composition.js';
 import type { ServerConfig } from './config.js';
+import { SHARED_VALUES } from './domain/cluster.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
 import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js';
 import { randomBase62 } from './ids.js';
@@ -79,12 +80,21 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       info: (details, message) => app?.log.info(details, message),
     },
     onRollupError: (err) => app?.log.error({ err }, 'rolling up readings failed; retried at the next pass'),
+    onClusterError: (err, what) => app?.log.warn({ err }, `${what} failed`),
   });
 
-  // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
+  // The first-run setup URL: valid while no account exists (docs/operations.md, "First run"),
+  // one per cluster on PostgreSQL, so every node prints and accepts the same link
+  // (docs/cluster.md, "What every node sees").
   let setupToken: string | null;
   try {
-    setupToken = (await services.accounts.count()) === 0 ? randomBase62(32) : null;
+    if ((await services.accounts.count()) === 0) {
+      const create = async () => randomBase62(32);
+      setupToken = (await services.cluster.sharedValue(SHARED_VALUES.setupToken, create)) ?? (await create());
+    } else {
+      setupToken = null;
+      await services.cluster.forgetSharedValue(SHARED_VALUES.setupToken);
+    }
   } catch (err) {
     await closeStorage();
     throw err;

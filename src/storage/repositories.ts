@@ -484,3 +484,60 @@ export interface Repositories {
   snapshots: SnapshotsRepository;
   externalCommits: ExternalChanges;
 }
+
+/** A batch of readings another node committed, as its notification describes it (readingWriter.ts). */
+export interface PeerReadingsNotice {
+  minTime: number;
+  maxTime: number;
+  minSeq: number;
+  maxSeq: number;
+  /** The devices with readings in the batch; null when there were too many to list. */
+  deviceSeqs: number[] | null;
+}
+
+/** A reading another node committed, with its device's public id and account. */
+export interface PeerReading {
+  deviceId: string;
+  accountSeq: number;
+  reading: StoredReading;
+}
+
+/**
+ * What the nodes of a cluster tell each other (PostgreSQL only: LISTEN/NOTIFY on the listening
+ * connection of ExternalChanges). Readings handlers hear other nodes only, never this process.
+ */
+export interface PeerChannel {
+  /**
+   * Tells every node (this one too) that this one accepted an MQTT client id; `session`
+   * tells this node's announcements apart. Nodes hear them in commit order: an older session
+   * is closed by a newer one's announcement.
+   */
+  announceMqttClient(session: number, clientId: string): Promise<void>;
+  /** Each announcement, in commit order; `own` when this process sent it. */
+  onMqttClientAnnounced(handler: (announcement: { session: number; clientId: string; own: boolean }) => void): () => void;
+  onReadingsElsewhere(handler: (notice: PeerReadingsNotice) => void): () => void;
+  /** The readings of notified batches that belong to these accounts, oldest first, in one query. */
+  readingsElsewhere(notices: PeerReadingsNotice[], accountSeqs: number[]): Promise<PeerReading[]>;
+}
+
+/** Values generated once per cluster and shared by every node (PostgreSQL only). */
+export interface ClusterSettings {
+  /** The value of `name`; when there is none, `create`'s, stored under a cluster-wide lock so every node gets the same. */
+  getOrCreate(name: string, create: () => Promise<string>): Promise<string>;
+  remove(name: string): Promise<void>;
+}
+
+/** Public API requests counted in the database, so every node counts against the same windows (PostgreSQL only). */
+export interface SharedRateCounts {
+  /**
+   * Counts one request of the account in its minute and day windows, unless either is full
+   * (then in neither); returns the counts after it.
+   */
+  consume(
+    accountSeq: number,
+    minute: number,
+    day: number,
+    perMinute: number,
+    perDay: number,
+  ): Promise<{ minuteCount: number; dayCount: number; allowed: boolean }>;
+}

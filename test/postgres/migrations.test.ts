@@ -42,7 +42,11 @@ describe('PostgreSQL schema and migrations', () => {
       'alert_events',
       'alerts',
       'api_keys',
+      // Cluster-only (migration 5): shared settings and cross-node rate limit counts; one
+      // SQLite process keeps both in memory or in its data dir, and no archive carries them.
+      'cluster_settings',
       'devices',
+      'rate_limit_counts',
       'reading_counts',
       'readings',
       'rollup_dirty',
