@@ -14,6 +14,7 @@ import { deviceService } from './domain/devices.js';
 import { DomainEvents } from './domain/events.js';
 import { ingestPipeline } from './domain/ingest/pipeline.js';
 import { keyService } from './domain/keys.js';
+import { type LeaderJobsLog, leaderJobs } from './domain/leaderJobs.js';
 import { RateLimiter } from './domain/rateLimit.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 import { rollupService } from './domain/rollups.js';
@@ -120,6 +121,7 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     publicUrl: options.publicUrl,
   });
   const snapshots = snapshotService(repos, devices, files, clock, storageStatus);
+  const retention = new RetentionJob(repos, clock, snapshots, options.retention);
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.
   events.on('device.changed', ({ deviceId, change }) => {
@@ -143,7 +145,25 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     snapshots,
     /** Whether storage takes writes (free disk space, failed commits), for ingest, /healthz and /metrics. */
     storageStatus,
-    retention: new RetentionJob(repos, clock, snapshots, options.retention),
+    retention,
+    /**
+     * The jobs that run once per database, on the process that leads (the server starts
+     * them; on SQLite it always leads): retention, the silence checks every
+     * `silenceCheckMs`, the rollup pass.
+     */
+    backgroundJobs: (silenceCheckMs?: number, log?: Partial<LeaderJobsLog>) =>
+      leaderJobs(
+        repos.leadership,
+        [
+          retention,
+          {
+            start: () => alertEvaluation.startSilenceChecks(silenceCheckMs),
+            stop: () => alertEvaluation.stopSilenceChecks(),
+          },
+          rollups,
+        ],
+        log,
+      ),
     backup: {
       /** A consistent archive of the database and the snapshot files, taken while serving. */
       create: (file: string, onProgress?: (p: BackupProgress) => void) =>

@@ -46,6 +46,8 @@ describe('PostgreSQL schema and migrations', () => {
       'reading_counts',
       'readings',
       'rollup_dirty',
+      // Cluster only: the late-reading mark every node's writer reads (migration 4).
+      'rollup_late',
       'rollup_state',
       'rollups',
       'schema_migrations',

@@ -252,7 +252,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       // One failed item (the alert was deleted after this reading was evaluated: the foreign
       // key refuses it) was rolled back alone; the others were recorded.
       if (error !== undefined) log('could not record an alert change', { err: error, alert: q.alert.id, type: q.type });
-      if (!event) return;
+      if (!event) {
+        // Another process recorded this alert's change first (a trigger within its cooldown, a
+        // resolution already made): the cached state is not the stored one.
+        if (error === undefined) enabledByDevice.delete(q.alert.deviceSeq);
+        return;
+      }
       if (q.type === 'triggered') {
         events.emit('alert.triggered', { alert: q.alert, event, reading: q.reading });
         notify({ type: 'triggered', alert: q.alert, device: q.device, event, reading: q.reading, publicUrl: publicUrl() }, q.account);
@@ -418,9 +423,41 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     return found.time ?? search.window;
   }
 
-  function stopSilenceChecks(): void {
+  /**
+   * The newest stored reading a no_data alert counts, from `after` on: the device's last seen
+   * for `*`, else the newest with a number at the path (at most `budget.rows` rows read;
+   * undefined when that was not enough to tell, for the next check).
+   */
+  async function newestStoredMatch(
+    watch: NoDataWatch,
+    device: Device,
+    after: number,
+    budget: { rows: number },
+  ): Promise<number | undefined> {
+    const { alert } = watch;
+    if (alert.field === '*') return Math.max(after, device.lastSeen ?? after);
+    if (budget.rows <= 0) return undefined;
+    const path = fieldPath(alert.field);
+    const found = await repos.readings.newestMatchingTime(
+      alert.deviceSeq,
+      after + 1,
+      END_OF_TIME,
+      (text) => numericValueAt(JSON.parse(text), path) !== null,
+      budget.rows,
+    );
+    budget.rows -= found.scanned;
+    if (found.time === null && found.before !== null) return undefined;
+    return found.time ?? after;
+  }
+
+  /** The check running on the timer, if any. */
+  let checking: Promise<void> | null = null;
+
+  /** Stops the timer; resolves once a check in progress has ended. */
+  function stopSilenceChecks(): Promise<void> {
     if (silenceTimer) clearInterval(silenceTimer);
     silenceTimer = null;
+    return checking ?? Promise.resolve();
   }
 
   /** Fires every enabled no_data alert of an active device that has been silent long enough. */
@@ -449,12 +486,23 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
         if (last === undefined) continue;
         lastMatch.set(alert.id, last);
       } else if (searches.size > 0) searches.delete(alert.id);
-      const start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
-      const silentMs = now - start;
-      if (silentMs < alert.value * 1000) continue;
+      let start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
+      if (now - start < alert.value * 1000) continue;
       const device = await repos.devices.findBySeq(alert.deviceSeq);
       const account = device && (await repos.accounts.findBySeq(device.accountSeq));
       if (!device || !account) continue;
+      if (!repos.leadership.soleWriter) {
+        // Other nodes ingest too: their readings never passed through this process, so the
+        // database has the last word before the alert fires.
+        const stored = await newestStoredMatch(watch, device, last, budget);
+        if (stored === undefined) continue;
+        if (stored > last) {
+          lastMatch.set(alert.id, stored);
+          start = silenceStart(stored, alert.enabledAt, watch.deviceResumedAt);
+          if (now - start < alert.value * 1000) continue;
+        }
+      }
+      const silentMs = now - start;
       trigger(alert, account, device, Math.floor(silentMs / 1000), now, null);
       // The next reading of this device must see the alert firing.
       enabledByDevice.delete(alert.deviceSeq);
@@ -506,15 +554,13 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     /** Checks silences every `periodMs` until close() (the server starts it; the CLI does not). */
     startSilenceChecks(periodMs = DEFAULT_SILENCE_CHECK_MS): void {
       if (silenceTimer || closed) return;
-      let checking = false;
       silenceTimer = setInterval(() => {
         // A check still reading (an asynchronous backend) is not overlapped by the next.
         if (checking) return;
-        checking = true;
-        checkSilences()
+        checking = checkSilences()
           .catch((err: unknown) => log('checking silent devices failed', { err }))
           .finally(() => {
-            checking = false;
+            checking = null;
           });
       }, periodMs);
       silenceTimer.unref();
@@ -538,7 +584,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
 
     /** Stops retries, waits briefly for running deliveries, records the rest as failed, then stops recording outcomes. */
     async close(graceMs = 2_000): Promise<void> {
-      stopSilenceChecks();
+      await stopSilenceChecks();
       flushQueued();
       notifier.close();
       const grace = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());

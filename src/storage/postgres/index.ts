@@ -3,6 +3,7 @@ import type { ExternalChanges, Repositories } from '../repositories.js';
 import { AuthCache } from './authCache.js';
 import { ChangeListener } from './changeListener.js';
 import { poolNode } from './connect.js';
+import { PostgresLeadership } from './leadership.js';
 import { postgresAccountsRepo } from './repos/accounts.js';
 import { postgresAlertsRepo } from './repos/alerts.js';
 import { postgresApiKeysRepo } from './repos/apiKeys.js';
@@ -42,6 +43,8 @@ export async function createPostgresRepositories(pool: Pool) {
      * once watched (changeListener.ts); the auth cache is dropped first.
      */
     externalCommits: new ChangeListener(pool, poolNode(pool), () => authCache.invalidate()) satisfies ExternalChanges,
+    /** The background jobs run on the node holding the leader lock (leadership.ts). */
+    leadership: new PostgresLeadership(pool),
     /** Forgets the cached device and account look-ups (authCache.ts). */
     invalidateAuthCache: (): void => authCache.invalidate(),
   };

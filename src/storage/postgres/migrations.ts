@@ -280,6 +280,18 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
       ).join('\n')}
     `,
   },
+  {
+    // Several nodes write readings into one database, and one of them rolls them up: the
+    // time before which a reading is late (its minute may be rolled up already) is shared,
+    // so every node's writer marks late readings' hours dirty alike (readingWriter.ts).
+    // Kept apart from rollup_state, whose columns are those of SQLite's table.
+    version: 4,
+    name: 'cluster rollup mark',
+    sql: `
+      CREATE TABLE rollup_late (late_before bigint NOT NULL);
+      INSERT INTO rollup_late (late_before) SELECT coalesce(max(rolled_until), 0) FROM rollup_state;
+    `,
+  },
 ];
 
 /** Session-level advisory lock held while migrating: 'tlmg'. */

@@ -53,7 +53,24 @@ const setEnabled = prepared(
   `UPDATE alerts SET enabled_at = CASE WHEN $2 AND NOT enabled THEN $3 ELSE enabled_at END, enabled = $2, updated_at = $3
    WHERE seq = $1`,
 );
-const setLastTriggered = prepared('alert-set-last-triggered', 'UPDATE alerts SET last_triggered = $2 WHERE seq = $1');
+// A trigger claims the alert: several nodes evaluate readings of one device at once, and the
+// row tells which of them fires. A threshold alert is claimed past its cooldown (with no
+// cooldown, by any reading not older than the last trigger's), a no_data alert while it is
+// `ok`. The row lock taken here makes a concurrent claim wait and then see this one's values.
+const claimTrigger = prepared<{ seq: number }>(
+  'alert-claim-trigger',
+  `UPDATE alerts SET last_triggered = greatest(coalesce(last_triggered, $2), $2), state = 'firing'
+   WHERE seq = $1 AND CASE WHEN kind = 'no_data' THEN state = 'ok'
+     ELSE last_triggered IS NULL OR $2 >= last_triggered + cooldown * 1000 OR (cooldown = 0 AND $2 >= last_triggered) END
+   RETURNING seq`,
+);
+// A resolution applies to a firing alert, from a reading not older than its trigger: one
+// evaluated by another node at the same time as a newer trigger resolves nothing.
+const claimResolution = prepared<{ seq: number }>(
+  'alert-claim-resolution',
+  `UPDATE alerts SET state = 'ok' WHERE seq = $1 AND state = 'firing' AND (last_triggered IS NULL OR last_triggered <= $2)
+   RETURNING seq`,
+);
 const setState = prepared('alert-set-state', 'UPDATE alerts SET state = $2 WHERE seq = $1');
 const stateForUpdate = prepared<{ state: AlertState }>('alert-state-for-update', 'SELECT state FROM alerts WHERE seq = $1 FOR UPDATE');
 const remove = prepared('alert-remove', 'DELETE FROM alerts WHERE seq = $1');
@@ -185,9 +202,19 @@ export function postgresAlertsRepo(pool: Pool): AlertsRepository {
     },
   };
 }
+/**
+ * One outcome; null when it records nothing: a trigger whose claim failed (another node
+ * triggered the alert within its cooldown, or fired the no_data alert already), a resolution
+ * of an alert no longer firing. Neither has an event, so neither is announced nor delivered.
+ */
 async function recordOutcome(db: Queryable, o: AlertOutcome): Promise<AlertEvent | null> {
   if (o.type === 'triggered') {
     const e = o.event;
+    if (!(await claimTrigger.first(db, [o.alertSeq, e.triggeredAt]))) {
+      // An alert deleted meanwhile is a failed item, as its event's foreign key makes it on SQLite.
+      if (!(await bySeq.first(db, [o.alertSeq]))) throw new Error(`alert ${o.alertSeq} no longer exists`);
+      return null;
+    }
     const { seq } = (await insertEvent.first(db, [
       e.id,
       e.alertSeq,
@@ -198,11 +225,9 @@ async function recordOutcome(db: Queryable, o: AlertOutcome): Promise<AlertEvent
       e.readingSeq,
       JSON.stringify(e.deliveries),
     ]))!;
-    await setLastTriggered.run(db, [o.alertSeq, e.triggeredAt]);
-    await setState.run(db, [o.alertSeq, 'firing']);
     return { seq, ...e, acknowledged: false, acknowledgedAt: null, resolvedAt: null, resolutionDeliveries: [] };
   }
-  await setState.run(db, [o.alertSeq, 'ok']);
+  if (!(await claimResolution.first(db, [o.alertSeq, o.at]))) return null;
   const open = toEvent(await openEvent.first(db, [o.alertSeq]));
   if (!open) return null;
   await resolveEvent.run(db, [open.seq, o.at, JSON.stringify(o.notices)]);
