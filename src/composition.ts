@@ -15,6 +15,7 @@ import { DomainEvents } from './domain/events.js';
 import { ingestPipeline } from './domain/ingest/pipeline.js';
 import { keyService } from './domain/keys.js';
 import { type LeaderJobsLog, leaderJobs } from './domain/leaderJobs.js';
+import { periodicJob } from './domain/periodicJob.js';
 import { RateLimiter } from './domain/rateLimit.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 import { rollupService } from './domain/rollups.js';
@@ -122,6 +123,15 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
   });
   const snapshots = snapshotService(repos, devices, files, clock, storageStatus);
   const retention = new RetentionJob(repos, clock, snapshots, options.retention);
+  // Deliveries a stopped node left pending (PostgreSQL), looked for every second by the leader.
+  const adoptDeliveries = periodicJob(
+    alertEvaluation.adoptAbandoned,
+    options.logAlert && ((err) => options.logAlert!('adopting alert deliveries failed', { err })),
+  );
+  const adoptDeliveriesJob = {
+    start: () => adoptDeliveries.start({ intervalMs: 1_000, firstRunDelayMs: 1_000 }),
+    stop: adoptDeliveries.stop,
+  };
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.
   events.on('device.changed', ({ deviceId, change }) => {
@@ -161,6 +171,8 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
             stop: () => alertEvaluation.stopSilenceChecks(),
           },
           rollups,
+          // Only where other processes send deliveries too.
+          ...(repos.leadership.soleWriter ? [] : [adoptDeliveriesJob]),
         ],
         log,
       ),
@@ -268,6 +280,8 @@ async function composePostgres(
         closing ??= (async () => {
           await writer.close();
           await repos.externalCommits.close();
+          // Last: deliveries this node leaves pending are adopted by another once this ends.
+          await repos.leadership.close();
           await pool.end();
         })();
         return closing;

@@ -441,6 +441,13 @@ export interface AlertsRepository {
   acknowledgeEvent(seq: number, now: number): Awaitable<void>;
   setDeliveries(seq: number, deliveries: ActionDelivery[]): Awaitable<void>;
   setResolutionDeliveries(seq: number, deliveries: ActionDelivery[]): Awaitable<void>;
+  /**
+   * Events whose deliveries (`triggered`) or resolution notices (`resolved`) another process
+   * left pending when it ended, claimed for this one: each is returned to one caller only, at
+   * least `graceMs` after it was last claimed. Never any on SQLite, where one server sends
+   * everything and a shutdown records what it abandons as failed.
+   */
+  adoptAbandonedDeliveries(now: number, graceMs: number): Awaitable<{ eventId: string; type: 'triggered' | 'resolved' }[]>;
 }
 
 export interface SessionsRepository {

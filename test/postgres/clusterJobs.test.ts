@@ -169,6 +169,59 @@ describe('alerts on several nodes', () => {
   });
 });
 
+describe('deliveries on several nodes', () => {
+  it('a retry left by a node that stopped is sent once, by another node', async () => {
+    const url = await createDatabase(pg);
+    const observer = await observe(url);
+    const options = { webhookRetryDelaysMs: [3_000, 3_000] };
+    const first = await node(url, options);
+    await waitFor(() => first.leadsJobs(), 'the first node to lead', 5_000);
+    const second = await node(url, options);
+    // Its own receiver: the first attempt fails, every later one succeeds.
+    const flaky = await startHttpReceiver((n) => (n === 1 ? 500 : 200));
+    try {
+      const s = await seedAccount(first, { plan: 'enterprise' });
+      const alert = await first.services.alerts.create(s.device, {
+        name: 'hot',
+        field: 'temp',
+        operator: '>',
+        value: 50,
+        severity: 'warning',
+        actions: ['webhook'],
+        webhookUrl: `${flaky.base}/hook`,
+      });
+      await send(first, s.device, s.token, { temp: 70 });
+      await waitFor(() => flaky.received.length === 1, 'the first attempt');
+      const [event] = await eventsOf(first, alert.id);
+      const owners = await observer.query(
+        'SELECT notice FROM delivery_owners WHERE event_seq = (SELECT seq FROM alert_events WHERE id = $1)',
+        [event!.id],
+      );
+      expect(owners.rows).toEqual([{ notice: 'triggered' }]);
+      // Stopped before its retry (3 s after the first attempt) is due.
+      await stopNode(first);
+      const stoppedAt = Date.now();
+      expect(flaky.received).toHaveLength(1);
+
+      await waitFor(() => flaky.received.length >= 2, 'the retry from the other node', 20_000);
+      const retry = flaky.received[1]!;
+      expect(retry.at).toBeGreaterThanOrEqual(stoppedAt);
+      expect(JSON.parse(retry.body).event.id).toBe(event!.id);
+      const delivered = await waitFor(async () => {
+        const [e] = await second.services.alerts.history(await second.services.alerts.getAny(alert.id), 10);
+        return e!.deliveries[0]!.status === 'sent' ? e : null;
+      }, 'the delivery recorded as sent');
+      expect(delivered.id).toBe(event!.id);
+      // Nothing more: not sent twice, nothing left to adopt.
+      await sleep(7_000);
+      expect(flaky.received).toHaveLength(2);
+      expect((await observer.query('SELECT * FROM delivery_owners')).rows).toEqual([]);
+    } finally {
+      await flaky.close();
+    }
+  });
+});
+
 describe('rollups with two writers', () => {
   it('equal the readings when two nodes ingest into the same device and minute', async () => {
     const url = await createDatabase(pg);

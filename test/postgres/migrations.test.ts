@@ -42,6 +42,8 @@ describe('PostgreSQL schema and migrations', () => {
       'alert_events',
       'alerts',
       'api_keys',
+      // Cluster only: which node sends an event's pending deliveries (migration 4).
+      'delivery_owners',
       'devices',
       'reading_counts',
       'readings',

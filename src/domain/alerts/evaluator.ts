@@ -68,6 +68,12 @@ const DEFAULT_SILENCE_CHECK_MS = 1_000;
  * per check, however long the history. A longer search goes on at the next check.
  */
 export const SEARCH_ROWS_PER_CHECK = 5_000;
+/**
+ * Deliveries another process claimed less than this long ago are not adopted, whatever its
+ * lock says: the lock is taken just after a node connects, and a node's first deliveries may
+ * come before.
+ */
+const ADOPT_GRACE_MS = 5_000;
 
 export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const { repos, events, accounts, notifier } = deps;
@@ -96,6 +102,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
   let silenceTimer: NodeJS.Timeout | null = null;
+  /**
+   * Set by close() where other processes share the database: deliveries still running are
+   * left pending, for the leading node to adopt once this one's lock is gone.
+   */
+  let handingOver = false;
   /** Deliveries running, with what each would record: close() records those it abandons. */
   const inFlight = new Map<Promise<void>, { type: NoticeType; event: AlertEvent; action: AlertAction }>();
   let closed = false;
@@ -279,7 +290,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * chain), so two actions of one event cannot interleave across the reads and writes.
    */
   function settle(type: NoticeType, event: AlertEvent, action: AlertAction, outcome: Omit<ActionDelivery, 'action' | 'at'>, at: number) {
-    if (closed) return settling;
+    // A delivery cut short by the shutdown stays pending for the node that adopts it.
+    if (closed || handingOver) return settling;
     settling = settling.then(() => settleNow(type, event, action, outcome, at));
     return settling;
   }
@@ -450,6 +462,39 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     return found.time ?? after;
   }
 
+  /**
+   * Sends what another process left pending when it ended (repositories.ts,
+   * alerts.adoptAbandonedDeliveries): each action still `pending` of each adopted event, with
+   * its whole retry schedule. The reading is read back by its time (the trigger's, or the
+   * resolution's).
+   */
+  async function adoptAbandoned(): Promise<void> {
+    if (closed || handingOver) return;
+    for (const { eventId, type } of await repos.alerts.adoptAbandonedDeliveries(clock.now(), ADOPT_GRACE_MS)) {
+      const event = await repos.alerts.findEventById(eventId);
+      const alert = event && (await repos.alerts.findBySeq(event.alertSeq));
+      const device = alert && (await repos.devices.findBySeq(alert.deviceSeq));
+      const account = device && (await repos.accounts.findBySeq(device.accountSeq));
+      if (!event || !alert || !device || !account) continue;
+      const at = type === 'triggered' ? event.triggeredAt : event.resolvedAt;
+      let reading: StoredReading | null = null;
+      if (at !== null && (type === 'resolved' || event.readingSeq !== null)) {
+        for await (const r of repos.readings.iterateRange(device.seq, at, at + 1)) {
+          if (type === 'resolved' || r.seq === event.readingSeq) {
+            reading = r;
+            break;
+          }
+        }
+      }
+      log('sending alert deliveries left pending by a stopped node', { alert: alert.id, event: event.id, type });
+      const resolvedValue =
+        type === 'resolved' && reading && alert.kind !== 'no_data'
+          ? numericValueAt(JSON.parse(reading.data), fieldPath(alert.field))
+          : null;
+      notify({ type, alert, device, event, reading, resolvedValue, publicUrl: publicUrl() }, account);
+    }
+  }
+
   /** The check running on the timer, if any. */
   let checking: Promise<void> | null = null;
 
@@ -569,6 +614,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     /** Stops the silence checks (close() does too). */
     stopSilenceChecks,
 
+    /** One pass of adopting deliveries left pending by a stopped process (the leading node runs it). */
+    adoptAbandoned,
+
     /** One pass of the silence check (tests). */
     checkSilences,
 
@@ -586,14 +634,21 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     async close(graceMs = 2_000): Promise<void> {
       await stopSilenceChecks();
       flushQueued();
+      // Other nodes go on: what is still being sent (a webhook waiting to retry) stays pending
+      // and is sent by the leading node once this one's connection has ended.
+      if (!repos.leadership.soleWriter) {
+        await settling;
+        handingOver = true;
+      }
       notifier.close();
       const grace = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
       await Promise.race([Promise.allSettled([...inFlight.keys()]), grace]);
       // Deliveries still running are abandoned (an SMTP server that does not answer): recorded
       // as failed, not left pending forever. Their own outcome, if it ever comes, is ignored.
       const at = Date.now();
-      for (const { type, event, action } of inFlight.values())
-        void settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
+      if (!handingOver)
+        for (const { type, event, action } of inFlight.values())
+          void settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
       inFlight.clear();
       await settling;
       closed = true;

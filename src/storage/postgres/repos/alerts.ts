@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import type { ActionDelivery, Alert, AlertEvent, AlertState } from '../../../domain/types.js';
 import { type AlertRow, type EventRow, toAlert, toEvent } from '../../repos/alerts.js';
 import type { AlertChanges, AlertOutcome, AlertsRepository, NewAlert, NoDataWatch, RecordedOutcome } from '../../repositories.js';
+import { NODE_LOCK_CLASS } from '../leadership.js';
 import { inTransaction, prepared, type Queryable } from './sql.js';
 
 // Booleans come out as 0/1, as SQLite stores them, so the SQLite repository's row mapping
@@ -90,11 +91,35 @@ const acknowledge = prepared(
   'event-acknowledge',
   'UPDATE alert_events SET acknowledged = true, acknowledged_at = $2 WHERE seq = $1 AND NOT acknowledged',
 );
-const setDeliveries = prepared('event-set-deliveries', 'UPDATE alert_events SET deliveries = $2 WHERE seq = $1');
+// An outcome written; with none pending any more, the notice's owner row goes in the same
+// statement (nothing is left to adopt).
+const setDeliveries = prepared(
+  'event-set-deliveries',
+  `WITH updated AS (UPDATE alert_events SET deliveries = $2 WHERE seq = $1)
+   DELETE FROM delivery_owners WHERE event_seq = $1 AND notice = 'triggered' AND NOT $3`,
+);
 const setResolutionDeliveries = prepared(
   'event-set-resolution-deliveries',
-  'UPDATE alert_events SET resolution_deliveries = $2 WHERE seq = $1',
+  `WITH updated AS (UPDATE alert_events SET resolution_deliveries = $2 WHERE seq = $1)
+   DELETE FROM delivery_owners WHERE event_seq = $1 AND notice = 'resolved' AND NOT $3`,
 );
+const ownDeliveries = prepared(
+  'delivery-own',
+  `INSERT INTO delivery_owners (event_seq, notice, node_key, since) VALUES ($1, $2, $3, $4)
+   ON CONFLICT (event_seq, notice) DO UPDATE SET node_key = excluded.node_key, since = excluded.since`,
+);
+// Pending deliveries whose node no longer holds its lock (it stopped, or was killed: its
+// connection ended), claimed for this node in one statement: two adopters cannot both get one.
+const adoptDeliveries = prepared<{ id: string; notice: 'triggered' | 'resolved' }>(
+  'delivery-adopt',
+  `UPDATE delivery_owners o SET node_key = $1, since = $2
+   FROM alert_events e
+   WHERE e.seq = o.event_seq AND o.node_key <> $1 AND o.since <= $2::bigint - $3::bigint
+     AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $4::bigint::oid
+       AND l.objid = o.node_key::bigint::oid AND l.objsubid = 2 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+   RETURNING e.id, o.notice`,
+);
+const hasPending = (deliveries: ActionDelivery[]) => deliveries.some((d) => d.status === 'pending');
 // The latest event of the alert is the one of the current firing (alert_events_by_alert).
 const openEvent = prepared<EventRow>(
   'event-open',
@@ -136,7 +161,7 @@ async function endFiring(db: Queryable, seq: number, now: number): Promise<void>
 }
 
 /** Alerts and their events on PostgreSQL (AlertsRepository, src/storage/repositories.ts). */
-export function postgresAlertsRepo(pool: Pool): AlertsRepository {
+export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepository {
   return {
     findById: async (id: string): Promise<Alert | null> => toAlert(await byId.first(pool, [id])),
     findBySeq: async (seq: number): Promise<Alert | null> => toAlert(await bySeq.first(pool, [seq])),
@@ -178,7 +203,7 @@ export function postgresAlertsRepo(pool: Pool): AlertsRepository {
         for (const o of batch) {
           await client.query('SAVEPOINT outcome');
           try {
-            results.push({ event: await recordOutcome(client, o) });
+            results.push({ event: await recordOutcome(client, o, nodeKey) });
             await client.query('RELEASE SAVEPOINT outcome');
           } catch (error) {
             await client.query('ROLLBACK TO SAVEPOINT outcome');
@@ -195,11 +220,13 @@ export function postgresAlertsRepo(pool: Pool): AlertsRepository {
       await acknowledge.run(pool, [seq, now]);
     },
     async setDeliveries(seq: number, deliveries: ActionDelivery[]): Promise<void> {
-      await setDeliveries.run(pool, [seq, JSON.stringify(deliveries)]);
+      await setDeliveries.run(pool, [seq, JSON.stringify(deliveries), hasPending(deliveries)]);
     },
     async setResolutionDeliveries(seq: number, deliveries: ActionDelivery[]): Promise<void> {
-      await setResolutionDeliveries.run(pool, [seq, JSON.stringify(deliveries)]);
+      await setResolutionDeliveries.run(pool, [seq, JSON.stringify(deliveries), hasPending(deliveries)]);
     },
+    adoptAbandonedDeliveries: async (now: number, graceMs: number) =>
+      (await adoptDeliveries.rows(pool, [nodeKey, now, graceMs, NODE_LOCK_CLASS])).map((r) => ({ eventId: r.id, type: r.notice })),
   };
 }
 /**
@@ -207,7 +234,7 @@ export function postgresAlertsRepo(pool: Pool): AlertsRepository {
  * triggered the alert within its cooldown, or fired the no_data alert already), a resolution
  * of an alert no longer firing. Neither has an event, so neither is announced nor delivered.
  */
-async function recordOutcome(db: Queryable, o: AlertOutcome): Promise<AlertEvent | null> {
+async function recordOutcome(db: Queryable, o: AlertOutcome, nodeKey: number): Promise<AlertEvent | null> {
   if (o.type === 'triggered') {
     const e = o.event;
     if (!(await claimTrigger.first(db, [o.alertSeq, e.triggeredAt]))) {
@@ -225,11 +252,13 @@ async function recordOutcome(db: Queryable, o: AlertOutcome): Promise<AlertEvent
       e.readingSeq,
       JSON.stringify(e.deliveries),
     ]))!;
+    if (hasPending(e.deliveries)) await ownDeliveries.run(db, [seq, 'triggered', nodeKey, e.triggeredAt]);
     return { seq, ...e, acknowledged: false, acknowledgedAt: null, resolvedAt: null, resolutionDeliveries: [] };
   }
   if (!(await claimResolution.first(db, [o.alertSeq, o.at]))) return null;
   const open = toEvent(await openEvent.first(db, [o.alertSeq]));
   if (!open) return null;
   await resolveEvent.run(db, [open.seq, o.at, JSON.stringify(o.notices)]);
+  if (hasPending(o.notices)) await ownDeliveries.run(db, [open.seq, 'resolved', nodeKey, o.at]);
   return { ...open, resolvedAt: o.at, resolutionDeliveries: o.notices };
 }
