@@ -158,6 +158,21 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     return writes;
   }
 
+  /**
+   * Stores the rollups of [from, to) of one device computed from `readings` readings read
+   * back. With other processes writing (PostgreSQL), only if the span still holds exactly
+   * those readings (rollups.settleHour's check): otherwise a late reading committed after the
+   * read, and another node may have settled its hour meanwhile, which this write would undo.
+   * False: nothing stored, the caller reads the span again.
+   */
+  async function storeSpan(deviceSeq: number, from: number, to: number, writes: RollupLevelWrite[], readings: number): Promise<boolean> {
+    if (live) {
+      await rollups.writeSpan(deviceSeq, writes);
+      return true;
+    }
+    return rollups.settleHour(deviceSeq, from, writes, { to, readings });
+  }
+
   const minutesOf = (rows: readonly (RawRow | OrderedRawRow)[]): Map<number, Stats> => {
     const minutes = new Map<number, Stats>();
     addRows(minutes, rows, MINUTE_MS, null);
@@ -218,18 +233,23 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
             // (time, seq) order, a step each, then written at once.
             end = Math.min(cut + HOUR_MS, readUntil);
             const minutes = new Map<number, Stats>();
+            let read = 0;
             accumulating = { deviceSeq: seq, hour: cut };
             try {
               for (;;) {
                 addRows(minutes, rows, MINUTE_MS, null);
                 run.readings += rows.length;
+                read += rows.length;
                 if (rows.length < ROWS_PER_STEP) break;
                 const [time, after] = rows[rows.length - 1]!;
                 yield rows.length;
                 rows = await rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
                 readBack += rows.length;
               }
-              await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutes, now));
+              if (!(await storeSpan(seq, cursor, end, await rollSpan(seq, cursor, end, minutes, now), read))) {
+                yield 0;
+                continue;
+              }
             } finally {
               accumulating = null;
             }
@@ -244,7 +264,10 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
             rows = rows.filter((r) => r[0] < cut);
           }
           if (rows.length > 0) {
-            await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutesOf(rows), now));
+            if (!(await storeSpan(seq, cursor, end, await rollSpan(seq, cursor, end, minutesOf(rows), now), rows.length))) {
+              yield rows.length;
+              continue;
+            }
             run.readings += rows.length;
             touched = true;
           }

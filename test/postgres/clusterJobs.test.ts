@@ -230,6 +230,9 @@ describe('rollups with two writers', () => {
     const clock = { t: start, now: () => clock.t };
     const a = await node(url, { clock });
     const b = await node(url, { clock });
+    // A third node, started before the pass, whose clock is set back below.
+    const lateClock = { t: start, now: () => lateClock.t };
+    const late = await node(url, { clock: lateClock });
     await waitFor(() => a.leadsJobs(), 'the first node to lead', 5_000);
     // The leader's first pass rolls up to `start`.
     await a.services.rollups.runOnce();
@@ -254,17 +257,29 @@ describe('rollups with two writers', () => {
     ]);
     expect(rows).toHaveLength(1);
 
-    const readings = await telemetryAll(b, s.key, s.device.id, '1h');
-    expect(readings).toHaveLength(80);
-    for (const [server, interval] of [
-      [b, '1m'],
-      [a, '5m'],
-      [b, '1h'],
-    ] as const) {
-      const res = await server.request(`/v1/devices/${s.device.id}/telemetry/aggregate?range=1h&interval=${interval}`, { key: s.key });
-      expect(res.status).toBe(200);
-      const got = ((await res.json()) as { data: Bucket[] }).data;
-      expectSameBuckets(got, expectedBuckets(readings, clock.t, '1h', interval, null).buckets);
-    }
+    const expectAggregatesEqualReadings = async (count: number) => {
+      const readings = await telemetryAll(b, s.key, s.device.id, '1h');
+      expect(readings).toHaveLength(count);
+      for (const [server, interval] of [
+        [b, '1m'],
+        [a, '5m'],
+        [b, '1h'],
+      ] as const) {
+        const res = await server.request(`/v1/devices/${s.device.id}/telemetry/aggregate?range=1h&interval=${interval}`, { key: s.key });
+        expect(res.status).toBe(200);
+        const got = ((await res.json()) as { data: Bucket[] }).data;
+        expectSameBuckets(got, expectedBuckets(readings, clock.t, '1h', interval, null).buckets);
+      }
+    };
+    await expectAggregatesEqualReadings(80);
+
+    // Late readings through the node that did not roll up (its clock behind: stamped inside
+    // the minute already rolled): they mark their hour dirty through the shared mark, and the
+    // aggregates of both nodes count them.
+    lateClock.t = start + 70_000;
+    for (let i = 0; i < 5; i++) await send(late, s.device, s.token, { v: 1_000 + i });
+    const dirty = await observer.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [s.device.seq]);
+    expect(dirty.rows).toEqual([{ hour: start }]);
+    await expectAggregatesEqualReadings(85);
   });
 });
