@@ -166,6 +166,23 @@ describe('alerts on several nodes', () => {
     // Both nodes see the stored state.
     expect((await a.services.alerts.getAny(alert.id)).state).toBe('firing');
     expect((await b.services.alerts.getAny(alert.id)).state).toBe('firing');
+
+    // Readings that clear it, on both nodes at once: one resolution, one notice.
+    await Promise.all(Array.from({ length: 6 }, (_, i) => send(i % 2 === 0 ? a : b, s.device, s.token, { temp: 10 + i })));
+    const resolvedHooks = () =>
+      receiver.received.filter((r) => {
+        const body = JSON.parse(r.body) as { type: string; alert: { id: string } };
+        return body.type === 'resolved' && body.alert.id === alert.id;
+      });
+    await waitFor(() => resolvedHooks().length > 0, 'the resolution webhook');
+    await sleep(1_000);
+    expect(resolvedHooks()).toHaveLength(1);
+    const after = (await eventsOf(a, alert.id)).reverse();
+    expect(after).toHaveLength(rounds);
+    expect(after.filter((e) => e.resolved_at !== null).map((e) => e.id)).toEqual([events.at(-1)!.id]);
+    expect(JSON.parse(resolvedHooks()[0]!.body).event.id).toBe(events.at(-1)!.id);
+    expect((await a.services.alerts.getAny(alert.id)).state).toBe('ok');
+    expect((await b.services.alerts.getAny(alert.id)).state).toBe('ok');
   });
 });
 
