@@ -164,6 +164,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     return abortStart(err);
   }
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
+  app.metrics.sources.leadsJobs = () => backgroundJobs.leading;
   if (mqtt?.tls && mqtt.tlsPort !== null)
     mqttCertificate = { port: mqtt.tlsPort, pem: mqtt.tls.cert, selfSigned: mqtt.tls.source !== 'configured' };
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;

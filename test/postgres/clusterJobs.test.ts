@@ -127,6 +127,9 @@ describe('background jobs once per cluster', () => {
     const third = await node(url);
     await sleep(2_000);
     expect([first.leadsJobs(), second.leadsJobs(), third.leadsJobs()]).toEqual([true, false, false]);
+    const leaderGauge = async (server: TestServer) =>
+      /^telemetryd_background_jobs_leader (\d)$/m.exec(await (await server.request('/metrics')).text())?.[1];
+    expect([await leaderGauge(first), await leaderGauge(second), await leaderGauge(third)]).toEqual(['1', '0', '0']);
     await stopNode(first);
     await waitFor(() => second.leadsJobs() || third.leadsJobs(), 'another node to lead', 5_000);
     await sleep(1_500);
