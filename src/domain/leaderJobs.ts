@@ -9,7 +9,7 @@ export interface BackgroundJob {
 export interface LeaderJobsLog {
   /** This process leads (took over, or the first to start): its jobs start. */
   leading(): void;
-  /** This process no longer leads (its connection was lost): its jobs stop. */
+  /** This process no longer leads (its connection was lost, not a stop): its jobs stop. */
   lost(): void;
   /** The database could not be reached while following the lead; tried again. */
   error(err: unknown): void;
@@ -25,14 +25,18 @@ export function leaderJobs(leadership: Leadership, jobs: readonly BackgroundJob[
   let changing: Promise<void> = Promise.resolve();
   let running = false;
   let leading = false;
+  let stopping = false;
 
   const apply = (lead: boolean) => {
-    changing = changing.then(async () => {
-      if (lead === running) return;
-      running = lead;
-      if (lead) for (const job of jobs) job.start();
-      else for (const job of jobs) await job.stop();
-    });
+    changing = changing
+      .then(async () => {
+        if (lead === running) return;
+        running = lead;
+        if (lead) for (const job of jobs) job.start();
+        else for (const job of jobs) await job.stop();
+      })
+      // A job that fails to stop must not keep the next change from applying.
+      .catch((err: unknown) => log.error?.(err));
   };
 
   return {
@@ -43,11 +47,12 @@ export function leaderJobs(leadership: Leadership, jobs: readonly BackgroundJob[
     /** Starts following the lead: on SQLite the jobs start at once. */
     start(): void {
       if (unfollow) return;
+      stopping = false;
       unfollow = leadership.follow(
         (lead) => {
           leading = lead;
           if (lead) log.leading?.();
-          else log.lost?.();
+          else if (!stopping) log.lost?.();
           apply(lead);
         },
         (err) => log.error?.(err),
@@ -57,6 +62,7 @@ export function leaderJobs(leadership: Leadership, jobs: readonly BackgroundJob[
     async stop(): Promise<void> {
       const stopFollowing = unfollow;
       unfollow = null;
+      stopping = true;
       apply(false);
       await changing;
       await stopFollowing?.();

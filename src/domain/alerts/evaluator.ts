@@ -104,7 +104,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   let silenceTimer: NodeJS.Timeout | null = null;
   /**
    * Set by close() where other processes share the database: deliveries still running are
-   * left pending, for the leading node to adopt once this one's lock is gone.
+   * left pending (but those delivered during the shutdown), for the leading node to adopt
+   * once this one's lock is gone.
    */
   let handingOver = false;
   /** Deliveries running, with what each would record: close() records those it abandons. */
@@ -290,8 +291,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * chain), so two actions of one event cannot interleave across the reads and writes.
    */
   function settle(type: NoticeType, event: AlertEvent, action: AlertAction, outcome: Omit<ActionDelivery, 'action' | 'at'>, at: number) {
-    // A delivery cut short by the shutdown stays pending for the node that adopts it.
-    if (closed || handingOver) return settling;
+    // A delivery cut short by the shutdown (or failing while it goes on) stays pending for
+    // the node that adopts it; one delivered meanwhile is recorded, so it is not sent again.
+    if (closed || (handingOver && outcome.status !== 'sent')) return settling;
     settling = settling.then(() => settleNow(type, event, action, outcome, at));
     return settling;
   }
@@ -630,7 +632,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       return inFlight.size;
     },
 
-    /** Stops retries, waits briefly for running deliveries, records the rest as failed, then stops recording outcomes. */
+    /**
+     * Stops retries, waits briefly for running deliveries, records the rest as failed (where
+     * other processes share the database: leaves them pending, for the leading node to send),
+     * then stops recording outcomes.
+     */
     async close(graceMs = 2_000): Promise<void> {
       await stopSilenceChecks();
       flushQueued();
