@@ -15,6 +15,8 @@ import { deviceService } from './domain/devices.js';
 import { DomainEvents } from './domain/events.js';
 import { ingestPipeline } from './domain/ingest/pipeline.js';
 import { keyService } from './domain/keys.js';
+import { type LeaderJobsLog, leaderJobs } from './domain/leaderJobs.js';
+import { periodicJob } from './domain/periodicJob.js';
 import { RateLimiter, SharedRateLimiter } from './domain/rateLimit.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 import { rollupService } from './domain/rollups.js';
@@ -127,6 +129,16 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     publicUrl: options.publicUrl,
   });
   const snapshots = snapshotService(repos, devices, files, clock, storageStatus);
+  const retention = new RetentionJob(repos, clock, snapshots, options.retention);
+  // Deliveries a stopped node left pending (PostgreSQL), looked for every second by the leader.
+  const adoptDeliveries = periodicJob(
+    alertEvaluation.adoptAbandoned,
+    options.logAlert && ((err) => options.logAlert!('adopting alert deliveries failed', { err })),
+  );
+  const adoptDeliveriesJob = {
+    start: () => adoptDeliveries.start({ intervalMs: 1_000, firstRunDelayMs: 1_000 }),
+    stop: adoptDeliveries.stop,
+  };
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.
   events.on('device.changed', ({ deviceId, change }) => {
@@ -151,7 +163,27 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     snapshots,
     /** Whether storage takes writes (free disk space, failed commits), for ingest, /healthz and /metrics. */
     storageStatus,
-    retention: new RetentionJob(repos, clock, snapshots, options.retention),
+    retention,
+    /**
+     * The jobs that run once per database, on the process that leads (the server starts
+     * them; on SQLite it always leads): retention, the silence checks every
+     * `silenceCheckMs`, the rollup pass.
+     */
+    backgroundJobs: (silenceCheckMs?: number, log?: Partial<LeaderJobsLog>) =>
+      leaderJobs(
+        repos.leadership,
+        [
+          retention,
+          {
+            start: () => alertEvaluation.startSilenceChecks(silenceCheckMs),
+            stop: () => alertEvaluation.stopSilenceChecks(),
+          },
+          rollups,
+          // Only where other processes send deliveries too.
+          ...(repos.leadership.soleWriter ? [] : [adoptDeliveriesJob]),
+        ],
+        log,
+      ),
     backup: {
       /** A consistent archive of the database and the snapshot files, taken while serving. */
       create: (file: string, onProgress?: (p: BackupProgress) => void) =>
@@ -266,6 +298,8 @@ async function composePostgres(
         closing ??= (async () => {
           await writer.close();
           await repos.externalCommits.close();
+          // Last: deliveries this node leaves pending are adopted by another once this ends.
+          await repos.leadership.close();
           await pool.end();
         })();
         return closing;

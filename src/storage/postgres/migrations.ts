@@ -292,6 +292,29 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
     `,
   },
   {
+    // Several nodes write readings into one database, and one of them rolls them up: the
+    // time before which a reading is late (its minute may be rolled up already) is shared,
+    // so every node's writer marks late readings' hours dirty alike (readingWriter.ts).
+    // Kept apart from rollup_state, whose columns are those of SQLite's table.
+    //
+    // An alert event's deliveries (or a resolution's notices) still pending belong to the node
+    // that sends them, named by the key of the advisory lock it holds while it runs
+    // (leadership.ts); once that lock is gone, the leading node adopts them.
+    version: 4,
+    name: 'cluster coordination',
+    sql: `
+      CREATE TABLE rollup_late (late_before bigint NOT NULL);
+      INSERT INTO rollup_late (late_before) SELECT coalesce(max(rolled_until), 0) FROM rollup_state;
+      CREATE TABLE delivery_owners (
+        event_seq bigint NOT NULL REFERENCES alert_events(seq) ON DELETE CASCADE,
+        notice text NOT NULL CHECK (notice IN ('triggered', 'resolved')),
+        node_key integer NOT NULL,
+        since bigint NOT NULL,
+        PRIMARY KEY (event_seq, notice)
+      );
+    `,
+  },
+  {
     // What every node of a cluster must share (docs/cluster.md, "What every node sees").
     // cluster_settings: values generated once per cluster (the MQTT certificate and its key,
     // the first-run setup token), written under an advisory lock by whichever node is first.

@@ -17,9 +17,12 @@ interface Waiting extends PendingReading {
  * and adds its usage counts per account and UTC minute (the account looked up where the
  * caller did not have it; a device deleted meanwhile is not counted). A reading older than $5
  * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
- * same statement, so an acknowledged late reading is never missed by the rollups; with $5
- * null, or readings stamped now, that CTE inserts nothing. The ids come back in the order the
- * readings were given.
+ * same statement, so an acknowledged late reading is never missed by the rollups; with
+ * readings stamped now, that CTE inserts nothing. The mark is the later of $5 (this process's)
+ * and rollup_late's (the node running the rollup pass moves it), whose row the statement
+ * holds FOR SHARE until it commits: the pass's move waits for the batches in flight, so a
+ * reading either commits before the pass reads its minute or sees the moved mark. The ids
+ * come back in the order the readings were given.
  *
  * With $6 (this node's name and what the writer knows of the batch) the same statement sends
  * one notification on READINGS_CHANNEL, delivered at commit, for other nodes' live views:
@@ -38,9 +41,11 @@ const INSERT_BATCH = `
     WHERE coalesce(b.account_seq, d.account_seq) IS NOT NULL
     GROUP BY 1, 2
     ON CONFLICT (account_seq, minute) DO UPDATE SET n = reading_counts.n + excluded.n
+  ), mark AS (
+    SELECT greatest(late_before, coalesce($5::bigint, 0)) AS late_before FROM rollup_late FOR SHARE
   ), late AS (
     INSERT INTO rollup_dirty (device_seq, hour)
-    SELECT DISTINCT device_seq, time - ((time % 3600000) + 3600000) % 3600000 FROM batch WHERE time < $5::bigint
+    SELECT DISTINCT device_seq, time - ((time % 3600000) + 3600000) % 3600000 FROM batch, mark WHERE time < mark.late_before
     ON CONFLICT DO NOTHING
   )
   SELECT b.seq FROM batch b CROSS JOIN (
