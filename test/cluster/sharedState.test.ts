@@ -132,8 +132,9 @@ describe('a cluster of three nodes behind haproxy', () => {
     const proxy = await runHaproxy(config, ports);
     try {
       for (let n = 100; n < 103; n++) expect(await ingestVia(`http://127.0.0.1:${ports.http}`, seed, { n }), proxy.output()).toBe(200);
-      // Each node presents its own generated certificate here (no --tls-cert): the one this
-      // connection got must be one of theirs, so TLS ends at a node, not at haproxy.
+      // The nodes present the certificate generated for the cluster (no --tls-cert), written
+      // into each data dir: the one this connection got must be it, so TLS ends at a node,
+      // not at haproxy.
       const fingerprints = cluster.nodes.map(
         (n) => new X509Certificate(readFileSync(path.join(n.dataDir, 'tls', 'cert.pem'))).fingerprint256,
       );
