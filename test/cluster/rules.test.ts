@@ -194,7 +194,8 @@ describe('the cluster rules through haproxy (three nodes)', () => {
 
   it('closes a device’s MQTT sessions on every node when its token is regenerated with the CLI', async () => {
     const seed = await seedViaCli(cluster);
-    // Three client ids at once: least connections gives each node one.
+    // Three client ids at once on idle nodes: least connections gives each node one.
+    await expect.poll(() => connectionsPerNode(cluster), { timeout: 2_000 }).toEqual([0, 0, 0]);
     const sessions = await Promise.all([0, 1, 2].map((i) => connect(seed, `regen-${i}`)));
     await expect.poll(() => connectionsPerNode(cluster), { timeout: 2_000 }).toEqual([1, 1, 1]);
     const closed = sessions.map((c) => closedWithin(c, 10_000));
