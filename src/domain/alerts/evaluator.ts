@@ -191,6 +191,15 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (queued.length === 1) queueMicrotask(flushQueued);
   }
 
+  /** Callers waiting for the outcomes queued so far to be recorded (or to fail), told by flushQueued. */
+  let recordedWaiters: (() => void)[] = [];
+  /**
+   * Settles once what is queued now is recorded, so the reading that caused it is answered
+   * after its trigger or resolution is stored, as it is on a synchronous backend. Only asked
+   * for when a reading changed an alert: other readings make no promise here.
+   */
+  const queuedRecorded = (): Promise<void> => new Promise<void>((resolve) => recordedWaiters.push(resolve));
+
   function trigger(alert: Alert, account: Account, device: Device, value: number, at: number, reading: StoredReading | null) {
     alert.lastTriggered = at;
     alert.state = 'firing';
@@ -230,6 +239,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (queued.length === 0) return;
     const batch = queued;
     queued = [];
+    const waiters = recordedWaiters;
+    recordedWaiters = [];
+    const done = () => {
+      for (const w of waiters) w();
+    };
     const outcomes = batch.map(
       (q): AlertOutcome =>
         q.type === 'triggered'
@@ -252,10 +266,14 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       recorded = repos.alerts.recordOutcomes(outcomes);
     } catch (err) {
       failed(err);
+      done();
       return;
     }
-    if (isPromise(recorded)) recorded.then((results) => announce(batch, results), failed);
-    else announce(batch, recorded);
+    if (isPromise(recorded)) recorded.then((results) => announce(batch, results), failed).finally(done);
+    else {
+      announce(batch, recorded);
+      done();
+    }
   }
 
   function announce(batch: Queued[], recorded: RecordedOutcome[]): void {
@@ -557,6 +575,19 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     flushQueued();
   }
 
+  /** evaluateWith, then, when the reading changed an alert, a promise of that change being recorded. */
+  function evaluateAndRecord(
+    alerts: CachedAlert[],
+    device: Device,
+    account: Account,
+    reading: StoredReading,
+    data: Record<string, unknown>,
+  ): void | Promise<void> {
+    const before = queued.length;
+    evaluateWith(alerts, device, account, reading, data);
+    if (queued.length > before) return queuedRecorded();
+  }
+
   /** Checks one committed reading against the device's enabled alerts; synchronous (see the cooldown above). */
   function evaluateWith(alerts: CachedAlert[], device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>) {
     if (closed) return;
@@ -594,8 +625,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       if (closed) return;
       dropCacheIfChangedElsewhere();
       const alerts = enabledAlerts(device.seq);
-      if (isPromise(alerts)) return alerts.then((list) => evaluateWith(list, device, account, reading, data));
-      evaluateWith(alerts, device, account, reading, data);
+      if (isPromise(alerts)) return alerts.then((list) => evaluateAndRecord(list, device, account, reading, data));
+      return evaluateAndRecord(alerts, device, account, reading, data);
     },
 
     /** Checks silences every `periodMs` until close() (the server starts it; the CLI does not). */

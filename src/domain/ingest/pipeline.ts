@@ -185,13 +185,26 @@ export function ingestPipeline(deps: {
       .then((seq) => ({ seq, deviceSeq: device.seq, time, data: json }));
   }
 
-  function afterStore(device: Device, account: Account, reading: StoredReading, data: Record<string, unknown>, transport: Transport) {
-    // Alert evaluation must never turn a committed reading into an error.
+  /**
+   * Alert evaluation and the stored event. A promise only when the answer must wait: the
+   * reading changed an alert whose trigger or resolution is still being recorded, or an
+   * asynchronous backend is reading the device's alerts; the reading is answered after that,
+   * so its alert history is there when it is. Evaluation never turns a committed reading
+   * into an error.
+   */
+  function afterStore(
+    device: Device,
+    account: Account,
+    reading: StoredReading,
+    data: Record<string, unknown>,
+    transport: Transport,
+  ): Promise<unknown> | undefined {
+    let evaluating: void | Promise<void>;
     try {
-      const evaluating = evaluateAlerts(device, account, reading, data);
-      if (evaluating !== undefined) evaluating.catch(() => {});
+      evaluating = evaluateAlerts(device, account, reading, data);
     } catch {}
     events.emit('reading.stored', { device, reading, parsed: data, transport });
+    return evaluating === undefined ? undefined : evaluating.catch(() => {});
   }
 
   /**
@@ -230,8 +243,8 @@ export function ingestPipeline(deps: {
     // good above, so the device does not resend it.
     if (gate.readingsRefusal !== null) throw gate.refuseReading();
     return store(device, data, text).then((reading) => {
-      afterStore(device, account, reading, data, req.transport);
-      return reading;
+      const evaluated = afterStore(device, account, reading, data, req.transport);
+      return evaluated === undefined ? reading : evaluated.then(() => reading);
     });
   }
 
