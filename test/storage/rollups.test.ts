@@ -104,7 +104,7 @@ describe('reading rollups', () => {
         const time = pass === 17 ? from + 10 * MIN + Math.floor((i * 40 * MIN) / n) : from + Math.floor(rnd() * 50 * MIN);
         batch.push({ time, data: { t: Math.round(rnd() * 4000) / 100 - 10, env: { rh: Math.floor(rnd() * 100) }, i: sent++ } });
       }
-      insertReadings(server, seed.device.seq, batch);
+      await insertReadings(server, seed.device.seq, batch);
       const run = await server.services.rollups.runOnce();
       expect(run.readings).toBeGreaterThanOrEqual(0);
     }
@@ -159,7 +159,7 @@ describe('reading rollups', () => {
     const seed = await seedAccount(server, { plan: 'enterprise' });
     const readings: Reading[] = [];
     for (let t = START - 6 * DAY; t < START - MIN; t += 17 * MIN) readings.push({ time: t, data: { v: (t / MIN) % 97, env: { x: 1 } } });
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     await server.services.rollups.runOnce();
     const hoursBefore = rollupCount(server, HOURS, seed.device.seq);
     expect(hoursBefore).toBeGreaterThan(6 * 24 - 2);
@@ -187,7 +187,7 @@ describe('reading rollups', () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     expect(rollupCount(server, HOURS, seed.device.seq)).toBe(1);
     expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(1);
@@ -202,7 +202,7 @@ describe('reading rollups', () => {
     const seed = await seedAccount(server, { plan: 'enterprise' });
     const readings: Reading[] = [];
     for (let t = START - 3 * DAY; t < START; t += 7 * MIN) readings.push({ time: t, data: { v: t % 1013, nested: { w: -(t % 17) } } });
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     await server.services.rollups.runOnce();
     const before = await aggregate(server, seed.key, seed.device.id, 'range=7d');
     const archive = path.join(tempDir(), 'backup.tar.gz');
@@ -230,7 +230,7 @@ describe('reading rollups', () => {
       seed = await seedAccount(server, { plan: 'enterprise' });
       const readings: Reading[] = [];
       for (let t = START - 10 * DAY; t < START; t += 11 * MIN) readings.push({ time: t, data: { v: t % 101, a: { b: { c: 2 } } } });
-      insertReadings(server, seed.device.seq, readings);
+      await insertReadings(server, seed.device.seq, readings);
       await server.close();
     }
     // Make it a data dir of the version before rollups: schema 5, without what migrations 7
@@ -268,7 +268,7 @@ describe('reading rollups', () => {
       time: rolledBefore + Math.floor((i * 2 * MIN) / (ROWS_PER_STEP * 2)),
       data: { v: i },
     }));
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     server = await restart(server, clock);
     // Another device's readings through the writer, ~4,000 a second.
     const noise = setInterval(() => {
@@ -308,7 +308,7 @@ describe('reading rollups', () => {
       ...Array.from({ length: dense }, (_, i) => ({ time: hour + 7 * MIN + Math.floor(i / 7), data: { v: i % 100, w: i } })),
       { time: hour + HOUR + 3 * MIN, data: { v: 1e6 } },
     ];
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     clock.t = hour + 2 * HOUR;
     server = await restart(server, clock);
     const run = await server.services.rollups.runOnce();
@@ -340,7 +340,7 @@ describe('reading rollups', () => {
       time: rolledBefore + Math.floor((i * 4 * HOUR) / (ROWS_PER_STEP * 3)),
       data: { v: i },
     }));
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     clock.t += 5 * HOUR;
     server = await restart(server, clock);
     const rollups = server.services.rollups;
@@ -357,10 +357,10 @@ describe('reading rollups', () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     // A late reading marks its (rolled-up) hour dirty; then writes start failing.
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
     expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
     server.storage.db.pragma('query_only = ON');
     try {
@@ -379,9 +379,9 @@ describe('reading rollups', () => {
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     const hour = Math.floor((START - 2 * HOUR) / HOUR) * HOUR;
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
     const rollups = server.storage.repos.rollups;
     expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
     // Rows computed from the one reading read before the late one committed: refused, the
@@ -400,7 +400,7 @@ describe('reading rollups', () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     // A late reading days before the queried range, whose data is not JSON: recomputing its
     // (dirty) hour throws, and the fallback to the readings of the range would hide that.
