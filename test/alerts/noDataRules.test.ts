@@ -17,7 +17,7 @@ beforeAll(async () => {
 });
 afterAll(() => server.stop());
 
-const latestTime = (deviceSeq: number) => server.storage.repos.readings.latest(deviceSeq)!.time;
+const latestTime = async (deviceSeq: number) => (await server.storage.repos.readings.latest(deviceSeq))!.time;
 
 describe('no_data alerts: paused devices, disabled alerts, paths', () => {
   it('never fires for a paused device or a disabled alert; resume and enable count the silence from then', async () => {
@@ -69,7 +69,7 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     const s = await seedAccount(server);
     const alert = await server.services.alerts.create(s.device, { name: 'no temperature', kind: 'no_data', field: 'env.temp', value: 10 });
     await send(server, s.device, s.token, { env: { temp: 4 } });
-    const lastMatch = latestTime(s.device.seq);
+    const lastMatch = await latestTime(s.device.seq);
     // Readings keep coming, but none has a number at env.temp.
     for (const data of [{ env: { humidity: 50 } }, { env: { temp: 'n/a' } }, { temp: 4 }]) {
       await sleep(2_500);
@@ -84,7 +84,7 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     expect((await server.services.alerts.getAny(alert.id)).state).toBe('firing');
     await send(server, s.device, s.token, { env: { temp: -18.5 } });
     expect((await server.services.alerts.getAny(alert.id)).state).toBe('ok');
-    expect((await eventsOf(server, alert.id))[0]!.resolved_at).toBe(new Date(latestTime(s.device.seq)).toISOString());
+    expect((await eventsOf(server, alert.id))[0]!.resolved_at).toBe(new Date(await latestTime(s.device.seq)).toISOString());
   }, 30_000);
 
   it('forgets the silences of alerts another process disabled, or deleted with their device', async () => {

@@ -1,9 +1,10 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { inject } from 'vitest';
 import type { StoredReading } from '../../src/domain/types.js';
-import type { Db } from '../../src/storage/db.js';
+import { DB_FILE, type Db } from '../../src/storage/db.js';
 import type { Repositories } from '../../src/storage/repositories.js';
 import { type PostgresServerInfo, psql } from './postgres.js';
 
@@ -140,4 +141,31 @@ export async function countAllSnapshots(storage: { repos: Pick<Repositories, 'sn
   let n = 0;
   for (const { seq } of await storage.repos.devices.allSeqs()) n += await storage.repos.snapshots.countSince(seq, 0);
   return n;
+}
+
+/**
+ * Makes the database of a data dir refuse every insert of readings, for a server running in
+ * another process, until the returned function is called: a trigger created from a
+ * connection of the test's own (SQLite re-prepares the server's statements on the schema
+ * change), on the table new readings go to.
+ */
+export async function failReadingInsertsIn(dataDir: string): Promise<() => Promise<void>> {
+  const url = databaseUrlFor(dataDir);
+  if (url) {
+    await psqlIn(
+      url,
+      `CREATE FUNCTION fail_readings() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'simulated I/O failure'; END $$;
+       CREATE TRIGGER fail_readings BEFORE INSERT ON readings FOR EACH ROW EXECUTE FUNCTION fail_readings();`,
+    );
+    return async () => {
+      await psqlIn(url, 'DROP TRIGGER fail_readings ON readings; DROP FUNCTION fail_readings();');
+    };
+  }
+  const other = new Database(path.join(dataDir, DB_FILE));
+  other.pragma('busy_timeout = 10000');
+  other.exec("CREATE TRIGGER fail_readings BEFORE INSERT ON readings_inbox BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END;");
+  return async () => {
+    other.exec('DROP TRIGGER fail_readings');
+    other.close();
+  };
 }

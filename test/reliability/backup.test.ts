@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CLI, runCliAsync } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
-import { ingestLoad, integrityCheck, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
+import { expectIntactDatabase, ingestLoad, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
 const root = tempDir('telemetryd-backup-');
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -47,9 +47,9 @@ describe('backup and restore', () => {
       shouldStop: () => backupDone,
     });
     // Start the backup once a few hundred readings are in, while the load keeps running.
-    while (storedNumbers(dataDir, seed.deviceId).length < 300) await new Promise((r) => setTimeout(r, 50));
+    while ((await storedNumbers(dataDir, seed.deviceId)).length < 300) await new Promise((r) => setTimeout(r, 50));
     // Everything committed before the backup starts (read from the database itself).
-    const committedBeforeBackup = storedNumbers(dataDir, seed.deviceId);
+    const committedBeforeBackup = await storedNumbers(dataDir, seed.deviceId);
     const result = await runCliAsync(['backup', archive, '--json'], { dataDir });
     backupDone = true;
     const { acked } = await load;
@@ -75,8 +75,8 @@ describe('backup and restore', () => {
     const restored = await runCliAsync(['restore', archive, '--json'], { dataDir: restoredDir });
     expect(restored.status, restored.stderr).toBe(0);
     expect(restored.json.data_dir).toBe(restoredDir);
-    expect(integrityCheck(restoredDir)).toBe('ok');
-    const inBackup = storedNumbers(restoredDir, seed.deviceId);
+    expectIntactDatabase(restoredDir);
+    const inBackup = await storedNumbers(restoredDir, seed.deviceId);
     expect(inBackup.length, 'no duplicates').toBe(new Set(inBackup).size);
     expect(restored.json.readings).toBe(inBackup.length);
     const inBackupSet = new Set(inBackup);
@@ -85,7 +85,7 @@ describe('backup and restore', () => {
       'everything committed before the backup began',
     ).toEqual([]);
     // Every reading in the backup was really stored by the live server (a consistent prefix).
-    const live = new Set(storedNumbers(dataDir, seed.deviceId));
+    const live = new Set(await storedNumbers(dataDir, seed.deviceId));
     expect(inBackup.filter((n) => !live.has(n))).toEqual([]);
     expect(existsSync(path.join(restoredDir, 'snapshots', cam.json.id, '.half-written.1234.tmp'))).toBe(false);
     expect(statSync(restoredDir).mode & 0o777).toBe(0o700);

@@ -62,7 +62,7 @@ describe('malformed MQTT packets', () => {
     const port = server.mqttPlainPort!;
     const good = await connectPlain(server, { username: device.id, password: token });
     await good.publishAsync(`d/${device.id}/t`, '{"n":1}', { qos: 1 });
-    const before = readingsDigest(server.dataDir);
+    const before = await readingsDigest(server.dataDir);
 
     const publish = (payload: string | Buffer, topic = `d/${device.id}/t`) =>
       mqttPacket.generate({ cmd: 'publish', topic, payload, qos: 1, messageId: 7, dup: false, retain: false } as mqttPacket.IPublishPacket);
