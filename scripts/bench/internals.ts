@@ -5,3 +5,5 @@
 export { composeServices } from '../../src/composition.js';
 export { DB_FILE, openDatabase } from '../../src/storage/db.js';
 export { MIGRATIONS } from '../../src/storage/migrations.js';
+// The throwaway PostgreSQL server of the tests, for `--backend postgres`.
+export { createDatabase, psql, startPostgres } from '../../test/helpers/postgres.js';

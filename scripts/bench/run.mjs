@@ -8,6 +8,9 @@
 //   --no-build  reuse dist/telemetryd.cjs when it exists instead of building it first
 //   --cores 1   the Raspberry Pi class profile: every server pinned to core 0 (taskset), the
 //               load generators to core 1; HTTP, MQTT, start and idle RSS only
+//   --backend postgres  the same figures with the data in PostgreSQL (a throwaway server of
+//               Debian's postgresql on this machine, as the tests start one); HTTP, MQTT and the big
+//               database; its own report section (bench-postgres)
 //   --only=start,http,mqtt,big,connections  run a subset while developing; writes no report
 // The full run rewrites the section of BENCHMARKS.md between <!-- bench:begin … --> and
 // <!-- bench:end --> (--cores 1: <!-- bench-1core:begin … -->), but only when the machine was
@@ -15,7 +18,18 @@
 // .cache/bench/, so neither a loaded machine nor a test run rewrites the committed figures.
 import { execFileSync, spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { createConnection, createServer } from 'node:net';
 import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import path from 'node:path';
@@ -30,6 +44,11 @@ const QUICK = args.has('--quick');
 const coresArg = argv.find((a) => a.startsWith('--cores='))?.slice(8) ?? (args.has('--cores') ? argv[argv.indexOf('--cores') + 1] : null);
 if (coresArg !== null && coresArg !== '1') throw new Error('--cores takes 1 (the one-core profile); without it the run uses every core');
 const ONE_CORE = coresArg === '1';
+const backendArg =
+  argv.find((a) => a.startsWith('--backend='))?.slice(10) ?? (args.has('--backend') ? argv[argv.indexOf('--backend') + 1] : 'sqlite');
+if (backendArg !== 'sqlite' && backendArg !== 'postgres') throw new Error('--backend takes sqlite or postgres');
+const POSTGRES = backendArg === 'postgres';
+if (POSTGRES && ONE_CORE) throw new Error('--backend postgres and --cores 1 are separate runs');
 /** Above this 1-minute load average at start the machine is not quiet: the run is not a reference. */
 const QUIET_LOAD = 0.5;
 const JSON_OUT = args.has('--json');
@@ -233,10 +252,50 @@ async function dataset(rows) {
   log(`generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   return dir;
 }
-function copyDataset(dir) {
+/**
+ * A private copy of a cached dataset for one server: its data dir, or with --backend postgres
+ * an empty data dir whose server gets a fresh database the dataset was restored into.
+ */
+async function copyDataset(dir) {
   const to = tempDir('tlm-bench-data-');
-  cpSync(dir, to, { recursive: true });
+  if (POSTGRES) {
+    cpSync(path.join(dir, 'bench.json'), path.join(to, 'bench.json'));
+    await restoreIntoPostgres(dir, to);
+  } else cpSync(dir, to, { recursive: true });
   return { dir: to, meta: JSON.parse(readFileSync(path.join(to, 'bench.json'), 'utf8')) };
+}
+
+// ---------------------------------------------------------------------------- PostgreSQL
+// With --backend postgres, one throwaway server (the tests' helper: initdb in a temp dir, as
+// the postgres user when run as root) holds a database per server started; each is filled
+// from the SQLite dataset with telemetryd's own backup and restore, as a user moves up.
+const pgServer = POSTGRES ? await internals.startPostgres() : null;
+/** Data dir → the URL of the database its server uses. */
+const databaseOf = new Map();
+
+async function restoreIntoPostgres(datasetDir, dataDir) {
+  // The dataset's archive, kept inside its cache folder (made once per dataset).
+  const archive = path.join(datasetDir, 'postgres-restore.tar.gz');
+  if (!existsSync(archive)) {
+    log(`archiving ${path.relative(ROOT, datasetDir)} for PostgreSQL`);
+    execFileSync(process.execPath, [CLI, 'backup', `${archive}.part`, '--data-dir', datasetDir], {
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    renameSync(`${archive}.part`, archive);
+  }
+  const url = await internals.createDatabase(pgServer, 'bench');
+  const t0 = performance.now();
+  execFileSync(process.execPath, [CLI, 'restore', archive, '--data-dir', dataDir, '--database-url', url], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  log(`restored into PostgreSQL in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  databaseOf.set(dataDir, url);
+}
+
+/** One value of a query on the database of a data dir (--backend postgres). */
+async function pgValue(dataDir, sql) {
+  const name = decodeURIComponent(new URL(databaseOf.get(dataDir)).pathname.slice(1));
+  return (await internals.psql(pgServer, name, sql)).trim();
 }
 
 // ---------------------------------------------------------------------------- servers
@@ -275,6 +334,7 @@ async function startTelemetryd(dataDir, { mqtt = false } = {}) {
     'warn',
   ];
   if (mqtt === 'plain') argv.push('--mqtt-plain-port', '0');
+  if (databaseOf.has(dataDir)) argv.push('--database-url', databaseOf.get(dataDir));
   const mqttLine = mqtt === 'tls' ? 'MQTT over TLS listening on' : 'MQTT without TLS listening on';
   // Both listener lines, in whichever order the server prints them (src/server.ts, src/mqtt/broker.ts).
   const ready = mqtt
@@ -354,7 +414,7 @@ const results = { notes: [] };
 
 async function httpIngest() {
   const small = await dataset(0);
-  const { dir, meta } = copyDataset(small);
+  const { dir, meta } = await copyDataset(small);
   const load = ({ httpPort: port, child }) =>
     runNodeJson(path.join(ROOT, 'scripts', 'bench', 'httpLoad.mjs'), {
       serverPid: child.pid,
@@ -393,7 +453,9 @@ async function httpIngest() {
   await stop(base);
   // Every 200 was a committed reading: the measured windows alone account for okTotal rows.
   const Database = createRequire(import.meta.url)('better-sqlite3');
-  const stored = new Database(path.join(dir, internals.DB_FILE), { readonly: true }).prepare('SELECT count(*) AS n FROM readings').get().n;
+  const stored = POSTGRES
+    ? Number(await pgValue(dir, 'SELECT count(*) FROM readings'))
+    : new Database(path.join(dir, internals.DB_FILE), { readonly: true }).prepare('SELECT count(*) AS n FROM readings').get().n;
   if (stored < okTotal) results.notes.push(`HTTP: ${okTotal} readings acknowledged but only ${stored} stored`);
   results.http_ingest = {
     baseline_rps: round(median(rounds.map((x) => x.b.rps)), 0),
@@ -453,7 +515,7 @@ async function mqttIngest() {
     // The generators' windows overlap almost wholly: the first one's server CPU stands for all.
     return { mps, failed: parts.reduce((s, p) => s + p.failed, 0), cpu_us: cpuUsPerOp(parts[0], mps) };
   };
-  const { dir, meta } = copyDataset(small);
+  const { dir, meta } = await copyDataset(small);
   const devices = meta.devices.slice(0, MQTT_CLIENTS);
   const base = await startBaselineMqtt();
   let srv;
@@ -521,7 +583,7 @@ async function timeRequests(url, key, n, paths) {
 
 async function bigDatabase() {
   const big = await dataset(P.rows);
-  const { dir, meta } = copyDataset(big);
+  const { dir, meta } = await copyDataset(big);
   const srv = await startTelemetryd(dir);
   const url = `http://127.0.0.1:${srv.httpPort}`;
   // History of rotating devices: newest 1,000 of the last 24 h, single client.
@@ -568,8 +630,10 @@ async function bigDatabase() {
   results.usage = { p50_ms: round(pct(u, 50)), p99_ms: round(pct(u, 99)), data_points_24h: usageBody.data.telemetry.data_points_24h };
   results.aggregate = aggregate;
   // The database as generated (readings, rollups, indexes), for the size budget of rollups.
-  const dbFile = path.join(big, internals.DB_FILE);
-  results.database = { rows: meta.rows, bytes: statSync(dbFile).size, dense_device_rows: meta.dense.rows };
+  const bytes = POSTGRES
+    ? Number(await pgValue(dir, 'SELECT pg_database_size(current_database())'))
+    : statSync(path.join(big, internals.DB_FILE)).size;
+  results.database = { rows: meta.rows, bytes, dense_device_rows: meta.dense.rows };
   log(
     `history at ${meta.rows} rows: p50 ${results.history.p50_ms} ms, p99 ${results.history.p99_ms} ms (${check.data.length} rows per response); usage p50 ${results.usage.p50_ms} ms (${usageBody.data.telemetry.data_points_24h} points in 24 h)`,
   );
@@ -577,6 +641,7 @@ async function bigDatabase() {
   const s = await runNodeJson(path.join(ROOT, 'scripts', 'bench', 'sustained.mjs'), {
     bundle: BUNDLE,
     dir,
+    databaseUrl: databaseOf.get(dir) ?? null,
     durationS: P.sustainedS,
     perPass: 1000,
   });
@@ -597,7 +662,7 @@ async function bigDatabase() {
 async function idleConnections() {
   const n = QUICK ? 300 : 2_000;
   const small = await dataset(0);
-  const { dir, meta } = copyDataset(small);
+  const { dir, meta } = await copyDataset(small);
   const srv = await startTelemetryd(dir, { mqtt: 'tls' });
   const ca = readFileSync(path.join(dir, 'tls', 'cert.pem'), 'utf8');
   await fetch(`http://127.0.0.1:${srv.httpPort}/healthz`).then((r) => r.text());
@@ -631,7 +696,7 @@ async function idleConnections() {
 
 async function startAndIdle() {
   const small = await dataset(0);
-  const { dir } = copyDataset(small);
+  const { dir } = await copyDataset(small);
   const starts = [];
   let rss = null;
   // As a default `serve` runs: HTTP and MQTT over TLS. A first start, not counted, makes the
@@ -694,7 +759,12 @@ const ONLY = [...args]
   .find((a) => a.startsWith('--only='))
   ?.slice(7)
   .split(',');
-const SCENARIOS = ONE_CORE ? ['start', 'http', 'mqtt'] : ['start', 'http', 'mqtt', 'big', 'connections'];
+// Idle TLS sessions cost the same on either backend: a PostgreSQL run leaves them out.
+const SCENARIOS = ONE_CORE
+  ? ['start', 'http', 'mqtt']
+  : POSTGRES
+    ? ['start', 'http', 'mqtt', 'big']
+    : ['start', 'http', 'mqtt', 'big', 'connections'];
 const want = (name) => SCENARIOS.includes(name) && (!ONLY || ONLY.includes(name));
 const t0 = performance.now();
 const date = new Date().toISOString();
@@ -712,6 +782,7 @@ if (want('http')) await httpIngest();
 if (want('mqtt')) await mqttIngest();
 if (want('big')) await bigDatabase();
 if (want('connections')) await idleConnections();
+if (pgServer) await pgServer.stop();
 results.duration_s = round((performance.now() - t0) / 1000, 0);
 const busyAfter = await busyProcesses();
 results.machine = {
@@ -725,15 +796,18 @@ results.machine = {
   quiet: loadBefore <= QUIET_LOAD,
   cores: ONE_CORE ? 'server on core 0, load on core 1 (taskset)' : 'all cores shared',
 };
-results.command = `npm run bench${QUICK || JSON_OUT || ONE_CORE ? ' --' : ''}${QUICK ? ' --quick' : ''}${ONE_CORE ? ' --cores 1' : ''}${JSON_OUT ? ' --json' : ''}`;
+results.command = `npm run bench${QUICK || JSON_OUT || ONE_CORE || POSTGRES ? ' --' : ''}${QUICK ? ' --quick' : ''}${ONE_CORE ? ' --cores 1' : ''}${POSTGRES ? ' --backend postgres' : ''}${JSON_OUT ? ' --json' : ''}`;
+results.backend = backendArg;
 results.date = date;
 results.quick = QUICK;
 results.one_core = ONE_CORE;
 
 if (!ONLY) {
-  const kind = ONE_CORE ? 'bench-1core' : 'bench';
+  const kind = ONE_CORE ? 'bench-1core' : POSTGRES ? 'bench-postgres' : 'bench';
   const committed = !QUICK && results.machine.quiet;
-  const file = committed ? path.join(ROOT, 'BENCHMARKS.md') : path.join(CACHE, `BENCHMARKS-${QUICK ? 'quick' : 'not-quiet'}.md`);
+  const file = committed
+    ? path.join(ROOT, 'BENCHMARKS.md')
+    : path.join(CACHE, `BENCHMARKS-${QUICK ? 'quick' : 'not-quiet'}${POSTGRES ? '-postgres' : ''}.md`);
   writeReport(file, kind);
   log(`report: ${path.relative(ROOT, file)}${committed ? '' : ' (BENCHMARKS.md left alone)'}`);
 }
@@ -767,6 +841,26 @@ function writeReport(file, kind) {
       mqttRow(null),
       `| idle RSS | ${r.idle_rss_mb} MB | bare node listener ${r.bare_node.idle_rss_mb} MB | | | |`,
       `| start to accepting connections | ${r.start_ms} ms | bare node listener ${r.bare_node.start_ms} ms | | | |`,
+    ];
+  } else if (kind === 'bench-postgres') {
+    const rowsLabel = `${(r.history.rows_in_db / 1e6).toLocaleString('en', { maximumFractionDigits: 1 })} M`;
+    rows = [
+      '| figure (data in PostgreSQL on the same machine) | telemetryd | bare baseline | ratio | target | |',
+      '|---|---|---|---|---|---|',
+      httpRow(0.5),
+      mqttRow(0.5),
+      `| sustained ingest into ${rowsLabel} rows, 1,000 devices | ${r.sustained_rows_per_s ?? 'n/a'} readings/s | | | ≥ 40,000 | ${mark(r.sustained_rows_per_s == null ? null : r.sustained_rows_per_s >= 40_000)} |`,
+      `| history, newest 1,000 of 24 h, ${rowsLabel} rows, single client | p50 ${r.history.p50_ms} ms, p99 ${r.history.p99_ms} ms (${r.history.rows_returned} rows/response) | | | p99 ≤ 10 ms | ${mark(r.history.p99_ms <= 10)} |`,
+      `| /v1/account/usage, ${rowsLabel} rows (${r.usage.data_points_24h} in 24 h) | p50 ${r.usage.p50_ms} ms, p99 ${r.usage.p99_ms} ms | | | | |`,
+      ...['24h', '7d', '30d'].map(
+        (range) =>
+          `| aggregate ${range} (default ${r.aggregate[range].interval}), device with ${r.database.dense_device_rows.toLocaleString('en')} readings in ${rowsLabel} rows, single client | p50 ${r.aggregate[range].p50_ms} ms, p99 ${r.aggregate[range].p99_ms} ms (${r.aggregate[range].buckets} buckets) | | | p99 ≤ 15 ms | ${mark(r.aggregate[range].p99_ms <= 15)} |`,
+      ),
+      `| database at ${rowsLabel} rows (pg_database_size) | ${(r.database.bytes / 2 ** 20).toFixed(0)} MB | | | | |`,
+      `| idle RSS | ${r.idle_rss_mb} MB | bare node listener ${r.bare_node.idle_rss_mb} MB | | | |`,
+      `| start to accepting connections (connect and migrate check included) | ${r.start_ms} ms | bare node listener ${r.bare_node.start_ms} ms | | | |`,
+      '',
+      `Sustained ingest path: ${r.sustained?.path ?? 'n/a'}.`,
     ];
   } else {
     const rowsLabel = `${(r.history.rows_in_db / 1e6).toLocaleString('en', { maximumFractionDigits: 1 })} M`;

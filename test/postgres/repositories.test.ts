@@ -613,7 +613,6 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       null,
     ]);
     expect((rec.range as unknown[][])[0]).toHaveLength(2_500);
-    expect(rec.countSince).toEqual([122, 7, 0]);
     expect(rec.usage).toEqual([2_500 + 182, 91, 9]);
     expect(rec.lastSeen).toEqual([NOW, NOW - DAY_MS + 2_499_000, [NOW - 2 * DAY_MS + 1, NOW - 99 * DAY_MS], null]);
   });
