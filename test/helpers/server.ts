@@ -24,7 +24,8 @@ export interface TestServer extends RunningServer {
  */
 export async function startTestServer(overrides: Record<string, unknown> = {}, options: StartOptions = {}): Promise<TestServer> {
   const dataDir = (overrides['data-dir'] as string | undefined) ?? tempDir();
-  const databaseUrl = databaseUrlFor(dataDir);
+  // A test that names its database (test/postgres/) keeps it.
+  const databaseUrl = 'database-url' in overrides ? null : databaseUrlFor(dataDir);
   const config: ServerConfig = buildServerConfig({
     'data-dir': dataDir,
     ...(databaseUrl ? { 'database-url': databaseUrl } : {}),
