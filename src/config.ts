@@ -71,7 +71,7 @@ const SNAPSHOTS_DIR_OPTION: OptionSpec = {
 const DATABASE_URL_OPTION: OptionSpec = {
   name: 'database-url',
   flags: '--database-url <url>',
-  description: 'PostgreSQL instead of SQLite: postgres://USER[:PASSWORD]@HOST[:PORT]/DB (backup and restore only in this version)',
+  description: 'PostgreSQL instead of SQLite: postgres://USER[:PASSWORD]@HOST[:PORT]/DB',
 };
 
 /** Where a command keeps its data: the options every command takes besides --config and --json. */

@@ -4,6 +4,7 @@
  * and the webhook's `type`. Real server, real HTTP receiver.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { history, send, sleep, startHttpReceiver, waitFor, waitForEvents } from './helpers.js';
 
@@ -20,7 +21,7 @@ afterAll(async () => {
   await receiver.close();
 });
 
-const readingTime = (s: Awaited<ReturnType<typeof seedAccount>>) => server.storage.repos.readings.latest(s.device.seq)!.time;
+const readingTime = (s: Awaited<ReturnType<typeof seedAccount>>) => sqliteStorage(server.storage).repos.readings.latest(s.device.seq)!.time;
 
 async function alertOf(key: string, id: string) {
   return (await (await server.request(`/v1/alerts/${id}`, { key })).json()).data as Record<string, unknown>;

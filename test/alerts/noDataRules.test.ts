@@ -5,7 +5,7 @@
  * asserted closely; noData.test.ts holds the default period to SECONDS + 5 s.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { composeServices } from '../../src/composition.js';
+import { composeServices, sqliteStorage } from '../../src/composition.js';
 import { openDatabase } from '../../src/storage/db.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
@@ -17,7 +17,7 @@ beforeAll(async () => {
 });
 afterAll(() => server.stop());
 
-const latestTime = (deviceSeq: number) => server.storage.repos.readings.latest(deviceSeq)!.time;
+const latestTime = (deviceSeq: number) => sqliteStorage(server.storage).repos.readings.latest(deviceSeq)!.time;
 
 describe('no_data alerts: paused devices, disabled alerts, paths', () => {
   it('never fires for a paused device or a disabled alert; resume and enable count the silence from then', async () => {

@@ -1,4 +1,5 @@
 import { expect } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import type { RunningServer } from '../../src/server.js';
 
 export interface Reading {
@@ -43,7 +44,7 @@ export function seededRandom(seed: number): () => number {
 /** Commits readings with the given (past) times through the storage layer, as ingest would. */
 export function insertReadings(server: RunningServer, deviceSeq: number, readings: Reading[]): void {
   for (let i = 0; i < readings.length; i += 1000) {
-    server.storage.repos.readings.insertBatch(
+    sqliteStorage(server.storage).repos.readings.insertBatch(
       readings.slice(i, i + 1000).map((r) => ({ deviceSeq, time: r.time, data: JSON.stringify(r.data) })),
     );
   }

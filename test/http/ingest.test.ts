@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 describe('HTTP ingest', () => {
   let server: TestServer;
   let s: Awaited<ReturnType<typeof seedAccount>>;
 
-  const count = () => (server.storage.db.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
+  const count = () => (sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
 
   beforeAll(async () => {
     server = await startTestServer();

@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { MAX_PACKET_BYTES } from '../../src/mqtt/broker.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
@@ -99,7 +100,7 @@ describe('MQTT ingestion', () => {
     const s = await seedAccount(server);
     // A real SQLite failure on this device's inserts (a temp trigger on the server's own
     // connection), standing in for a full disk or an I/O error.
-    server.storage.db.exec(
+    sqliteStorage(server.storage).db.exec(
       `CREATE TEMP TRIGGER fail_${s.device.seq} BEFORE INSERT ON readings_inbox WHEN NEW.device_seq = ${s.device.seq} BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`,
     );
     // A device that reconnects by itself and resends what was not acknowledged (mqtt.js
@@ -123,7 +124,7 @@ describe('MQTT ingestion', () => {
     expect(acked).toBe(false);
     expect(storedReadings(server, s.device.seq)).toEqual([]);
 
-    server.storage.db.exec(`DROP TRIGGER temp.fail_${s.device.seq}`);
+    sqliteStorage(server.storage).db.exec(`DROP TRIGGER temp.fail_${s.device.seq}`);
     await until(() => (acked ? true : null));
     expect(storedReadings(server, s.device.seq)).toEqual([{ attempt: 1 }]);
   });
@@ -132,9 +133,11 @@ describe('MQTT ingestion', () => {
     const s = await seedAccount(server);
     const client = track(await connectPlain(server, { username: s.device.id, password: s.token }));
     const rawText = (seq: number) =>
-      (server.storage.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(seq) as { data: string }[]).map(
-        (r) => r.data,
-      );
+      (
+        sqliteStorage(server.storage).db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(seq) as {
+          data: string;
+        }[]
+      ).map((r) => r.data);
     const sent = '{ "temp" : 21.50, "env": {"hum": 40}, "label": "caf\\u00e9" }';
     await client.publishAsync(`d/${s.device.id}/t`, sent, { qos: 1 });
     expect(rawText(s.device.seq)).toEqual([sent]);

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
+import { sqliteStorage } from '../../src/composition.js';
 import type { TestServer } from '../helpers/server.js';
 
 /** The certificate the server generated into <data-dir>/tls/, trusted as the CA. */
@@ -67,6 +68,8 @@ export const until = async <T>(probe: () => Promise<T | null | undefined> | T | 
 /** Stored readings of a device, straight from SQLite (what is committed, nothing else). */
 export function storedReadings(server: TestServer, deviceSeq: number): Record<string, unknown>[] {
   return (
-    server.storage.db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(deviceSeq) as { data: string }[]
+    sqliteStorage(server.storage).db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(deviceSeq) as {
+      data: string;
+    }[]
   ).map((r) => JSON.parse(r.data));
 }

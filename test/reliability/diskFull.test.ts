@@ -17,6 +17,7 @@ import { mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import mqtt from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { buildServerConfig } from '../../src/config.js';
 import { canMountTmpfs } from '../helpers/mount.js';
 import { freePort, spawnServe } from '../helpers/process.js';
@@ -294,7 +295,7 @@ describe('--min-free-disk above the free space (any machine)', () => {
     const res = await server.request('/healthz');
     expect(res.status).toBe(503);
     expect(await res.json()).toMatchObject({ status: 'degraded', reason: expect.stringMatching(/^low disk space/) });
-    expect(server.storage.db.prepare('SELECT count(*) AS n FROM readings').get()).toEqual({ n: 0 });
+    expect(sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM readings').get()).toEqual({ n: 0 });
   });
 
   it('--min-free-disk resolves like every option (MB; TELEMETRYD_MIN_FREE_DISK here), and a bad value is one clear line', async () => {

@@ -1,3 +1,4 @@
+import { sqliteStorage } from '../../src/composition.js';
 /**
  * MQTT reliability and security (docs/reliability.md): malformed packets on the plain
  * listener close the connection and change nothing; failed CONNECTs are throttled per
@@ -113,7 +114,7 @@ describe('malformed MQTT packets', () => {
     await again.publishAsync(`d/${device.id}/t`, '{"n":5}', { qos: 1 });
     await Promise.all([good.endAsync(), again.endAsync()]);
     const stored = (
-      server.storage.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
+      sqliteStorage(server.storage).db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
     ).map((r) => r.n);
     expect(stored).toEqual([1, 4, 5]);
     // Nothing else was stored by any malformed packet.
@@ -171,7 +172,7 @@ describe('MQTT under a database write failure', () => {
     }
     await client.endAsync(true);
     const stored = (
-      server.storage.db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
+      sqliteStorage(server.storage).db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
     ).map((r) => r.n);
     expect(stored).toEqual([1]);
     // Recovered without a restart.

@@ -3,6 +3,7 @@
  * machine only; /healthz reports database reachability.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { isLoopback } from '../../src/http/metrics.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
@@ -68,7 +69,7 @@ describe('/healthz', () => {
     const ok = await server.request('/healthz');
     expect(ok.status).toBe(200);
     expect(await ok.json()).toMatchObject({ status: 'ok', database: 'ok' });
-    server.storage.db.close();
+    sqliteStorage(server.storage).db.close();
     const down = await server.request('/healthz');
     expect(down.status).toBe(503);
     expect(await down.json()).toMatchObject({ status: 'unavailable' });

@@ -4,6 +4,7 @@
  * The job's clock is the server's injectable clock: the test moves time forward.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { DAY_MS } from '../../src/time.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
@@ -16,7 +17,7 @@ afterEach(async () => {
 const T0 = Date.UTC(2026, 0, 10, 12, 0, 0);
 
 function countReadings(s: TestServer, deviceSeq: number): number {
-  return (s.storage.db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(deviceSeq) as { n: number }).n;
+  return (sqliteStorage(s.storage).db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(deviceSeq) as { n: number }).n;
 }
 
 describe('retention job', () => {

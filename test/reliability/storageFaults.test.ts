@@ -1,3 +1,4 @@
+import { sqliteStorage } from '../../src/composition.js';
 /**
  * Database write failures: ingest acknowledges nothing and works again without a restart
  * once the fault clears. A failure that is not the storage's (here a trigger created from a
@@ -61,7 +62,7 @@ describe('database write failures', () => {
     const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
     try {
       // Shorten the server's wait so the test does not sit 10 s on the lock.
-      server.storage.db.pragma('busy_timeout = 200');
+      sqliteStorage(server.storage).db.pragma('busy_timeout = 200');
       other.exec('BEGIN IMMEDIATE');
       const locked = await ingest(server, { device_id: device.id, access_token: token, data: { n: 1 } });
       expect(locked.status).toBe(503);

@@ -1,6 +1,7 @@
 import { existsSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { DAY_MS } from '../../src/time.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
@@ -23,7 +24,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
   let business: Awaited<ReturnType<typeof seedAccount>>;
 
   const fileOf = (deviceId: string, id: string, ext: string) => path.join(server.dataDir, 'snapshots', deviceId, `${id}.${ext}`);
-  const rows = () => (server.storage.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
+  const rows = () => (sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
 
   beforeAll(async () => {
     server = await startTestServer({}, { clock });

@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { canMountTmpfs } from '../helpers/mount.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
@@ -30,7 +31,7 @@ describe('snapshot storage faults', () => {
   let deviceDir: string;
   let mounted = false;
 
-  const rowCount = () => (server.storage.db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
+  const rowCount = () => (sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
   const expect503 = async (reason: string, body = tinyJpeg()) => {
     const rowsBefore = rowCount();
     const up = await upload(server, cam.device.id, cam.token, body);

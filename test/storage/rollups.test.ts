@@ -7,6 +7,7 @@
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { LEVELS, ROWS_PER_STEP } from '../../src/domain/rollups.js';
 import { createBackup, restoreBackup } from '../../src/storage/backup.js';
 import { openDatabase } from '../../src/storage/db.js';
@@ -50,7 +51,7 @@ async function restart(server: TestServer, clock: { now(): number }) {
 
 /** Every stored reading of a device (not capped at 1,000 like the history endpoint). */
 function storedReadings(server: TestServer, deviceSeq: number): Reading[] {
-  return [...server.storage.repos.readings.iterateRange(deviceSeq, 0, Number.MAX_SAFE_INTEGER)].map((r) => ({
+  return [...sqliteStorage(server.storage).repos.readings.iterateRange(deviceSeq, 0, Number.MAX_SAFE_INTEGER)].map((r) => ({
     time: r.time,
     data: JSON.parse(r.data) as Record<string, unknown>,
   }));
@@ -65,7 +66,10 @@ async function aggregate(server: TestServer, key: string, deviceId: string, qs: 
 const MINUTES = 0;
 const HOURS = 2;
 const rollupCount = (server: TestServer, level: number, deviceSeq: number) =>
-  server.storage.db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?').pluck().get(deviceSeq, level) as number;
+  sqliteStorage(server.storage)
+    .db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?')
+    .pluck()
+    .get(deviceSeq, level) as number;
 
 async function expectMatchesReadings(server: TestServer, key: string, device: { id: string; seq: number }, now: number) {
   const readings = storedReadings(server, device.seq);
@@ -108,11 +112,11 @@ describe('reading rollups', () => {
       const run = await server.services.rollups.runOnce();
       expect(run.readings).toBeGreaterThanOrEqual(0);
     }
-    expect(server.storage.repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
+    expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     // Rows older than a level keeps are pruned (hourly); hour rollups stay.
     const oldest = (level: number) =>
-      server.storage.db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
+      sqliteStorage(server.storage).db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
     expect(oldest(0)).toBeGreaterThanOrEqual(clock.t - LEVELS[0].keepMs - HOUR);
     expect(oldest(0)).toBeLessThan(clock.t - LEVELS[0].keepMs + HOUR);
     expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
@@ -145,7 +149,7 @@ describe('reading rollups', () => {
     expect(storedReadings(server, seed.device.seq)).toHaveLength(total);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     // The rollups alone (no raw tail: everything is rolled) hold every reading once.
-    const minuteRows = server.storage.repos.rollups.rows(seed.device.seq, MINUTES, 0, clock.t);
+    const minuteRows = sqliteStorage(server.storage).repos.rollups.rows(seed.device.seq, MINUTES, 0, clock.t);
     const counted = minuteRows.reduce((n, [, text]) => {
       const t = (JSON.parse(text) as Record<string, number | number[]>).t!;
       return n + (typeof t === 'number' ? 1 : t[0]!);
@@ -168,8 +172,8 @@ describe('reading rollups', () => {
     const run = await server.retention.runOnce();
     expect(run.deleted).toBeGreaterThan(0);
     const cutoff = START - 2 * DAY;
-    const older = server.storage.db
-      .prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND bucket < ?')
+    const older = sqliteStorage(server.storage)
+      .db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND bucket < ?')
       .pluck()
       .get(seed.device.seq, cutoff);
     expect(older).toBe(0);
@@ -207,7 +211,7 @@ describe('reading rollups', () => {
     const before = await aggregate(server, seed.key, seed.device.id, 'range=7d');
     const archive = path.join(tempDir(), 'backup.tar.gz');
     dirs.push(path.dirname(archive));
-    await createBackup(server.storage.db, path.join(server.dataDir, 'snapshots'), archive, VERSION);
+    await createBackup(sqliteStorage(server.storage).db, path.join(server.dataDir, 'snapshots'), archive, VERSION);
     const restoredDir = tempDir();
     dirs.push(restoredDir);
     rmSync(restoredDir, { recursive: true });
@@ -215,7 +219,7 @@ describe('reading rollups', () => {
     const restored = await start(clock, restoredDir);
     // Rows came with the archive: no pass has run on the restored server yet.
     expect(rollupCount(restored, HOURS, seed.device.seq)).toBe(rollupCount(server, HOURS, seed.device.seq));
-    expect(restored.storage.repos.rollups.rolledUntil()).toBe(server.storage.repos.rollups.rolledUntil());
+    expect(restored.storage.repos.rollups.rolledUntil()).toBe(sqliteStorage(server.storage).repos.rollups.rolledUntil());
     expect(await aggregate(restored, seed.key, seed.device.id, 'range=7d')).toEqual(before);
     await expectMatchesReadings(restored, seed.key, seed.device, clock.t);
   });
@@ -246,8 +250,8 @@ describe('reading rollups', () => {
     db.close();
 
     const server = await start(clock, dataDir);
-    expect(server.storage.db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
-    expect(server.storage.repos.rollups.rolledUntil()).toBe(0);
+    expect(sqliteStorage(server.storage).db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
+    expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(0);
     // Before the job has run, answers come from the readings and are already right.
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     const run = await server.services.rollups.runOnce();
@@ -263,7 +267,7 @@ describe('reading rollups', () => {
     const other = (await server.services.devices.create(seed.account, { name: 'busy' })).device;
     await server.services.rollups.runOnce();
     clock.t += 3 * MIN;
-    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    const rolledBefore = sqliteStorage(server.storage).repos.rollups.rolledUntil();
     const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 2 }, (_, i) => ({
       time: rolledBefore + Math.floor((i * 2 * MIN) / (ROWS_PER_STEP * 2)),
       data: { v: i },
@@ -283,11 +287,11 @@ describe('reading rollups', () => {
       });
       await new Promise((r) => setTimeout(r, 2_500));
       expect(done).toBe(false);
-      expect(server.storage.repos.rollups.rolledUntil()).toBe(rolledBefore);
+      expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(rolledBefore);
       clearInterval(noise);
       const run = await pass;
       expect(run.readings).toBe(readings.length);
-      expect(server.storage.repos.rollups.rolledUntil()).toBeGreaterThan(rolledBefore);
+      expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBeGreaterThan(rolledBefore);
     } finally {
       clearInterval(noise);
     }
@@ -298,7 +302,7 @@ describe('reading rollups', () => {
     let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     await server.services.rollups.runOnce();
-    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    const rolledBefore = sqliteStorage(server.storage).repos.rollups.rolledUntil();
     const hour = Math.ceil(rolledBefore / HOUR) * HOUR;
     // 2.5 steps of readings in one hour, seven to a millisecond (chunks end mid-millisecond),
     // plus a few before and after it.
@@ -334,7 +338,7 @@ describe('reading rollups', () => {
     let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     await server.services.rollups.runOnce();
-    const rolledBefore = server.storage.repos.rollups.rolledUntil();
+    const rolledBefore = sqliteStorage(server.storage).repos.rollups.rolledUntil();
     // Four hours of readings, a few steps' worth.
     const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 3 }, (_, i) => ({
       time: rolledBefore + Math.floor((i * 4 * HOUR) / (ROWS_PER_STEP * 3)),
@@ -350,7 +354,7 @@ describe('reading rollups', () => {
     const [run] = await Promise.all([pass, joined, stopping]);
     expect(run.readings).toBeGreaterThan(0);
     expect(run.readings).toBeLessThan(readings.length);
-    expect(server.storage.repos.rollups.rolledUntil()).toBe(rolledBefore);
+    expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(rolledBefore);
   });
 
   it('a query answers from the readings when a dirty hour cannot be recomputed (storage refusing writes)', async () => {
@@ -361,17 +365,17 @@ describe('reading rollups', () => {
     await server.services.rollups.runOnce();
     // A late reading marks its (rolled-up) hour dirty; then writes start failing.
     insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
-    expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
-    server.storage.db.pragma('query_only = ON');
+    expect(sqliteStorage(server.storage).repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    sqliteStorage(server.storage).db.pragma('query_only = ON');
     try {
       const account = (await server.services.accounts.get(seed.account.seq))!;
       const result = await server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
       const buckets = JSON.parse(result.dataJson) as Bucket[];
       expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
     } finally {
-      server.storage.db.pragma('query_only = OFF');
+      sqliteStorage(server.storage).db.pragma('query_only = OFF');
     }
-    expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    expect(sqliteStorage(server.storage).repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
   });
 
   it('a dirty hour is not settled from readings that changed after they were read', async () => {
@@ -382,7 +386,7 @@ describe('reading rollups', () => {
     insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
-    const rollups = server.storage.repos.rollups;
+    const rollups = sqliteStorage(server.storage).repos.rollups;
     expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
     // Rows computed from the one reading read before the late one committed: refused, the
     // mark stays and the stored rollup is left as it was.
@@ -404,8 +408,8 @@ describe('reading rollups', () => {
     await server.services.rollups.runOnce();
     // A late reading days before the queried range, whose data is not JSON: recomputing its
     // (dirty) hour throws, and the fallback to the readings of the range would hide that.
-    server.storage.repos.readings.insertBatch([{ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' }]);
-    expect(server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    sqliteStorage(server.storage).repos.readings.insertBatch([{ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' }]);
+    expect(sqliteStorage(server.storage).repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
     const account = (await server.services.accounts.get(seed.account.seq))!;
     await expect(server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).rejects.toThrow(SyntaxError);
   });

@@ -1,3 +1,4 @@
+import { sqliteStorage } from '../../src/composition.js';
 /**
  * Device-page charts in real headless Chromium (docs/api.md, "Aggregates", docs/dashboard.md): a week
  * of readings stored with past times gives one chart per numeric path, nested ones included,
@@ -61,7 +62,7 @@ beforeAll(async () => {
     };
     batch.push({ deviceSeq: seed.device.seq, time: t, data: JSON.stringify(data) });
   }
-  server.storage.repos.readings.insertBatch(batch);
+  sqliteStorage(server.storage).repos.readings.insertBatch(batch);
   await server.services.rollups.runOnce();
 
   browser = await chromium.launch({

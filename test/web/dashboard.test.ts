@@ -1,3 +1,4 @@
+import { sqliteStorage } from '../../src/composition.js';
 /**
  * End-to-end dashboard tests in real headless Chromium against the real server
  * (docs/dashboard.md): one browser and one page for the whole file, steps in order, like a user would.
@@ -80,7 +81,7 @@ describe('dashboard in a browser', () => {
     expect(cookie.httpOnly).toBe(true);
     expect(cookie.sameSite).toBe('Lax');
     // Only a hash of the session id is stored.
-    const rows = server.storage.db.prepare('SELECT id_hash FROM sessions').all() as { id_hash: string }[];
+    const rows = sqliteStorage(server.storage).db.prepare('SELECT id_hash FROM sessions').all() as { id_hash: string }[];
     expect(rows.map((r) => r.id_hash)).not.toContain(cookie.value);
 
     // The token worked once: the same link is now refused.
@@ -160,7 +161,7 @@ describe('dashboard in a browser', () => {
     expect(await page.getByTestId('snippet-mosquitto').textContent()).toContain(`d/${state.deviceId}/t`);
     await shot('04-device-created');
 
-    const device = server.storage.repos.devices.findById(state.deviceId)!;
+    const device = sqliteStorage(server.storage).repos.devices.findById(state.deviceId)!;
     expect(device.fields).toEqual(fields);
     expect(device.settings).toMatchObject({ protocol: 'http', data_interval_seconds: 30, network: 'wifi', data_direction: 'send_only' });
     expect(device.description).toBe('north side');
@@ -218,7 +219,9 @@ describe('dashboard in a browser', () => {
       .split('\r\n');
     expect(csv[0]).toBe('time,temperature,humidity,snapshot_url');
     expect(csv).toHaveLength(3);
-    const stored = server.storage.repos.readings.history(server.storage.repos.devices.findById(state.deviceId!)!.seq, 0, 10).reverse();
+    const stored = sqliteStorage(server.storage)
+      .repos.readings.history(sqliteStorage(server.storage).repos.devices.findById(state.deviceId!)!.seq, 0, 10)
+      .reverse();
     for (const [i, line] of csv.slice(1).entries()) {
       const [time, t, hum, url] = line.split(',');
       expect(time).toBe(new Date(stored[i]!.time).toISOString());
@@ -281,7 +284,7 @@ describe('dashboard in a browser', () => {
     state.readings.push(hot);
     await new Promise((r) => setTimeout(r, 300));
     if ((await server.services.alerts.history(alert!, 10)).length === 0) {
-      server.storage.repos.alerts.insertEvent({
+      sqliteStorage(server.storage).repos.alerts.insertEvent({
         id: newId('evt'),
         alertSeq: alert!.seq,
         deviceId: state.deviceId!,
@@ -430,7 +433,7 @@ describe('dashboard in a browser', () => {
     await dlg.getByLabel(/Type the device name/).fill('Greenhouse');
     await confirm.click();
     await page.getByRole('heading', { name: 'Devices' }).waitFor();
-    expect(server.storage.repos.devices.findById(state.deviceId!)).toBeNull();
+    expect(sqliteStorage(server.storage).repos.devices.findById(state.deviceId!)).toBeNull();
     await shot('09-devices-empty');
   });
 });

@@ -9,6 +9,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sqliteStorage } from '../../src/composition.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const ARTIFACTS = path.resolve('test-artifacts');
@@ -53,7 +54,7 @@ describe('storage banner', () => {
 
     const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
     try {
-      server.storage.db.pragma('busy_timeout = 200');
+      sqliteStorage(server.storage).db.pragma('busy_timeout = 200');
       other.exec('BEGIN IMMEDIATE');
       const refused = await ingest(server, { device_id: seed.device.id, access_token: seed.token, data: { t: 1 } });
       expect(refused.status).toBe(503);
