@@ -1,5 +1,5 @@
 import { type Command, Option } from 'commander';
-import { openDataDir, type Services } from '../src/composition.js';
+import { openStorage, type Services } from '../src/composition.js';
 import {
   buildStorageConfig,
   CONFIG_OPTION,
@@ -50,17 +50,17 @@ export interface CommandContext {
 }
 
 /**
- * Runs an admin command against the data dir: opens the database (the server may hold it
- * too; busy_timeout makes us wait rather than fail), runs, closes. Failures print one line
+ * Runs an admin command against the data dir's SQLite database or the PostgreSQL database of
+ * --database-url: opens it (the server may hold it too; on SQLite busy_timeout makes us wait
+ * rather than fail), runs, closes. A running server sees the change at once (SQLite: its
+ * data_version watch; PostgreSQL: the change notification the commit sends). Failures print one line
  * on stderr and exit non-zero; with --json nothing is printed on stdout.
  */
 export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promise<void> | void): Promise<void> {
   const opts = cmd.opts() as { json?: boolean };
   const json = Boolean(opts.json);
   try {
-    const storage = storageOf(cmd);
-    if (storage.databaseUrl !== null) throw postgresNotYet(cmd);
-    const composition = openDataDir(storage.dataDir, { snapshotsDir: storage.snapshotsDir });
+    const composition = await openStorage(storageOf(cmd));
     try {
       const { services } = composition;
       await fn({
@@ -71,7 +71,7 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
         },
       });
     } finally {
-      composition.close();
+      await composition.close();
     }
   } catch (err) {
     fail(err);
@@ -81,17 +81,6 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
 /** Where a command's data is (data dir, snapshots dir, database URL): flag > env > config file > default. */
 export function storageOf(cmd: Command): StorageConfig {
   return buildStorageConfig(resolveRawOptions(cmd, STORAGE_OPTIONS));
-}
-
-/**
- * Only backup and restore run on PostgreSQL in this version: every other command refuses
- * --database-url rather than quietly using the SQLite database of the data dir.
- */
-export function postgresNotYet(cmd: Command): Error {
-  const names: string[] = [];
-  for (let c: Command | null = cmd; c?.parent; c = c.parent) names.unshift(c.name());
-  const what = names[0] === 'serve' ? 'serving from PostgreSQL' : `\`${names.join(' ')}\` on PostgreSQL`;
-  return new Error(`--database-url: ${what} is not available in this version yet (only backup and restore use PostgreSQL)`);
 }
 
 export function fail(err: unknown): never {

@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { buildServerConfig, SERVE_OPTIONS, type ServerConfig, STORAGE_OPTIONS } from '../src/config.js';
 import type { startServer as StartServer } from '../src/server.js';
-import { addSpecOption, fail, postgresNotYet, resolveRawOptions, withCommonOptions } from './context.js';
+import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
 
 /** Bound on a clean shutdown: exit 0 within 10 seconds (docs/operations.md, "Shutdown"). */
 const SHUTDOWN_GRACE_MS = 8_000;
@@ -14,7 +14,6 @@ export function serveCommand(): Command {
     let config: ServerConfig;
     try {
       config = buildServerConfig(resolveRawOptions(cmd, [...STORAGE_OPTIONS, ...SERVE_OPTIONS]), { stdoutIsTty: process.stdout.isTTY });
-      if (config.databaseUrl !== null) throw postgresNotYet(cmd);
     } catch (err) {
       fail(err);
     }

@@ -28,11 +28,16 @@ import { type BackupProgress, createBackup, restoreBackup } from './storage/back
 
 export type { BackupProgress, PostgresBackupProgress };
 
+import type { Pool } from 'pg';
+import type { StorageConfig } from './config.js';
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
 import { createRepositories, type SqliteRepositories } from './storage/index.js';
 import { createPostgresBackup, type PostgresBackupProgress, restorePostgresBackup } from './storage/postgres/archive.js';
 import { connectPostgres } from './storage/postgres/connect.js';
+import { createPostgresRepositories, type PostgresRepositories } from './storage/postgres/index.js';
 import { migratePostgres } from './storage/postgres/migrations.js';
+import { PostgresReadingWriter } from './storage/postgres/readingWriter.js';
+import { postgresStorageProbes } from './storage/postgres/storageProbes.js';
 import { ReadingWriter } from './storage/readingWriter.js';
 import { type SnapshotFiles, snapshotFiles } from './storage/snapshotFiles.js';
 import { storageProbes } from './storage/storageProbes.js';
@@ -63,11 +68,31 @@ export interface ServiceOptions {
   storageLog?: { warn: LogLine; info: LogLine };
 }
 
-/** What the composition holds below the services: for the server's lifecycle and for tests. */
-export interface Storage {
+/**
+ * What the composition holds below the services: for the server's lifecycle and for tests.
+ * `backend` tells the two apart; `db` is SQLite's handle, absent on PostgreSQL.
+ */
+export type Storage = SqliteStorage | PostgresStorage;
+
+export interface SqliteStorage {
+  backend: 'sqlite';
   db: Db;
   repos: SqliteRepositories;
   writer: ReadingWriter;
+}
+
+interface PostgresStorage {
+  backend: 'postgres';
+  db?: undefined;
+  pool: Pool;
+  repos: PostgresRepositories;
+  writer: PostgresReadingWriter;
+}
+
+/** The SQLite storage of a composition, for code and tests that need SQLite's handle; throws on PostgreSQL. */
+export function sqliteStorage(storage: Storage): SqliteStorage {
+  if (storage.backend !== 'sqlite') throw new Error('this needs the SQLite backend');
+  return storage;
 }
 
 /** What the services share with the storage below them, built first by composeServices. */
@@ -79,7 +104,7 @@ interface Shared {
 }
 
 function buildServices(storage: Storage, shared: Shared, options: ServiceOptions) {
-  const { repos, writer, db } = storage;
+  const { repos, writer } = storage;
   const { clock, events, files, storageStatus } = shared;
   const devices = deviceService(repos, events, clock);
   const accounts = accountService(repos, events, clock);
@@ -121,7 +146,10 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     retention: new RetentionJob(repos, clock, snapshots, options.retention),
     backup: {
       /** A consistent archive of the database and the snapshot files, taken while serving. */
-      create: (file: string, onProgress?: (p: BackupProgress) => void) => createBackup(db, files.root, file, VERSION, onProgress),
+      create: (file: string, onProgress?: (p: BackupProgress) => void) =>
+        storage.backend === 'sqlite'
+          ? createBackup(storage.db, files.root, file, VERSION, onProgress)
+          : createPostgresBackup(storage.pool, files.root, file, VERSION),
     },
     /**
      * Emits 'external.change' once another process (an admin command) has committed, checked
@@ -134,15 +162,19 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
 
 export type Services = ReturnType<typeof buildServices>;
 
-export interface Composition {
+export interface Composition<S extends Storage = Storage> {
   services: Services;
-  storage: Storage;
-  /** Flushes the writer and closes the database; the caller stops the services' jobs first. */
-  close(): void;
+  storage: S;
+  /**
+   * Flushes the writer and closes the database (PostgreSQL: the pool, after the writer's last
+   * batch); the caller stops the services' jobs first. On SQLite all of it is done before this
+   * returns.
+   */
+  close(): Promise<void>;
 }
 
 /** Builds the services over an open database. */
-export function composeServices(db: Db, options: ServiceOptions = {}): Composition {
+export function composeServices(db: Db, options: ServiceOptions = {}): Composition<SqliteStorage> {
   const repos = createRepositories(db);
   const clock = options.clock ?? systemClock;
   const events = new DomainEvents(options.onListenerError);
@@ -163,21 +195,84 @@ export function composeServices(db: Db, options: ServiceOptions = {}): Compositi
   writer.reportTo(storageStatus, (err) => {
     if (!storageStatus.backgroundWriteFailed(err, 'merging the readings inbox')) onInboxMergeError(err);
   });
-  const storage: Storage = { db, repos, writer };
+  const storage: SqliteStorage = { backend: 'sqlite', db, repos, writer };
   const services = buildServices(storage, { clock, events, files, storageStatus }, options);
   return {
     services,
     storage,
     close() {
-      if (!db.open) return;
-      writer.close();
-      db.close();
+      if (db.open) {
+        writer.close();
+        db.close();
+      }
+      return Promise.resolve();
     },
   };
 }
 
+/**
+ * Builds the services over a PostgreSQL database: connects (a wrong URL, an unreachable
+ * server, a wrong password: one line, DatabaseUrlError), migrates, and builds the same
+ * services as on SQLite over the PostgreSQL repositories and writer.
+ */
+async function composePostgres(
+  databaseUrl: string,
+  options: ServiceOptions & { snapshotsDir: string },
+): Promise<Composition<PostgresStorage>> {
+  const pool = await connectPostgres(databaseUrl);
+  try {
+    await migratePostgres(pool);
+    const repos = await createPostgresRepositories(pool);
+    const clock = options.clock ?? systemClock;
+    const events = new DomainEvents(options.onListenerError);
+    const files = snapshotFiles(path.resolve(options.snapshotsDir));
+    // Late readings mark their hour for the rollups; each commit feeds the rollups' live minutes.
+    const writer = new PostgresReadingWriter(pool, databaseUrl, undefined, repos.rollups.lateBefore, repos.readings.committed);
+    const storageStatus = new StorageStatus({
+      // The database's disk is its server's: only the snapshot files' is watched here.
+      dirs: { database: null, snapshots: files.root },
+      minFreeBytes: options.minFreeDiskBytes ?? 0,
+      probes: postgresStorageProbes(pool),
+      writerQueue: () => writer,
+      events,
+      log: options.storageLog,
+    });
+    writer.reportTo(storageStatus);
+    const storage: PostgresStorage = { backend: 'postgres', pool, repos, writer };
+    const services = buildServices(storage, { clock, events, files, storageStatus }, options);
+    let closing: Promise<void> | null = null;
+    return {
+      services,
+      storage,
+      close() {
+        closing ??= (async () => {
+          await writer.close();
+          await repos.externalCommits.close();
+          await pool.end();
+        })();
+        return closing;
+      },
+    };
+  } catch (err) {
+    await pool.end().catch(() => {});
+    throw err;
+  }
+}
+
+/**
+ * Opens the storage the resolved configuration names and builds the services over it:
+ * PostgreSQL with a database URL, else SQLite in the data dir (created and migrated).
+ */
+export function openStorage(
+  config: StorageConfig & Partial<OpenOptions>,
+  options: Omit<ServiceOptions, 'dataDir' | 'snapshotsDir'> = {},
+): Promise<Composition> {
+  if (config.databaseUrl !== null) return composePostgres(config.databaseUrl, { ...options, snapshotsDir: config.snapshotsDir });
+  return Promise.resolve(openDataDir(config.dataDir, { ...options, snapshotsDir: config.snapshotsDir, durability: config.durability }));
+}
+
 /** Opens (creating and migrating) the database of a data dir and builds the services over it. */
-export function openDataDir(dataDir: string, options: ServiceOptions & OpenOptions = {}): Composition {
+export function openDataDir(dataDir: string, options: ServiceOptions & OpenOptions = {}): Composition<SqliteStorage> {
   return composeServices(openDatabase(dataDir, { durability: options.durability }), { ...options, dataDir });
 }
 

@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import path from 'node:path';
 
 /**
@@ -34,6 +35,15 @@ export interface ServerConfig {
    * than this (bytes; 0: never). `--min-free-disk` is in MB of 1,048,576 bytes.
    */
   minFreeDiskBytes: number;
+  /**
+   * Which peers are proxies whose X-Forwarded-For names the HTTP client (docs/operations.md,
+   * "Behind a proxy"). false: none, the header is ignored. 'private': the direct peer, when
+   * at a loopback or private address, one hop. A list: peers at these addresses or CIDR
+   * ranges, every such hop.
+   */
+  trustProxy: false | 'private' | string[];
+  /** MQTT connections start with a PROXY protocol header (v1 or v2) naming the client. */
+  mqttProxyProtocol: boolean;
 }
 
 export interface OptionSpec {
@@ -61,7 +71,7 @@ const SNAPSHOTS_DIR_OPTION: OptionSpec = {
 const DATABASE_URL_OPTION: OptionSpec = {
   name: 'database-url',
   flags: '--database-url <url>',
-  description: 'PostgreSQL instead of SQLite: postgres://USER[:PASSWORD]@HOST[:PORT]/DB (backup and restore only in this version)',
+  description: 'PostgreSQL instead of SQLite: postgres://USER[:PASSWORD]@HOST[:PORT]/DB',
 };
 
 /** Where a command keeps its data: the options every command takes besides --config and --json. */
@@ -126,6 +136,17 @@ export const SERVE_OPTIONS: OptionSpec[] = [
     description: 'refuse new readings and snapshots (503) while the data dir has less free disk space than this; 0: off',
     default: '64',
   },
+  {
+    name: 'trust-proxy',
+    flags: '--trust-proxy [addresses]',
+    description:
+      'take the HTTP client address from X-Forwarded-For set by a proxy: alone (or "true"), a proxy at a loopback or private address; or a comma-separated list of proxy addresses/CIDRs',
+  },
+  {
+    name: 'mqtt-proxy-protocol',
+    flags: '--mqtt-proxy-protocol [on|off]',
+    description: 'MQTT connections come through a proxy that sends the PROXY protocol (v1 or v2); connections without it are closed',
+  },
 ];
 
 class ConfigError extends Error {}
@@ -161,6 +182,51 @@ function str(value: unknown): string | null {
 }
 
 const MB = 1_048_576;
+
+const ON_WORDS = ['true', 'on', 'yes', '1'];
+const OFF_WORDS = ['false', 'off', 'no', '0'];
+
+/**
+ * A switch given as a bare flag (commander: true), from the environment or a config file:
+ * true/on/yes/1 and false/off/no/0. Unset: `fallback`.
+ */
+function onOff(name: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined || value === null || value === '') return fallback;
+  if (typeof value === 'boolean') return value;
+  const text = String(value).trim().toLowerCase();
+  if (ON_WORDS.includes(text)) return true;
+  if (OFF_WORDS.includes(text)) return false;
+  throw new ConfigError(`--${name} must be on or off, got "${String(value)}"`);
+}
+
+/**
+ * --trust-proxy: bare flag/true/on → 'private'; false/off or unset → false; otherwise proxy
+ * addresses or CIDR ranges, comma-separated (a config file may also give a JSON array).
+ */
+function trustProxyOf(value: unknown): ServerConfig['trustProxy'] {
+  if (Array.isArray(value)) return proxyList(value.map(String));
+  if (value === undefined || value === null || value === '' || typeof value === 'boolean') return value === true ? 'private' : false;
+  const text = String(value).trim();
+  const word = text.toLowerCase();
+  if (ON_WORDS.includes(word)) return 'private';
+  if (OFF_WORDS.includes(word)) return false;
+  return proxyList(text.split(','));
+}
+
+function proxyList(entries: string[]): string[] {
+  const list = entries.map((e) => e.trim()).filter((e) => e !== '');
+  if (list.length === 0) throw new ConfigError('--trust-proxy needs at least one address');
+  for (const entry of list) {
+    const [address = '', prefix, ...rest] = entry.split('/');
+    const family = isIP(address);
+    const maxPrefix = family === 4 ? 32 : 128;
+    const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= maxPrefix);
+    if (family === 0 || !prefixOk || rest.length > 0) {
+      throw new ConfigError(`--trust-proxy takes on/off or IP addresses and CIDR ranges (10.0.0.5, 10.0.0.0/8, fd00::/8), got "${entry}"`);
+    }
+  }
+  return list;
+}
 
 const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
@@ -220,6 +286,8 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
     logLevel: logLevel as ServerConfig['logLevel'],
     logFormat,
     minFreeDiskBytes: Math.round(minFreeDiskMb * MB),
+    trustProxy: trustProxyOf(get('trust-proxy')),
+    mqttProxyProtocol: onOff('mqtt-proxy-protocol', get('mqtt-proxy-protocol'), false),
   };
 }
 

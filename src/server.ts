@@ -1,13 +1,12 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { composeServices, type Services, type Storage } from './composition.js';
+import { openStorage, type Services, type Storage } from './composition.js';
 import type { ServerConfig } from './config.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
 import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js';
 import { randomBase62 } from './ids.js';
 import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
-import { openDatabase } from './storage/db.js';
 import type { Clock } from './time.js';
 import { VERSION } from './version.js';
 
@@ -48,12 +47,12 @@ export interface StartOptions {
 }
 
 /**
- * Opens the database, migrates, builds the app and listens. The order matters: migrations
+ * Opens the database (SQLite in the data dir, or PostgreSQL with a database URL), migrates,
+ * builds the app and listens. The order matters: migrations
  * run before any listener accepts a connection; shutdown runs the other way round.
  */
 export async function startServer(config: ServerConfig, options: StartOptions = {}): Promise<RunningServer> {
   const print = options.print ?? (() => {});
-  const db = openDatabase(config.dataDir, { durability: config.durability });
   const logger = {
     level: config.logLevel,
     ...(config.logFormat === 'pretty' ? { stream: readableLogStream(process.stdout) } : {}),
@@ -65,10 +64,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     services,
     storage,
     close: closeStorage,
-  } = composeServices(db, {
+  } = await openStorage(config, {
     clock: options.clock,
-    dataDir: config.dataDir,
-    snapshotsDir: config.snapshotsDir,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
     logAlert: (message, details) => app?.log.warn(details, message),
@@ -85,7 +82,13 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   });
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
-  const setupToken = (await services.accounts.count()) === 0 ? randomBase62(32) : null;
+  let setupToken: string | null;
+  try {
+    setupToken = (await services.accounts.count()) === 0 ? randomBase62(32) : null;
+  } catch (err) {
+    await closeStorage();
+    throw err;
+  }
 
   const { retention } = services;
   let stopWatching: (() => void) | null = null;
@@ -103,7 +106,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await stopJobs();
     await app?.close();
     await services.alertEvaluation.close();
-    closeStorage();
+    await closeStorage();
     throw err;
   };
 
@@ -142,6 +145,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   print(
     `telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`,
   );
+  if (config.trustProxy !== false) {
+    const proxies =
+      config.trustProxy === 'private' ? 'a proxy at a loopback or private address' : `proxies at ${config.trustProxy.join(', ')}`;
+    print(`HTTP client addresses come from X-Forwarded-For set by ${proxies} (--trust-proxy)`);
+  }
   let mqtt: RunningMqtt | null = null;
   try {
     mqtt = await startMqtt(config, services, app.log, print);
@@ -186,10 +194,10 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       await app!.close();
       clearTimeout(forceClose);
       // The last readings commit (and their alerts are evaluated) before deliveries stop.
-      storage.writer.close();
+      await storage.writer.close();
       // Stops webhook retries; outcomes of deliveries still running are recorded as failed.
       await services.alertEvaluation.close();
-      closeStorage();
+      await closeStorage();
     },
   };
 }

@@ -26,7 +26,7 @@ export const STORAGE_RETRY_AFTER_SECONDS = 10;
 const FREE_SPACE_CHECK_MS = 1_000;
 
 /** Why storage refuses writes: the `reason` label of the refused-writes metric. */
-export const STORAGE_FAILURE_KINDS = ['low_disk', 'disk_full', 'io_error', 'read_only', 'busy'] as const;
+export const STORAGE_FAILURE_KINDS = ['low_disk', 'disk_full', 'io_error', 'read_only', 'busy', 'unreachable'] as const;
 export type StorageFailureKind = (typeof STORAGE_FAILURE_KINDS)[number];
 
 export interface StorageFailure {
@@ -51,8 +51,12 @@ export interface StorageProbes {
 }
 
 export interface StorageStatusOptions {
-  /** Directory whose file system holds each area (the data dir; the snapshots dir). */
-  dirs: Record<StorageArea, string>;
+  /**
+   * Directory whose file system holds each area (the data dir; the snapshots dir). The
+   * database's is null when it lives on a database server (PostgreSQL), whose disk this
+   * process cannot see: only its writes' failures tell.
+   */
+  dirs: { database: string | null; snapshots: string };
   /** Free bytes below which new writes are refused; 0 never refuses for space. */
   minFreeBytes: number;
   probes: StorageProbes;
@@ -105,7 +109,7 @@ export class StorageStatus {
     if (this.timer) return;
     const { probes, dirs } = this.options;
     try {
-      this.applyFreeSpace(probes.freeBytesNow(dirs.database), probes.freeBytesNow(dirs.snapshots));
+      this.applyFreeSpace(dirs.database === null ? null : probes.freeBytesNow(dirs.database), probes.freeBytesNow(dirs.snapshots));
     } catch (err) {
       this.reportProbeFailure(err);
     }
@@ -126,7 +130,10 @@ export class StorageStatus {
     this.checking = true;
     const { probes, dirs } = this.options;
     try {
-      const [database, snapshots] = await Promise.all([probes.freeBytes(dirs.database), probes.freeBytes(dirs.snapshots)]);
+      const [database, snapshots] = await Promise.all([
+        dirs.database === null ? null : probes.freeBytes(dirs.database),
+        probes.freeBytes(dirs.snapshots),
+      ]);
       // stop() during the await: a closed server takes no new state.
       if (this.timer) this.applyFreeSpace(database, snapshots);
     } catch (err) {
@@ -137,11 +144,11 @@ export class StorageStatus {
     }
   }
 
-  private applyFreeSpace(database: number, snapshots: number): void {
+  private applyFreeSpace(database: number | null, snapshots: number): void {
     const min = this.options.minFreeBytes;
     this.free.database = database;
     this.free.snapshots = snapshots;
-    const databaseLow = min > 0 && database < min ? lowDiskSpace('database', database, min) : null;
+    const databaseLow = min > 0 && database !== null && database < min ? lowDiskSpace('database', database, min) : null;
     const snapshotsLow = min > 0 && snapshots < min ? lowDiskSpace('snapshots', snapshots, min) : null;
     const wasRefusing = this.readingsRefusal !== null || this.snapshotsRefusal !== null;
     this.readingsRefusal = databaseLow;
@@ -154,7 +161,7 @@ export class StorageStatus {
       });
     } else if (!refusing && wasRefusing) {
       this.logInfo('low-disk-cleared', 'disk space is back above --min-free-disk: taking readings and snapshots again', {
-        freeBytes: database,
+        freeBytes: database ?? snapshots,
       });
     }
   }
@@ -164,10 +171,14 @@ export class StorageStatus {
     this.logWarn('probe', 'cannot read free disk space', { err: err instanceof Error ? err.message : String(err) });
   }
 
-  /** The refusal of `count` writes, counted for /metrics and logged (throttled). */
-  refuse(failure: StorageFailure, count = 1): AppError {
+  /**
+   * The refusal of `count` writes, counted for /metrics and logged (throttled). `detail` is
+   * for the log only (which database server failed, and how), never for the caller.
+   */
+  refuse(failure: StorageFailure, count = 1, detail?: string): AppError {
     this.options.events.emit('storage.refused', { kind: failure.kind, count });
-    this.logWarn(`refused:${failure.kind}`, 'writes refused: storage unavailable', { reason: failure.reason }, count);
+    const details = detail === undefined ? { reason: failure.reason } : { reason: failure.reason, detail };
+    this.logWarn(`refused:${failure.kind}`, 'writes refused: storage unavailable', details, count);
     return storageUnavailable(failure.reason, STORAGE_RETRY_AFTER_SECONDS);
   }
 
@@ -199,7 +210,9 @@ export class StorageStatus {
     const failure = this.options.probes.classify(err);
     if (failure === null) return err;
     this.markFailed(area, failure);
-    return this.refuse(failure, count);
+    // The PostgreSQL writer's 503 carries the server's own message as its cause.
+    const cause = (err as { cause?: unknown } | null)?.cause;
+    return this.refuse(failure, count, cause instanceof Error ? cause.message : undefined);
   }
 
   writeSucceeded(area: StorageArea): void {

@@ -13,6 +13,7 @@ import { publicApiRoutes } from './routes/publicApi.js';
 import { snapshotRoutes } from './routes/snapshots.js';
 import { SHARED_SCHEMAS } from './schemas.js';
 import { buildLazyValidator, buildSharedSerializer } from './serializers.js';
+import { proxyTrust } from './trustProxy.js';
 
 export interface AppOptions {
   services: Services;
@@ -62,6 +63,9 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     http: { headersTimeout: timeouts.headersMs, connectionsCheckingInterval: timeouts.checkIntervalMs },
     routerOptions: { maxParamLength: 200 },
     return503OnClosing: true,
+    // request.ip (sign-in throttle, log lines) is the client a trusted proxy names, else the
+    // peer; X-Forwarded-For from anyone else is ignored (./trustProxy.ts).
+    trustProxy: proxyTrust(config.trustProxy),
     schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer, buildValidator: buildLazyValidator } },
     ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false, validateSchema: false } },
   });

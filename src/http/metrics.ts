@@ -42,7 +42,7 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
   const storage = services.storageStatus;
   new Gauge({
     name: 'telemetryd_database_size_bytes',
-    help: 'Size of the SQLite database (pages in use times page size; the WAL is not counted)',
+    help: 'Size of the database (SQLite: pages in use times page size, the WAL not counted; PostgreSQL: pg_database_size, read every 10 s)',
     registers: [registry],
     collect() {
       this.set(storage.databaseSizeBytes());

@@ -12,6 +12,7 @@
  * - `client.conn.remoteAddress`: the peer address of the connection.
  */
 import type { Aedes, Client, PublishPacket } from 'aedes';
+import { addressOfConnection } from './clientAddress.js';
 
 /** The aedes version the internals below were checked against. */
 export const AEDES_VERSION = '1.2.0';
@@ -82,7 +83,11 @@ export function limitPacketSize(client: Client, maxBytes: number, onOversize: (c
   return true;
 }
 
-/** The peer address of a client's connection, when it has one. */
+/**
+ * The client address of a client's connection, when it has one: the one a PROXY header named
+ * (./clientAddress.ts), else the socket's peer.
+ */
 export function remoteAddressOf(client: Client): string | undefined {
-  return (client as unknown as { conn?: { remoteAddress?: string } }).conn?.remoteAddress;
+  const conn = (client as unknown as { conn?: { remoteAddress?: string } }).conn;
+  return conn ? addressOfConnection(conn) : undefined;
 }

@@ -11,9 +11,12 @@ import { Aedes, type Client } from 'aedes';
 import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
+import { ThrottledLog } from '../domain/throttledLog.js';
 import { MINUTE_MS } from '../time.js';
-import { limitPacketSize, skipFanOut } from './aedesInternals.js';
+import { limitPacketSize, remoteAddressOf, skipFanOut } from './aedesInternals.js';
+import { recordForwardedAddress } from './clientAddress.js';
 import { brokerHooks, isTelemetryTopic } from './hooks.js';
+import { readProxyHeader } from './proxyProtocol.js';
 import { SessionRegistry } from './sessions.js';
 import { loadTlsMaterial, type TlsMaterial } from './tls.js';
 
@@ -25,7 +28,10 @@ import { loadTlsMaterial, type TlsMaterial } from './tls.js';
  * size limit of its own (it buffers a packet of any announced length), hence limitPacketSize below.
  */
 export const MAX_PACKET_BYTES = MAX_INGEST_BYTES + 4_096;
-/** A connection must send CONNECT this soon, and finish the TLS handshake this soon. */
+/**
+ * A connection must send CONNECT this soon, and finish the TLS handshake this soon; behind a
+ * proxy, the PROXY header must arrive this soon too (a proxy sends it at once).
+ */
 const CONNECT_TIMEOUT_MS = 10_000;
 /** TCP keep-alive probes find dead peers of clients that asked for MQTT keep-alive 0. */
 const TCP_KEEPALIVE_MS = MINUTE_MS;
@@ -67,17 +73,27 @@ export async function startMqtt(
   // Telemetry ends at the store: never forwarded (authorizeForward), never retained.
   skipFanOut(broker, (packet) => isTelemetryTopic(packet.topic));
   const stopWatching = sessions.watch();
-  broker.on('clientError', (client: Client, err: Error) => log.debug({ clientId: client.id, err: err.message }, 'MQTT client error'));
-  broker.on('connectionError', (_client: Client, err: Error) => log.debug({ err: err.message }, 'MQTT connection error'));
+  broker.on('clientError', (client: Client, err: Error) =>
+    log.debug({ clientId: client.id, address: remoteAddressOf(client), err: err.message }, 'MQTT client error'),
+  );
+  broker.on('connectionError', (client: Client, err: Error) =>
+    log.debug({ address: remoteAddressOf(client), err: err.message }, 'MQTT connection error'),
+  );
   // aedes emits 'error' on a persistence failure; unhandled it would end the process.
   (broker as EventEmitter).on('error', (err: Error) => log.error({ err }, 'MQTT broker error'));
 
   const sockets = new Set<Socket>();
-  const accept = (socket: Socket) => {
+  const track = (socket: Socket) => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
     socket.setNoDelay(true);
     socket.setKeepAlive(true, TCP_KEEPALIVE_MS);
+  };
+  const accept = (socket: Socket) => {
+    track(socket);
+    handOver(socket);
+  };
+  const handOver = (socket: Socket) => {
     const client = broker!.handle(socket);
     limitPacketSize(client, MAX_PACKET_BYTES, (cmd, reason) => {
       // An authenticated device gets the refusal counted like any other rejected message.
@@ -97,17 +113,72 @@ export async function startMqtt(
     await Promise.all(closing);
   };
 
+  /**
+   * --mqtt-proxy-protocol: every connection starts with a PROXY header from the proxy, read off
+   * the raw socket before anything else (before TLS: the header precedes the ClientHello). A
+   * connection without a valid one is closed: a proxy always sends it, so its absence means
+   * someone bypassed the proxy and might otherwise pose as any client. Those closures are
+   * warned about at most once a minute (a port scan must not flood the log), since a stream of
+   * them usually means a proxy that was not told to send the header.
+   */
+  const headerlessLog = new ThrottledLog(MINUTE_MS);
+  const acceptProxied = (next: (socket: Socket, address: string | undefined) => void) => (socket: Socket) => {
+    track(socket);
+    readProxyHeader(socket, CONNECT_TIMEOUT_MS).then(
+      ({ clientAddress }) => next(socket, clientAddress),
+      (err: Error) => {
+        headerlessLog.report(
+          (details, message) => log.warn(details, message),
+          'no-proxy-header',
+          'MQTT connection without a valid PROXY header closed (--mqtt-proxy-protocol; does the proxy send one?)',
+          { peer: socket.remoteAddress, reason: err.message },
+        );
+        socket.destroy();
+      },
+    );
+  };
+  const handOverForwarded = (socket: Socket, address: string | undefined) => {
+    if (address !== undefined) recordForwardedAddress(socket, address);
+    handOver(socket);
+  };
+
   let material: TlsMaterial | null = null;
   let tlsPort: number | null = null;
   let plainPort: number | null = null;
   try {
     if (config.mqttPort !== null) {
       material = await loadTlsMaterial(config);
-      const server = tls.createServer(
-        { cert: material.cert, key: material.key, minVersion: 'TLSv1.2', handshakeTimeout: CONNECT_TIMEOUT_MS },
-        accept,
-      );
-      server.on('tlsClientError', (err) => log.debug({ err: err.message }, 'MQTT TLS handshake failed'));
+      const tlsOptions = { cert: material.cert, key: material.key, minVersion: 'TLSv1.2' as const };
+      let server: net.Server;
+      if (config.mqttProxyProtocol) {
+        const secureContext = tls.createSecureContext(tlsOptions);
+        server = net.createServer(
+          acceptProxied((raw, address) => {
+            // The TLS socket takes over the raw one's handle, and with it the bytes put back
+            // after the header (the start of the ClientHello).
+            const socket = new tls.TLSSocket(raw, { isServer: true, secureContext });
+            track(socket);
+            const handshakeTimer = setTimeout(() => socket.destroy(), CONNECT_TIMEOUT_MS);
+            const onHandshakeError = (err: Error) => {
+              log.debug({ address, err: err.message }, 'MQTT TLS handshake failed');
+              socket.destroy();
+            };
+            socket.on('error', onHandshakeError);
+            socket.once('close', () => clearTimeout(handshakeTimer));
+            socket.once('secure', () => {
+              clearTimeout(handshakeTimer);
+              // From here on aedes handles the connection's errors.
+              socket.off('error', onHandshakeError);
+              handOverForwarded(socket, address);
+            });
+          }),
+        );
+      } else {
+        server = tls.createServer({ ...tlsOptions, handshakeTimeout: CONNECT_TIMEOUT_MS }, accept);
+        server.on('tlsClientError', (err, socket) =>
+          log.debug({ address: socket.remoteAddress, err: err.message }, 'MQTT TLS handshake failed'),
+        );
+      }
       servers.push(server);
       tlsPort = await listen(server, config.host, config.mqttPort);
       const origin = { generated: 'generated self-signed', reused: 'self-signed', configured: 'configured' }[material.source];
@@ -115,8 +186,9 @@ export async function startMqtt(
         `MQTT over TLS listening on ${config.host}:${tlsPort} (${origin} certificate ${material.certPath}, SHA-256 fingerprint ${material.fingerprint})`,
       );
     }
+    if (config.mqttProxyProtocol) print('MQTT listeners expect a PROXY protocol header on every connection (--mqtt-proxy-protocol)');
     if (config.mqttPlainPort !== null) {
-      const server = net.createServer(accept);
+      const server = net.createServer(config.mqttProxyProtocol ? acceptProxied(handOverForwarded) : accept);
       servers.push(server);
       plainPort = await listen(server, config.host, config.mqttPlainPort);
       print(`MQTT without TLS listening on ${config.host}:${plainPort}`);

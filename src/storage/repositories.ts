@@ -319,6 +319,13 @@ export interface ReadingsRepository {
    * readings left). Returns the readings deleted; the caller repeats until 0.
    */
   expireBatch(deviceSeq: number, cutoff: number, batchSize: number, levels: number): Awaitable<number>;
+  /**
+   * Where readings are stored in partitions by time (PostgreSQL: weeks), retention drops
+   * whole partitions past every account's retention at `now` before the per-device
+   * expireBatch steps, with what they cover in the rollups (`levels` levels) and usage
+   * counts; returns the partitions dropped. Absent where there are none (SQLite).
+   */
+  dropExpiredPartitions?(now: number, levels: number): Awaitable<string[]>;
 }
 
 /**

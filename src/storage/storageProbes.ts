@@ -10,26 +10,7 @@ import type { Db } from './db.js';
  */
 export function storageProbes(db: Db): StorageProbes {
   return {
-    async freeBytes(dir) {
-      for (let at = dir; ; ) {
-        try {
-          const s = await statfs(at);
-          return s.bavail * s.bsize;
-        } catch (err) {
-          at = parentIfMissing(err, at);
-        }
-      }
-    },
-    freeBytesNow(dir) {
-      for (let at = dir; ; ) {
-        try {
-          const s = statfsSync(at);
-          return s.bavail * s.bsize;
-        } catch (err) {
-          at = parentIfMissing(err, at);
-        }
-      }
-    },
+    ...fileSystemProbes,
     classify: storageFailureOf,
     databaseSizeBytes() {
       // Pages in use times page size; the WAL is not counted.
@@ -44,6 +25,30 @@ export function storageProbes(db: Db): StorageProbes {
     },
   };
 }
+
+/** Free space on the file system holding a folder (one not created yet: its parent's). */
+export const fileSystemProbes: Pick<StorageProbes, 'freeBytes' | 'freeBytesNow'> = {
+  async freeBytes(dir) {
+    for (let at = dir; ; ) {
+      try {
+        const s = await statfs(at);
+        return s.bavail * s.bsize;
+      } catch (err) {
+        at = parentIfMissing(err, at);
+      }
+    }
+  },
+  freeBytesNow(dir) {
+    for (let at = dir; ; ) {
+      try {
+        const s = statfsSync(at);
+        return s.bavail * s.bsize;
+      } catch (err) {
+        at = parentIfMissing(err, at);
+      }
+    }
+  },
+};
 
 /**
  * Where to look next after statfs(at) failed with `err`: a folder not created yet (the
@@ -61,7 +66,7 @@ function parentIfMissing(err: unknown, at: string): string {
  * and file-system errno codes that mean storage cannot take the write now, while the same
  * write may succeed later. A constraint, a corrupt file or a bug is not one of them.
  */
-function storageFailureOf(err: unknown): StorageFailure | null {
+export function storageFailureOf(err: unknown): StorageFailure | null {
   const code = (err as { code?: unknown } | null)?.code;
   if (typeof code !== 'string') return null;
   if (code.startsWith('SQLITE_')) {

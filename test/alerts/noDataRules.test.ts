@@ -5,8 +5,7 @@
  * asserted closely; noData.test.ts holds the default period to SECONDS + 5 s.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { composeServices } from '../../src/composition.js';
-import { openDatabase } from '../../src/storage/db.js';
+import { openDataDirStorage } from '../helpers/backend.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
 
@@ -103,12 +102,12 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     expect(evaluation.trackedSilences).toBe(before + 2);
 
     // The admin CLI's way: another connection commits, seen by the next check.
-    const admin = composeServices(openDatabase(server.dataDir));
+    const admin = await openDataDirStorage(server.dataDir);
     try {
       await admin.services.alerts.setEnabled(await admin.services.alerts.getAny(disabled.id), false);
       await admin.services.devices.remove(other.device);
     } finally {
-      admin.close();
+      await admin.close();
     }
     await evaluation.checkSilences();
     expect(evaluation.trackedSilences).toBe(before);

@@ -3,6 +3,8 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { inject } from 'vitest';
+import { type Composition, openStorage, type Storage, sqliteStorage } from '../../src/composition.js';
+import { buildStorageConfig } from '../../src/config.js';
 import type { StoredReading } from '../../src/domain/types.js';
 import { DB_FILE, type Db } from '../../src/storage/db.js';
 import type { Repositories } from '../../src/storage/repositories.js';
@@ -80,9 +82,8 @@ export function backendEnv(dataDir: string | undefined): Record<string, string> 
 }
 
 /** The SQLite handle of a server, for the tests about SQLite itself (skipped on PostgreSQL). */
-export function sqliteDb(storage: { db?: Db }): Db {
-  if (!storage.db) throw new Error('this test reads SQLite directly: skip it on PostgreSQL');
-  return storage.db;
+export function sqliteDb(storage: Storage): Db {
+  return sqliteStorage(storage).db;
 }
 
 /**
@@ -112,7 +113,7 @@ async function psqlIn(databaseUrl: string, sql: string): Promise<string> {
  * on PostgreSQL's readings table.
  */
 export async function failReadingInserts(
-  server: { storage: { db?: Db }; config: { databaseUrl: string | null } },
+  server: { storage: Storage; config: { databaseUrl: string | null } },
   deviceSeq: number,
 ): Promise<() => Promise<void>> {
   const name = `fail_readings_${deviceSeq}`;
@@ -168,4 +169,12 @@ export async function failReadingInsertsIn(dataDir: string): Promise<() => Promi
     other.exec('DROP TRIGGER fail_readings');
     other.close();
   };
+}
+
+/**
+ * The services over a data dir's database from this process, beside a server using it: what
+ * the admin CLI (another process, another connection) does, without a process start.
+ */
+export function openDataDirStorage(dataDir: string): Promise<Composition> {
+  return openStorage(buildStorageConfig({ 'data-dir': dataDir, 'database-url': databaseUrlFor(dataDir) }));
 }

@@ -142,7 +142,7 @@ describe('reading rollups', () => {
     expect(await storedReadings(server, seed.device.seq)).toHaveLength(total);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     // The rollups alone (no raw tail: everything is rolled) hold every reading once.
-    const minuteRows = server.storage.repos.rollups.rows(seed.device.seq, MINUTES, 0, clock.t);
+    const minuteRows = await server.storage.repos.rollups.rows(seed.device.seq, MINUTES, 0, clock.t);
     const counted = minuteRows.reduce((n, [, text]) => {
       const t = (JSON.parse(text) as Record<string, number | number[]>).t!;
       return n + (typeof t === 'number' ? 1 : t[0]!);

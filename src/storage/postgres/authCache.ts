@@ -6,14 +6,11 @@ import type { Awaitable } from '../repositories.js';
  * round trip; a miss returns the promise of the look-up.
  *
  * SQLite learns of every change to the watched tables from its connection's triggers and from
- * PRAGMA data_version. PostgreSQL has neither for free, so this cache is invalidated by this
- * process's own writes: every repository method that changes a devices or accounts row calls
- * `invalidate()` once its statement or transaction has ended (committed or not). Changes made
- * by another process (the admin CLI, another node) are not seen until this process changes
- * one of the tables itself. That is where LISTEN/NOTIFY plugs in: a trigger on devices and
- * accounts that runs `pg_notify('telemetryd_auth', …)`, and one listening connection per
- * process whose notification handler calls `invalidate()` (and reconnects, invalidating
- * once more, after losing its connection, since notifications sent meanwhile are lost).
+ * PRAGMA data_version. On PostgreSQL this process's own writes call `invalidate()`: every
+ * repository method that changes a devices or accounts row does once its statement or
+ * transaction has ended (committed or not). Changes by another process (the admin CLI,
+ * another node) arrive as notifications (changeListener.ts), whose handler calls
+ * `invalidate()` too, and once more after the listening connection was lost and is back.
  */
 export class AuthCache {
   private generation = 0;

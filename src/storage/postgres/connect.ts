@@ -1,4 +1,5 @@
-import type { Pool, PoolConfig } from 'pg';
+import { randomUUID } from 'node:crypto';
+import type { Client, Pool, PoolConfig } from 'pg';
 
 /**
  * `--database-url` (docs/postgres.md): where the PostgreSQL backend connects. Parsed here
@@ -152,6 +153,20 @@ export interface PostgresPoolOptions {
   max?: number;
   /** A connection that dropped while idle (the server restarted): the pool replaces it on next use. */
   onIdleError?: (err: Error) => void;
+  /**
+   * This process's name in change notifications (default: a random UUID) (the `telemetryd.node` setting of each
+   * connection, read by the notifying trigger, migration 3), so it can skip its own.
+   */
+  node?: string;
+}
+
+const nodes = new WeakMap<Pool, string>();
+
+/** The node name the pool's connections carry (PostgresPoolOptions.node; random unless given). */
+export function poolNode(pool: Pool): string {
+  const node = nodes.get(pool);
+  if (node === undefined) throw new Error('not a pool opened by connectPostgres');
+  return node;
 }
 
 /** How long a connection attempt may take before it counts as failed (a silent host). */
@@ -170,6 +185,7 @@ export async function connectPostgres(url: string, options: PostgresPoolOptions 
   // service stores stays below 2^53.
   const types = new pg.TypeOverrides();
   types.setTypeParser(pg.types.builtins.INT8, Number);
+  const node = options.node ?? randomUUID();
   const config: PoolConfig = {
     user: db.user,
     password: db.password,
@@ -182,6 +198,7 @@ export async function connectPostgres(url: string, options: PostgresPoolOptions 
     keepAlive: true,
     application_name: 'telemetryd',
     types,
+    options: `-c telemetryd.node=${node}`,
   };
   const pool = new pg.Pool(config);
   // Without a listener, an idle connection dropped by the server would crash the process.
@@ -193,5 +210,14 @@ export async function connectPostgres(url: string, options: PostgresPoolOptions 
     await pool.end().catch(() => {});
     throw new DatabaseUrlError(describeDatabaseError(err, db));
   }
+  nodes.set(pool, node);
   return pool;
+}
+
+/** Opens one connection outside the pool with the pool's settings (the change listener's). */
+export async function connectLike(pool: Pool): Promise<Client> {
+  const { default: pg } = await import('pg');
+  const client = new pg.Client(pool.options);
+  await client.connect();
+  return client;
 }

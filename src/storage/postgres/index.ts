@@ -1,6 +1,8 @@
 import type { Pool } from 'pg';
 import type { ExternalChanges, Repositories } from '../repositories.js';
 import { AuthCache } from './authCache.js';
+import { ChangeListener } from './changeListener.js';
+import { poolNode } from './connect.js';
 import { postgresAccountsRepo } from './repos/accounts.js';
 import { postgresAlertsRepo } from './repos/alerts.js';
 import { postgresApiKeysRepo } from './repos/apiKeys.js';
@@ -11,18 +13,6 @@ import { postgresSessionsRepo } from './repos/sessions.js';
 import { postgresSnapshotsRepo } from './repos/snapshots.js';
 
 /**
- * Commits by other processes (the admin CLI, another node), which SQLite sees through PRAGMA
- * data_version. Not seen on PostgreSQL yet: the counter never moves and the watch never
- * fires. LISTEN/NOTIFY (the cluster work) plugs in here and in authCache.ts: one listening
- * connection per process whose notification handler bumps this counter, calls the auth
- * cache's `invalidate()` and the watchers' `onChange`.
- */
-const noExternalChanges: ExternalChanges = {
-  current: () => 0,
-  watch: () => () => {},
-};
-
-/**
  * Every repository over one connection pool (Repositories, src/storage/repositories.ts), for
  * a database migrated by migratePostgres. Readings are written by the PostgresReadingWriter
  * over the same pool, given `rollups.lateBefore` so that late readings mark their hour dirty
@@ -30,8 +20,9 @@ const noExternalChanges: ExternalChanges = {
  * one pooled client (BEGIN … COMMIT, ROLLBACK on error). Asynchronous because the rollups'
  * mark is read once here.
  *
- * Besides the interface: readings.dropExpiredPartitions (retention by whole weeks) and
- * invalidateAuthCache.
+ * Besides the interface: readings.dropExpiredPartitions (retention by whole weeks),
+ * readings.committed (the writer's commit hook) and invalidateAuthCache. The pool must come
+ * from connectPostgres (its node name tells this process's change notifications apart).
  */
 export async function createPostgresRepositories(pool: Pool) {
   // Device authentication and its account, on every reading: cached, dropped on this
@@ -47,13 +38,10 @@ export async function createPostgresRepositories(pool: Pool) {
     sessions: postgresSessionsRepo(pool),
     snapshots: postgresSnapshotsRepo(pool),
     /**
-     * Commits by other processes (the admin CLI, another node), which SQLite sees through
-     * PRAGMA data_version. Not seen on PostgreSQL yet: the counter never moves and the watch
-     * never fires. LISTEN/NOTIFY (the cluster work) plugs in here and in authCache.ts: the
-     * listening connection's handler bumps this counter, calls `authCache.invalidate()` and
-     * the watchers' `onChange`.
+     * Commits by other processes (the admin CLI, another node), heard through LISTEN/NOTIFY
+     * once watched (changeListener.ts); the auth cache is dropped first.
      */
-    externalCommits: noExternalChanges,
+    externalCommits: new ChangeListener(pool, poolNode(pool), () => authCache.invalidate()) satisfies ExternalChanges,
     /** Forgets the cached device and account look-ups (authCache.ts). */
     invalidateAuthCache: (): void => authCache.invalidate(),
   };

@@ -17,6 +17,15 @@ import type { Pool, PoolClient } from 'pg';
  * sequence for reading ids, and readings range-partitioned by week instead of an inbox and
  * a clustered table (readingPartitions below).
  */
+/** The channel of change notifications (migration 3, changeListener.ts). */
+export const CHANGES_CHANNEL = 'telemetryd_changes';
+/**
+ * Tables whose changes by another process a running server must see at once: device
+ * authentication and MQTT sessions (devices, accounts), API keys, and the alerts the
+ * evaluator caches. Readings, rollups and usage counts are read fresh and not listed.
+ */
+const CHANGE_NOTIFYING_TABLES = ['accounts', 'api_keys', 'devices', 'alerts'] as const;
+
 export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   {
     version: 1,
@@ -248,6 +257,27 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
       ALTER TABLE alert_events ADD COLUMN resolved_at bigint;
       ALTER TABLE alert_events ADD COLUMN resolution_deliveries text NOT NULL DEFAULT '[]';
       ALTER TABLE devices ADD COLUMN resumed_at bigint;
+    `,
+  },
+  {
+    // Other processes (the admin CLI, other nodes) learn of a change through LISTEN/NOTIFY
+    // (changeListener.ts): one notification per statement, sent at commit, naming the table and
+    // the process that changed it (its telemetryd.node setting, connect.ts), so a process
+    // skips its own. Statement-level: a bulk change is one notification, and PostgreSQL folds
+    // identical ones within a transaction into one.
+    version: 3,
+    name: 'change notifications',
+    sql: `
+      CREATE FUNCTION telemetryd_notify_change() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        PERFORM pg_notify('${CHANGES_CHANNEL}', TG_TABLE_NAME || ' ' || coalesce(current_setting('telemetryd.node', true), ''));
+        RETURN NULL;
+      END $$;
+      ${CHANGE_NOTIFYING_TABLES.map(
+        (table) =>
+          `CREATE TRIGGER ${table}_notify_change AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
+             FOR EACH STATEMENT EXECUTE FUNCTION telemetryd_notify_change();`,
+      ).join('\n')}
     `,
   },
 ];

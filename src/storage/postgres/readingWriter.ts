@@ -1,6 +1,7 @@
 import type { Pool } from 'pg';
 import { STORAGE_RETRY_AFTER_SECONDS } from '../../domain/storageStatus.js';
 import { storageUnavailable } from '../../errors.js';
+import type { CommitObserver } from '../readingWriter.js';
 import type { PendingReading } from '../repositories.js';
 import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl } from './connect.js';
 import { partitionWeek, readingPartitions } from './migrations.js';
@@ -71,6 +72,9 @@ export class PostgresReadingWriter {
   private readonly weeks = new Set<number>();
   /** Largest batch seen, for /metrics and the benchmark report. */
   maxBatch = 0;
+  /** Readings committed by this writer: background jobs back off while it climbs fast. */
+  committed = 0;
+  private commits: CommitObserver | null = null;
   /** Where the pool connects, for the detail of a failure (never shown to clients). */
   private readonly database: DatabaseUrl;
 
@@ -80,8 +84,18 @@ export class PostgresReadingWriter {
     private readonly maxBatchSize = 5_000,
     /** Readings before this time mark their hour for the rollups to recompute (rollups.lateBefore); none without it. */
     private readonly lateBefore: (() => number) | null = null,
+    /** Told of each committed batch before its callers are answered (readings.committed: the rollups' live minutes). */
+    private readonly onCommitted: ((batch: readonly PendingReading[]) => void) | null = null,
   ) {
     this.database = parseDatabaseUrl(databaseUrl);
+  }
+
+  /**
+   * Where commit outcomes go (the storage status: 503 counted and logged, /healthz degraded
+   * until the next commit); set once by the composition.
+   */
+  reportTo(commits: CommitObserver): void {
+    this.commits = commits;
   }
 
   get depth(): number {
@@ -132,9 +146,18 @@ export class PostgresReadingWriter {
       try {
         seqs = await this.write(batch);
       } catch (err) {
-        const failure = this.failure(err);
+        const failure = this.commits ? this.commits.commitFailed(this.failure(err), batch.length) : this.failure(err);
         for (const w of batch) w.reject(failure);
         continue;
+      }
+      if (this.commits && this.commits.commitFailure !== null) this.commits.commitSucceeded();
+      this.committed += batch.length;
+      if (this.onCommitted) {
+        try {
+          this.onCommitted(batch);
+        } catch {
+          // An observer's bug must not turn committed readings into errors.
+        }
       }
       for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
     }
