@@ -693,6 +693,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       out.deletedRange = [
         await r.rollups.deleteRange(DEV_1, 0, NOW - 3 * HOUR_MS, NOW - 3 * HOUR_MS + MINUTE_MS),
         await r.rollups.deleteRange(DEV_1, 0, NOW - 3 * HOUR_MS, NOW - 3 * HOUR_MS + MINUTE_MS),
+        // What pruning asks of the level kept for ever (keptFrom: -Infinity): nothing.
+        await r.rollups.deleteRange(DEV_1, 2, 0, Number.NEGATIVE_INFINITY),
       ];
 
       const byTime = (a: [number, string], c: [number, string]) => a[0] - c[0] || a[1].localeCompare(c[1]);
@@ -738,7 +740,7 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
         { deviceSeq: DEV_3, hour: NOW - 35 * DAY_MS },
       ],
     ]);
-    expect(rec.deletedRange).toEqual([1, 0]);
+    expect(rec.deletedRange).toEqual([1, 0, 0]);
     expect([rec.settledStale, rec.settledHours]).toEqual([false, [true, true]]);
     expect((rec.notSettled as unknown[])[0]).toEqual([NOW - 5 * HOUR_MS]);
     expect((rec.settled as unknown[])[0]).toEqual([{ deviceSeq: DEV_3, hour: NOW - 35 * DAY_MS }]);
