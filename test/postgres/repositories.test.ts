@@ -423,6 +423,14 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       out.bySeq = await r.devices.findBySeq(DEV_2);
       out.forAuth = await r.devices.findForAuth('dev_3');
       out.missing = [await r.devices.findById('dev_over'), await r.devices.findBySeq(99), await r.devices.findForAuth('dev_x')];
+      // An id with a NUL (a request path or body can hold one) finds nothing, on PostgreSQL too.
+      out.nul = [
+        await r.devices.findById('dev_1\u0000'),
+        await r.devices.findForAuth('dev_3\u0000'),
+        await r.accounts.findByEmail('a\u0000@example.com'),
+        await r.apiKeys.findById('key_\u0000'),
+        await r.snapshots.findById('snp_\u0000'),
+      ];
       await r.devices.setStatus(DEV_2, 'paused', NOW - 7 * DAY_MS);
       out.pages = [
         await r.devices.listByAccount(ACC_A, { limit: 1, offset: 0 }),
@@ -462,6 +470,7 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
     expect(rec.created).toEqual([true, true, false, true, true]);
     expect(rec.duplicateToken).toBe('unique');
     expect(rec.unknownAccount).toBe('foreign key');
+    expect(rec.nul).toEqual([null, null, null, null, null]);
     expect(rec.counts).toEqual([2, 1, 1, 2]);
     expect(rec.changed).toMatchObject([
       { rejectedCount: 2, lastRejectionReason: 'body is not JSON' },
