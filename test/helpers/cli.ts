@@ -20,7 +20,7 @@ export function runCli(args: string[], opts: { dataDir?: string; input?: string;
   const r = spawnSync(process.execPath, [CLI, ...full], {
     encoding: 'utf8',
     input: opts.input,
-    env: { ...process.env, ...backendEnv(opts.dataDir), ...opts.env },
+    env: { ...process.env, ...backendEnv(opts.dataDir ?? opts.env?.TELEMETRYD_DATA_DIR), ...opts.env },
   });
   let json: unknown;
   if (args.includes('--json') && r.status === 0) json = JSON.parse(r.stdout);
