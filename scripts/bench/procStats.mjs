@@ -17,6 +17,32 @@ export function cpuSeconds(pid) {
   }
 }
 
+function statFields(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * CPU seconds of a process tree one level deep, as PostgreSQL runs (a postmaster forking one
+ * backend per connection and its helpers): the parent's own time, the time of children it
+ * has already reaped (cutime, cstime), and that of its living children. Null when it is gone.
+ */
+export function treeCpuSeconds(parentPid) {
+  const parent = statFields(parentPid);
+  if (!parent) return null;
+  let ticks = Number(parent[11]) + Number(parent[12]) + Number(parent[13]) + Number(parent[14]);
+  for (const pid of pids()) {
+    const f = statFields(pid);
+    // Field 4 of stat (index 1 after the command name) is the parent pid.
+    if (f && f[1] === String(parentPid)) ticks += Number(f[11]) + Number(f[12]);
+  }
+  return ticks / TICKS_PER_S;
+}
+
 export function rssMb(pid) {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)[1]) / 1024;

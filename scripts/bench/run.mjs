@@ -11,6 +11,10 @@
 //   --backend postgres  the same figures with the data in PostgreSQL (a throwaway server of
 //               Debian's postgresql on this machine, as the tests start one); HTTP, MQTT and the big
 //               database; its own report section (bench-postgres)
+//   --cluster N  HTTP and MQTT QoS 1 ingest through haproxy to N nodes on one PostgreSQL
+//               database, beside one node alone on the same database, in the same run, with
+//               each node's and PostgreSQL's CPU per reading; its own report section
+//               (bench-cluster). Implies --backend postgres.
 //   --only=start,http,mqtt,big,connections  run a subset while developing; writes no report
 // The full run rewrites the section of BENCHMARKS.md between <!-- bench:begin … --> and
 // <!-- bench:end --> (--cores 1: <!-- bench-1core:begin … -->), but only when the machine was
@@ -35,7 +39,7 @@ import { cpus, loadavg, tmpdir, totalmem } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
-import { busyProcesses, rssMb } from './procStats.mjs';
+import { busyProcesses, cpuSeconds, rssMb, treeCpuSeconds } from './procStats.mjs';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const argv = process.argv.slice(2);
@@ -47,8 +51,15 @@ const ONE_CORE = coresArg === '1';
 const backendArg =
   argv.find((a) => a.startsWith('--backend='))?.slice(10) ?? (args.has('--backend') ? argv[argv.indexOf('--backend') + 1] : 'sqlite');
 if (backendArg !== 'sqlite' && backendArg !== 'postgres') throw new Error('--backend takes sqlite or postgres');
-const POSTGRES = backendArg === 'postgres';
-if (POSTGRES && ONE_CORE) throw new Error('--backend postgres and --cores 1 are separate runs');
+const clusterArg =
+  argv.find((a) => a.startsWith('--cluster='))?.slice(10) ?? (args.has('--cluster') ? argv[argv.indexOf('--cluster') + 1] : null);
+const CLUSTER = clusterArg === null ? 0 : Number(clusterArg);
+if (clusterArg !== null && !(Number.isInteger(CLUSTER) && CLUSTER >= 2)) throw new Error('--cluster takes a number of nodes, 2 or more');
+if (CLUSTER && backendArg === 'sqlite' && argv.some((a) => a.startsWith('--backend')))
+  throw new Error('--cluster runs on PostgreSQL: leave out --backend sqlite');
+// A cluster shares one PostgreSQL database.
+const POSTGRES = backendArg === 'postgres' || CLUSTER > 0;
+if (POSTGRES && ONE_CORE) throw new Error('--backend postgres (or --cluster) and --cores 1 are separate runs');
 /** Above this 1-minute load average at start the machine is not quiet: the run is not a reference. */
 const QUIET_LOAD = 0.5;
 const JSON_OUT = args.has('--json');
@@ -694,6 +705,199 @@ async function idleConnections() {
   );
 }
 
+/** Readings a node has stored so far (HTTP and MQTT), from its own /metrics. */
+async function readingsStored(httpPort) {
+  const text = await (await fetch(`http://127.0.0.1:${httpPort}/metrics`)).text();
+  let n = 0;
+  for (const m of text.matchAll(/^telemetryd_ingest_readings_total\{[^}]*\} (\d+)$/gm)) n += Number(m[1]);
+  return n;
+}
+
+/** The postmaster's pid of the throwaway PostgreSQL server (first line of postmaster.pid). */
+const postmasterPid = () => Number(readFileSync(path.join(pgServer.dir, 'data', 'postmaster.pid'), 'utf8').split('\n')[0]);
+
+/**
+ * Runs `load` and measures, over the whole call, the CPU of each telemetryd process, of
+ * PostgreSQL (its postmaster and backends) and of haproxy, and the readings each node stored:
+ * CPU µs per reading comes from the same window as the readings it divides.
+ */
+async function measured(nodes, haproxyPid, load) {
+  const pg = postmasterPid();
+  const before = {
+    nodes: await Promise.all(nodes.map(async (n) => ({ cpu: cpuSeconds(n.child.pid), readings: await readingsStored(n.httpPort) }))),
+    pg: treeCpuSeconds(pg),
+    haproxy: haproxyPid ? cpuSeconds(haproxyPid) : null,
+  };
+  const result = await load();
+  const after = {
+    nodes: await Promise.all(nodes.map(async (n) => ({ cpu: cpuSeconds(n.child.pid), readings: await readingsStored(n.httpPort) }))),
+    pg: treeCpuSeconds(pg),
+    haproxy: haproxyPid ? cpuSeconds(haproxyPid) : null,
+  };
+  const perNode = nodes.map((_, i) => {
+    const readings = after.nodes[i].readings - before.nodes[i].readings;
+    return { readings, cpu_us: readings > 0 ? ((after.nodes[i].cpu - before.nodes[i].cpu) / readings) * 1e6 : null };
+  });
+  const total = perNode.reduce((sum, x) => sum + x.readings, 0);
+  return {
+    ...result,
+    perNode,
+    postgres_cpu_us: total > 0 && before.pg != null && after.pg != null ? ((after.pg - before.pg) / total) * 1e6 : null,
+    haproxy_cpu_us: total > 0 && before.haproxy != null ? ((after.haproxy - before.haproxy) / total) * 1e6 : null,
+  };
+}
+
+/** One node of a cluster: the options docs/cluster.md gives, on ports haproxy's configuration names. */
+async function startClusterNode(databaseUrl, snapshotsDir, ports) {
+  const argv = [
+    ...serverCommand.pre,
+    'serve',
+    '--data-dir',
+    tempDir('tlm-bench-node-'),
+    '--database-url',
+    databaseUrl,
+    '--snapshots-dir',
+    snapshotsDir,
+    '--host',
+    '127.0.0.1',
+    '--http-port',
+    String(ports.http),
+    '--mqtt-port',
+    String(ports.mqttTls),
+    '--mqtt-plain-port',
+    String(ports.mqttPlain),
+    '--trust-proxy',
+    '--mqtt-proxy-protocol',
+    '--log-level',
+    'warn',
+  ];
+  const ready = /^(?=[\s\S]*HTTP listening on)(?=[\s\S]*MQTT without TLS listening on)(?=[\s\S]*MQTT over TLS listening on)/;
+  const proc = await spawnUntil(serverCommand.cmd, argv, ready);
+  proc.httpPort = ports.http;
+  return proc;
+}
+
+/** Debian's haproxy in the foreground on the cluster configuration of the tests and docs/cluster.md. */
+async function startHaproxy(nodePorts) {
+  const front = { http: await freePort(), mqttTls: await freePort(), mqttPlain: await freePort() };
+  const dir = tempDir('tlm-bench-haproxy-');
+  const file = path.join(dir, 'haproxy.cfg');
+  const bind = (port) => `127.0.0.1:${port}`;
+  writeFileSync(
+    file,
+    internals.clusterHaproxyConfig({
+      bind: { http: bind(front.http), mqttTls: bind(front.mqttTls), mqttPlain: bind(front.mqttPlain) },
+      nodes: nodePorts,
+      checkInterval: '1s',
+    }),
+  );
+  const child = spawn('/usr/sbin/haproxy', ['-db', '-f', file], { cwd: ROOT, stdio: 'ignore' });
+  children.add(child);
+  child.on('exit', () => children.delete(child));
+  for (let i = 0; i < 200 && !((await canConnect(front.http)) && (await canConnect(front.mqttPlain))); i++) {
+    if (child.exitCode !== null) throw new Error(`haproxy exited ${child.exitCode}`);
+    await sleep(50);
+  }
+  // Two passing health checks per node (rise 2, inter 1s) before any load.
+  await sleep(2_500);
+  return { child, httpPort: front.http, mqttPort: front.mqttPlain };
+}
+
+async function clusterIngest() {
+  const small = await dataset(0);
+  const { dir, meta } = await copyDataset(small);
+  const databaseUrl = databaseOf.get(dir);
+  const snapshotsDir = tempDir('tlm-bench-snapshots-');
+  const nodePorts = [];
+  for (let i = 0; i < CLUSTER; i++) nodePorts.push({ http: await freePort(), mqttPlain: await freePort(), mqttTls: await freePort() });
+  const nodes = [];
+  for (const ports of nodePorts) nodes.push(await startClusterNode(databaseUrl, snapshotsDir, ports));
+  const proxy = await startHaproxy(nodePorts);
+  // One node alone on the same database, reached directly (no proxy options).
+  const single = await startTelemetryd(dir, { mqtt: 'plain' });
+  results.executable = `${serverCommand.label} serve (${CLUSTER} nodes with --database-url, --trust-proxy, --mqtt-proxy-protocol behind haproxy; one node alone)`;
+
+  const httpLoad = (port, pid) => () =>
+    runNodeJson(path.join(ROOT, 'scripts', 'bench', 'httpLoad.mjs'), {
+      serverPid: pid,
+      url: `http://127.0.0.1:${port}`,
+      connections: HTTP_CONNECTIONS,
+      durationS: P.httpS,
+      warmupS: P.httpWarmS,
+      bodies: ingestBodies(meta),
+    });
+  const payload = JSON.stringify({ temperature: 21.5, humidity: 41.5, battery: 3.71 });
+  const devices = meta.devices.slice(0, MQTT_CLIENTS);
+  const mqttLoad = (port, pid) => async () => {
+    const per = Math.ceil(MQTT_CLIENTS / MQTT_PROCS);
+    const parts = await Promise.all(
+      Array.from({ length: MQTT_PROCS }, (_, i) =>
+        runNodeJson(path.join(ROOT, 'scripts', 'bench', 'mqttLoad.mjs'), {
+          serverPid: pid,
+          port,
+          clients: devices.slice(i * per, (i + 1) * per),
+          inflight: MQTT_INFLIGHT,
+          durationS: P.mqttS,
+          warmupS: P.mqttWarmS,
+          payload,
+        }),
+      ),
+    );
+    return { rps: parts.reduce((sum, p) => sum + p.mps, 0), failed: parts.reduce((sum, p) => sum + p.failed, 0), p99_ms: null };
+  };
+  const figures = {};
+  for (const [name, load] of [
+    ['http', httpLoad],
+    ['mqtt', mqttLoad],
+  ]) {
+    const rounds = [];
+    // ABBA, as the other scenarios: a change in the machine's load hits both sides alike.
+    for (let r = 0; r < P.rounds; r++) {
+      const runCluster = () =>
+        measured(nodes, proxy.child.pid, load(name === 'http' ? proxy.httpPort : proxy.mqttPort, nodes[0].child.pid));
+      const runSingle = () => measured([single], null, load(name === 'http' ? single.httpPort : single.mqttPort, single.child.pid));
+      let c;
+      let o;
+      if (r % 2 === 0) {
+        c = await runCluster();
+        o = await runSingle();
+      } else {
+        o = await runSingle();
+        c = await runCluster();
+      }
+      log(
+        `cluster ${name.toUpperCase()} round ${r + 1}: ${CLUSTER} nodes via haproxy ${c.rps.toFixed(0)}/s (readings per node ${c.perNode.map((x) => x.readings).join(', ')}; CPU µs per reading ${c.perNode.map((x) => round(x.cpu_us, 0)).join(', ')}; PostgreSQL ${round(c.postgres_cpu_us, 0)}; haproxy ${round(c.haproxy_cpu_us, 0)}), one node ${o.rps.toFixed(0)}/s (CPU ${round(o.perNode[0].cpu_us, 0)} µs, PostgreSQL ${round(o.postgres_cpu_us, 0)} µs per reading)`,
+      );
+      for (const [who, x] of [
+        ['cluster', c],
+        ['one node', o],
+      ]) {
+        const bad = (x.non2xx ?? 0) + (x.errors ?? 0) + (x.failed ?? 0);
+        if (bad > 0) results.notes.push(`${name.toUpperCase()} round ${r + 1}, ${who}: ${bad} requests not acknowledged`);
+      }
+      rounds.push({ c, o });
+    }
+    const med = (f, d = 0) => round(median(rounds.map(f).filter((v) => v != null)), d);
+    figures[name] = {
+      cluster: med((x) => x.c.rps),
+      single: med((x) => x.o.rps),
+      ratio: med((x) => x.c.rps / x.o.rps, 2),
+      cluster_p99_ms: name === 'http' ? med((x) => x.c.p99_ms, 1) : null,
+      single_p99_ms: name === 'http' ? med((x) => x.o.p99_ms, 1) : null,
+      node_cpu_us: nodes.map((_, i) => med((x) => x.c.perNode[i].cpu_us, 1)),
+      node_readings: nodes.map((_, i) => rounds.reduce((sum, x) => sum + x.c.perNode[i].readings, 0)),
+      single_cpu_us: med((x) => x.o.perNode[0].cpu_us, 1),
+      postgres_cpu_us: med((x) => x.c.postgres_cpu_us, 1),
+      single_postgres_cpu_us: med((x) => x.o.postgres_cpu_us, 1),
+      haproxy_cpu_us: med((x) => x.c.haproxy_cpu_us, 1),
+    };
+  }
+  await stop(single);
+  await stop(proxy);
+  for (const n of nodes) await stop(n);
+  results.cluster = { nodes: CLUSTER, ...figures, rounds: P.rounds };
+}
+
 async function startAndIdle() {
   const small = await dataset(0);
   const { dir } = await copyDataset(small);
@@ -760,11 +964,13 @@ const ONLY = [...args]
   ?.slice(7)
   .split(',');
 // Idle TLS sessions cost the same on either backend: a PostgreSQL run leaves them out.
-const SCENARIOS = ONE_CORE
-  ? ['start', 'http', 'mqtt']
-  : POSTGRES
-    ? ['start', 'http', 'mqtt', 'big']
-    : ['start', 'http', 'mqtt', 'big', 'connections'];
+const SCENARIOS = CLUSTER
+  ? ['cluster']
+  : ONE_CORE
+    ? ['start', 'http', 'mqtt']
+    : POSTGRES
+      ? ['start', 'http', 'mqtt', 'big']
+      : ['start', 'http', 'mqtt', 'big', 'connections'];
 const want = (name) => SCENARIOS.includes(name) && (!ONLY || ONLY.includes(name));
 const t0 = performance.now();
 const date = new Date().toISOString();
@@ -782,6 +988,7 @@ if (want('http')) await httpIngest();
 if (want('mqtt')) await mqttIngest();
 if (want('big')) await bigDatabase();
 if (want('connections')) await idleConnections();
+if (want('cluster')) await clusterIngest();
 if (pgServer) await pgServer.stop();
 results.duration_s = round((performance.now() - t0) / 1000, 0);
 const busyAfter = await busyProcesses();
@@ -796,18 +1003,18 @@ results.machine = {
   quiet: loadBefore <= QUIET_LOAD,
   cores: ONE_CORE ? 'server on core 0, load on core 1 (taskset)' : 'all cores shared',
 };
-results.command = `npm run bench${QUICK || JSON_OUT || ONE_CORE || POSTGRES ? ' --' : ''}${QUICK ? ' --quick' : ''}${ONE_CORE ? ' --cores 1' : ''}${POSTGRES ? ' --backend postgres' : ''}${JSON_OUT ? ' --json' : ''}`;
-results.backend = backendArg;
+results.command = `npm run bench${QUICK || JSON_OUT || ONE_CORE || POSTGRES ? ' --' : ''}${QUICK ? ' --quick' : ''}${ONE_CORE ? ' --cores 1' : ''}${CLUSTER ? ` --cluster ${CLUSTER}` : POSTGRES ? ' --backend postgres' : ''}${JSON_OUT ? ' --json' : ''}`;
+results.backend = POSTGRES ? 'postgres' : 'sqlite';
 results.date = date;
 results.quick = QUICK;
 results.one_core = ONE_CORE;
 
 if (!ONLY) {
-  const kind = ONE_CORE ? 'bench-1core' : POSTGRES ? 'bench-postgres' : 'bench';
+  const kind = CLUSTER ? 'bench-cluster' : ONE_CORE ? 'bench-1core' : POSTGRES ? 'bench-postgres' : 'bench';
   const committed = !QUICK && results.machine.quiet;
   const file = committed
     ? path.join(ROOT, 'BENCHMARKS.md')
-    : path.join(CACHE, `BENCHMARKS-${QUICK ? 'quick' : 'not-quiet'}${POSTGRES ? '-postgres' : ''}.md`);
+    : path.join(CACHE, `BENCHMARKS-${QUICK ? 'quick' : 'not-quiet'}${CLUSTER ? '-cluster' : POSTGRES ? '-postgres' : ''}.md`);
   writeReport(file, kind);
   log(`report: ${path.relative(ROOT, file)}${committed ? '' : ' (BENCHMARKS.md left alone)'}`);
 }
@@ -833,7 +1040,20 @@ function writeReport(file, kind) {
   const mqttRow = (target) =>
     `| MQTT QoS 1 ingest, ${r.mqtt_qos1.clients} devices × ${r.mqtt_qos1.inflight_per_client} in flight, PUBACK after commit | ${r.mqtt_qos1.mps} msg/s${cpu(r.mqtt_qos1)} | aedes ${r.mqtt_qos1.baseline_mps} msg/s${r.mqtt_qos1.mosquitto_mps == null ? '' : `; mosquitto ${r.mqtt_qos1.mosquitto_mps} msg/s (telemetryd ÷ mosquitto ${r.mqtt_qos1.ratio_to_mosquitto})`} | ${r.mqtt_qos1.ratio} | ${target ? `≥ ${target} | ${mark(r.mqtt_qos1.ratio >= target)}` : ' | '} |`;
   let rows;
-  if (kind === 'bench-1core') {
+  if (kind === 'bench-cluster') {
+    const c = r.cluster;
+    const perNode = (x) => x.node_cpu_us.map((us, i) => `node${i + 1} ${us}`).join(', ');
+    const row = (what, x, unit) =>
+      `| ${what} | ${x.cluster} ${unit}${x.cluster_p99_ms == null ? '' : `, p99 ${x.cluster_p99_ms} ms`} | ${x.single} ${unit}${x.single_p99_ms == null ? '' : `, p99 ${x.single_p99_ms} ms`} | ${x.ratio} | ${perNode(x)} (alone: ${x.single_cpu_us}) | ${x.postgres_cpu_us} (alone: ${x.single_postgres_cpu_us}) | ${x.haproxy_cpu_us} |`;
+    rows = [
+      `| figure (${c.nodes} nodes behind haproxy, one PostgreSQL on the same machine) | through haproxy to ${c.nodes} nodes | one node alone, same database | ratio | node CPU µs per reading it took | PostgreSQL CPU µs per reading | haproxy CPU µs per reading |`,
+      '|---|---|---|---|---|---|---|',
+      row(`HTTP ingest, ${HTTP_CONNECTIONS} connections, ${P.devices} devices`, c.http, 'req/s'),
+      row(`MQTT QoS 1 ingest, ${MQTT_CLIENTS} devices × ${MQTT_INFLIGHT} in flight`, c.mqtt, 'msg/s'),
+      '',
+      `Every process runs on the same ${r.machine.nproc} cores: the cluster's nodes, haproxy, PostgreSQL and the load generators share them, so the throughput ratio says what one machine gives, not what ${c.nodes} machines would. The CPU per reading is what sizing rests on (docs/cluster.md, "Sizing").`,
+    ];
+  } else if (kind === 'bench-1core') {
     rows = [
       '| figure (server on one core) | telemetryd | bare baseline | ratio | | |',
       '|---|---|---|---|---|---|',

@@ -3,7 +3,8 @@
 // already holds the big data set; 1,000 devices round-robin, `perPass` readings in flight per
 // event-loop pass, as many concurrent connections would produce. Transport cost is measured
 // by the HTTP and MQTT scenarios; this one measures what storage sustains.
-// argv[2] is a JSON file: {bundle, dir, durationS, perPass}. Prints one JSON line.
+// argv[2] is a JSON file: {bundle, dir, databaseUrl, durationS, perPass}; with a database URL the
+// data is in PostgreSQL. Prints one JSON line.
 
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -11,11 +12,15 @@ import path from 'node:path';
 
 const cfg = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 const require = createRequire(import.meta.url);
-const { openDatabase, composeServices } = require(cfg.bundle);
+const { openStorage } = require(cfg.bundle);
 const meta = JSON.parse(readFileSync(path.join(cfg.dir, 'bench.json'), 'utf8'));
 
-const db = openDatabase(cfg.dir);
-const { services, storage } = composeServices(db);
+const composition = await openStorage({
+  dataDir: cfg.dir,
+  snapshotsDir: path.join(cfg.dir, 'snapshots'),
+  databaseUrl: cfg.databaseUrl ?? null,
+});
+const { services, storage } = composition;
 const devices = meta.devices;
 let n = 0;
 let acknowledged = 0;
@@ -39,8 +44,11 @@ async function pass() {
   }
   await Promise.all(batch);
 }
-// The last reading seq issued before the run: how many readings the database held.
-const before = db.prepare('SELECT last FROM reading_seq').get()?.last ?? 0;
+// How many readings the database held (SQLite: the last seq issued; PostgreSQL: the sequence's).
+const before =
+  storage.backend === 'sqlite'
+    ? (storage.db.prepare('SELECT last FROM reading_seq').get()?.last ?? 0)
+    : Number((await storage.pool.query('SELECT last_value FROM reading_seq')).rows[0].last_value);
 // Warm-up: a second of passes, not counted.
 const warmEnd = performance.now() + 1000;
 while (performance.now() < warmEnd) await pass();
@@ -51,6 +59,5 @@ while (performance.now() < end) await pass();
 const seconds = (performance.now() - t0) / 1000;
 // Acknowledged readings: each one committed before its promise resolved.
 const rows = acknowledged - startCount;
-storage.writer.close();
-db.close();
+await composition.close();
 console.log(JSON.stringify({ rows_per_s: rows / seconds, rows_before: before, max_batch: storage.writer.maxBatch }));

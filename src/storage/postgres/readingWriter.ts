@@ -110,6 +110,7 @@ export class PostgresReadingWriter {
         accountSeq: reading.accountSeq,
         time: reading.time,
         data: reading.data,
+        parsed: reading.parsed,
         resolve,
         reject,
       });
