@@ -3,11 +3,11 @@ import { configDefaults, defineConfig } from 'vitest/config';
 /**
  * The second run of the suite (TELEMETRYD_TEST_BACKEND=postgres, test/helpers/backend.ts)
  * leaves out what chooses its backend itself and so does the same in both runs: the
- * PostgreSQL tests (their own servers, beside SQLite data dirs), the benchmark's quick run
- * and the single executable's tests (their own processes, without the test helpers).
+ * PostgreSQL and cluster tests (their own servers, beside SQLite data dirs), the benchmark's
+ * quick run and the single executable's tests (their own processes, without the test helpers).
  */
 const onPostgres = process.env.TELEMETRYD_TEST_BACKEND === 'postgres';
-const sameInBothRuns = ['test/postgres/**', 'test/bench/**', 'test/binary/**'];
+const sameInBothRuns = ['test/postgres/**', 'test/cluster/**', 'test/bench/**', 'test/binary/**'];
 
 export default defineConfig({
   test: {
