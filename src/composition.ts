@@ -10,11 +10,14 @@ import { accountService } from './domain/accounts.js';
 import { aggregateService } from './domain/aggregates.js';
 import { alertEvaluator } from './domain/alerts/evaluator.js';
 import { alertService } from './domain/alerts.js';
+import { type ClusterParts, clusterService } from './domain/cluster.js';
 import { deviceService } from './domain/devices.js';
 import { DomainEvents } from './domain/events.js';
 import { ingestPipeline } from './domain/ingest/pipeline.js';
 import { keyService } from './domain/keys.js';
-import { RateLimiter } from './domain/rateLimit.js';
+import { type LeaderJobsLog, leaderJobs } from './domain/leaderJobs.js';
+import { periodicJob } from './domain/periodicJob.js';
+import { RateLimiter, SharedRateLimiter } from './domain/rateLimit.js';
 import { RetentionJob, type RetentionOptions } from './domain/retention.js';
 import { rollupService } from './domain/rollups.js';
 import { sessionService } from './domain/sessions.js';
@@ -33,12 +36,14 @@ import type { StorageConfig } from './config.js';
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
 import { createRepositories, type SqliteRepositories } from './storage/index.js';
 import { createPostgresBackup, type PostgresBackupProgress, restorePostgresBackup } from './storage/postgres/archive.js';
-import { connectPostgres } from './storage/postgres/connect.js';
+import { postgresClusterSettings, postgresPeerChannel, postgresRateCounts } from './storage/postgres/cluster.js';
+import { connectPostgres, poolNode } from './storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from './storage/postgres/index.js';
 import { migratePostgres } from './storage/postgres/migrations.js';
 import { PostgresReadingWriter } from './storage/postgres/readingWriter.js';
 import { postgresStorageProbes } from './storage/postgres/storageProbes.js';
 import { ReadingWriter } from './storage/readingWriter.js';
+import type { SharedRateCounts } from './storage/repositories.js';
 import { type SnapshotFiles, snapshotFiles } from './storage/snapshotFiles.js';
 import { storageProbes } from './storage/storageProbes.js';
 import { type Clock, systemClock } from './time.js';
@@ -66,6 +71,8 @@ export interface ServiceOptions {
   minFreeDiskBytes?: number;
   /** Where storage refusals and recoveries are logged (throttled). */
   storageLog?: { warn: LogLine; info: LogLine };
+  /** Where a failure to talk to the other nodes of a cluster is reported (PostgreSQL). */
+  onClusterError?: (err: unknown, what: string) => void;
 }
 
 /**
@@ -87,6 +94,8 @@ interface PostgresStorage {
   pool: Pool;
   repos: PostgresRepositories;
   writer: PostgresReadingWriter;
+  /** What the nodes of a cluster share beyond the tables (storage/postgres/cluster.ts). */
+  cluster: ClusterParts & { rateCounts: SharedRateCounts };
 }
 
 /** The SQLite storage of a composition, for code and tests that need SQLite's handle; throws on PostgreSQL. */
@@ -120,6 +129,16 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     publicUrl: options.publicUrl,
   });
   const snapshots = snapshotService(repos, devices, files, clock, storageStatus);
+  const retention = new RetentionJob(repos, clock, snapshots, options.retention);
+  // Deliveries a stopped node left pending (PostgreSQL), looked for every second by the leader.
+  const adoptDeliveries = periodicJob(
+    alertEvaluation.adoptAbandoned,
+    options.logAlert && ((err) => options.logAlert!('adopting alert deliveries failed', { err })),
+  );
+  const adoptDeliveriesJob = {
+    start: () => adoptDeliveries.start({ intervalMs: 1_000, firstRunDelayMs: 1_000 }),
+    stop: adoptDeliveries.stop,
+  };
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.
   events.on('device.changed', ({ deviceId, change }) => {
@@ -138,12 +157,33 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     usage: usageService(repos, clock),
     alerts: alertService(repos, clock, events),
     alertEvaluation,
-    rateLimiter: new RateLimiter(clock),
+    rateLimiter: storage.backend === 'postgres' ? new SharedRateLimiter(clock, storage.cluster.rateCounts) : new RateLimiter(clock),
+    cluster: clusterService(storage.backend === 'postgres' ? storage.cluster : null, events, options.onClusterError ?? (() => {})),
     ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate, gate: storageStatus }),
     snapshots,
     /** Whether storage takes writes (free disk space, failed commits), for ingest, /healthz and /metrics. */
     storageStatus,
-    retention: new RetentionJob(repos, clock, snapshots, options.retention),
+    retention,
+    /**
+     * The jobs that run once per database, on the process that leads (the server starts
+     * them; on SQLite it always leads): retention, the silence checks every
+     * `silenceCheckMs`, the rollup pass.
+     */
+    backgroundJobs: (silenceCheckMs?: number, log?: Partial<LeaderJobsLog>) =>
+      leaderJobs(
+        repos.leadership,
+        [
+          retention,
+          {
+            start: () => alertEvaluation.startSilenceChecks(silenceCheckMs),
+            stop: () => alertEvaluation.stopSilenceChecks(),
+          },
+          rollups,
+          // Only where other processes send deliveries too.
+          ...(repos.leadership.soleWriter ? [] : [adoptDeliveriesJob]),
+        ],
+        log,
+      ),
     backup: {
       /** A consistent archive of the database and the snapshot files, taken while serving. */
       create: (file: string, onProgress?: (p: BackupProgress) => void) =>
@@ -238,7 +278,17 @@ async function composePostgres(
       log: options.storageLog,
     });
     writer.reportTo(storageStatus);
-    const storage: PostgresStorage = { backend: 'postgres', pool, repos, writer };
+    const storage: PostgresStorage = {
+      backend: 'postgres',
+      pool,
+      repos,
+      writer,
+      cluster: {
+        peers: postgresPeerChannel(pool, poolNode(pool), repos.externalCommits),
+        settings: postgresClusterSettings(pool),
+        rateCounts: postgresRateCounts(pool),
+      },
+    };
     const services = buildServices(storage, { clock, events, files, storageStatus }, options);
     let closing: Promise<void> | null = null;
     return {
@@ -248,6 +298,8 @@ async function composePostgres(
         closing ??= (async () => {
           await writer.close();
           await repos.externalCommits.close();
+          // Last: deliveries this node leaves pending are adopted by another once this ends.
+          await repos.leadership.close();
           await pool.end();
         })();
         return closing;

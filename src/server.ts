@@ -2,6 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { openStorage, type Services, type Storage } from './composition.js';
 import type { ServerConfig } from './config.js';
+import { SHARED_VALUES } from './domain/cluster.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
 import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js';
 import { randomBase62 } from './ids.js';
@@ -31,6 +32,8 @@ export interface RunningServer {
   setupUrl: string | null;
   /** Retention of readings and snapshots (docs/operations.md, "Retention"), periodic; tests drive it with runOnce(). */
   retention: RetentionJob;
+  /** Whether this process runs the background jobs now (always on SQLite; on PostgreSQL, the node holding the lead). */
+  leadsJobs(): boolean;
   close(): Promise<void>;
 }
 
@@ -79,27 +82,42 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       info: (details, message) => app?.log.info(details, message),
     },
     onRollupError: (err) => app?.log.error({ err }, 'rolling up readings failed; retried at the next pass'),
+    onClusterError: (err, what) => app?.log.warn({ err }, `${what} failed`),
   });
 
-  // The first-run setup URL: valid while no account exists (docs/operations.md, "First run").
+  // The first-run setup URL: valid while no account exists (docs/operations.md, "First run"),
+  // one per cluster on PostgreSQL, so every node prints and accepts the same link
+  // (docs/cluster.md, "What every node sees").
   let setupToken: string | null;
   try {
-    setupToken = (await services.accounts.count()) === 0 ? randomBase62(32) : null;
+    if ((await services.accounts.count()) === 0) {
+      const create = async () => randomBase62(32);
+      setupToken = (await services.cluster.sharedValue(SHARED_VALUES.setupToken, create)) ?? (await create());
+    } else {
+      setupToken = null;
+      await services.cluster.forgetSharedValue(SHARED_VALUES.setupToken);
+    }
   } catch (err) {
     await closeStorage();
     throw err;
   }
 
   const { retention } = services;
+  // Retention, silence checks and rollups run on one node of a cluster at a time (docs/cluster.md).
+  const backgroundJobs = services.backgroundJobs(options.silenceCheckMs, {
+    leading: () => {
+      if (storage.backend === 'postgres') app?.log.info('this node runs the background jobs (retention, silence checks, rollups)');
+    },
+    lost: () => app?.log.warn('this node lost the lead of the background jobs; another node takes them over'),
+    error: (err) => app?.log.error({ err }, 'following the lead of the background jobs failed; retrying'),
+  });
   let stopWatching: (() => void) | null = null;
   /** Stops every background job (a failed start, close()); stopping one not started does nothing. */
   const stopJobs = async () => {
     stopWatching?.();
     stopWatching = null;
     services.storageStatus.stop();
-    services.alertEvaluation.stopSilenceChecks();
-    await retention.stop();
-    await services.rollups.stop();
+    await backgroundJobs.stop();
   };
   /** Undoes a start that failed part way (port in use, MQTT listener refused), then rethrows. */
   const abortStart = async (err: unknown): Promise<never> => {
@@ -132,11 +150,10 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   }
   // The jobs start once the port is bound: a start refused before that leaves no job behind.
   stopWatching = services.watchExternalCommits(250, (err) => app?.log.error({ err }, 'database change check failed'));
-  retention.start();
-  // no_data alerts (docs/alerts.md): silences are checked on a timer, stopped by close().
-  services.alertEvaluation.startSilenceChecks(options.silenceCheckMs);
-  // Rollups of numeric paths for aggregates: shortly after start, then every minute.
-  services.rollups.start();
+  // Retention (hourly), the no_data silence checks (docs/alerts.md) on a timer, the rollups of
+  // numeric paths for aggregates (shortly after start, then every minute): on SQLite at once,
+  // on PostgreSQL once this node leads.
+  backgroundJobs.start();
 
   const shownHost = config.host === '0.0.0.0' || config.host === '::' ? 'localhost' : config.host;
   const httpUrl = `http://${shownHost}:${address.port}`;
@@ -157,6 +174,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     return abortStart(err);
   }
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
+  app.metrics.sources.leadsJobs = () => backgroundJobs.leading;
   if (mqtt?.tls && mqtt.tlsPort !== null)
     mqttCertificate = { port: mqtt.tlsPort, pem: mqtt.tls.cert, selfSigned: mqtt.tls.source !== 'configured' };
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
@@ -178,6 +196,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     mqttFingerprint: mqtt?.tls?.fingerprint ?? null,
     setupUrl,
     retention,
+    leadsJobs: () => backgroundJobs.leading,
     async close() {
       if (closed) return;
       closed = true;

@@ -8,6 +8,11 @@ import type { ActionDelivery, Alert, AlertAction, AlertEvent, Device, StoredRead
 export interface DomainEventMap {
   /** A reading was committed. */
   'reading.stored': { device: Device; reading: StoredReading; parsed: Record<string, unknown>; transport?: Transport };
+  /**
+   * Another node of the cluster committed a reading of an account with a live view open on
+   * this node (cluster.ts followReadings); this node's own readings are 'reading.stored' only.
+   */
+  'reading.storedElsewhere': { deviceId: string; accountSeq: number; reading: StoredReading };
   /** A reading was refused for good (not stored); the device's rejection count went up. */
   'reading.rejected': { device: Device; reason: string; transport: Transport };
   /** `count` writes (readings or a snapshot) were refused because storage could not take them. */

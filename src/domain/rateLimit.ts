@@ -1,4 +1,5 @@
 import { rateLimited } from '../errors.js';
+import type { SharedRateCounts } from '../storage/repositories.js';
 import { type Clock, DAY_MS, MINUTE_MS } from '../time.js';
 import type { Account } from './types.js';
 
@@ -19,7 +20,8 @@ interface Counter {
 /**
  * Per-account Public API limits: fixed windows of the current UTC minute and UTC day
  * (docs/api.md, "Rate limits"). Every request with a valid key counts, 4xx included; a request refused
- * with 429 does not. Counts live in memory: a restart forgives the current windows.
+ * with 429 does not. Counts live in memory (SQLite: one process): a restart forgives the
+ * current windows.
  */
 export class RateLimiter {
   private counters = new Map<number, Counter>();
@@ -60,5 +62,35 @@ export class RateLimiter {
     c.minuteCount++;
     c.dayCount++;
     return state();
+  }
+}
+
+/**
+ * The same limits counted in the database (PostgreSQL), so every node of a cluster counts
+ * against the same windows and N nodes together allow what one would (docs/cluster.md,
+ * "What every node sees"): one round trip per request.
+ */
+export class SharedRateLimiter {
+  constructor(
+    private readonly clock: Clock,
+    private readonly counts: SharedRateCounts,
+  ) {}
+
+  /** Counts one request, or rejects with 429 (with the state to put in headers) when over a limit. */
+  async consume(account: Account): Promise<RateLimitState> {
+    const now = this.clock.now();
+    const minute = Math.floor(now / MINUTE_MS);
+    const day = Math.floor(now / DAY_MS);
+    const { ratePerMinute, ratePerDay } = account.limits;
+    const { minuteCount, dayCount, allowed } = await this.counts.consume(account.seq, minute, day, ratePerMinute, ratePerDay);
+    const state: RateLimitState = {
+      limit: ratePerMinute,
+      remaining: Math.max(0, ratePerMinute - minuteCount),
+      dailyLimit: ratePerDay,
+      dailyRemaining: Math.max(0, ratePerDay - dayCount),
+    };
+    if (allowed) return state;
+    const retryAfterMs = dayCount >= ratePerDay ? (day + 1) * DAY_MS - now : (minute + 1) * MINUTE_MS - now;
+    throw Object.assign(rateLimited('rate limit exceeded', Math.ceil(retryAfterMs / 1000)), { rateLimit: state });
   }
 }

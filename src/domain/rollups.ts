@@ -81,8 +81,11 @@ const sleep = (ms: number) =>
 export function rollupService(repos: Repositories, clock: Clock, options: RollupOptions = {}) {
   const rollups = repos.rollups;
   const job = periodicJob(pass, options.onError);
-  const live = new LiveMinutes(clock.now());
-  repos.readings.observeCommits((batch) => live.addCommitted(batch, rollups.lateBefore(), clock.now()));
+  // The minute figures of committed readings are complete only when this process commits
+  // every reading (SQLite). With several nodes writing one database (PostgreSQL), each node
+  // sees only its own: the pass reads every minute back from the database instead.
+  const live = repos.leadership.soleWriter ? new LiveMinutes(clock.now()) : null;
+  if (live) repos.readings.observeCommits((batch) => live.addCommitted(batch, rollups.lateBefore(), clock.now()));
   let prunedAt = 0;
   /**
    * The dense hour a pass is reading in chunks (between event-loop turns), not to be settled
@@ -155,6 +158,21 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     return writes;
   }
 
+  /**
+   * Stores the rollups of [from, to) of one device computed from `readings` readings read
+   * back. With other processes writing (PostgreSQL), only if the span still holds exactly
+   * those readings (rollups.settleHour's check): otherwise a late reading committed after the
+   * read, and another node may have settled its hour meanwhile, which this write would undo.
+   * False: nothing stored, the caller reads the span again.
+   */
+  async function storeSpan(deviceSeq: number, from: number, to: number, writes: RollupLevelWrite[], readings: number): Promise<boolean> {
+    if (live) {
+      await rollups.writeSpan(deviceSeq, writes);
+      return true;
+    }
+    return rollups.settleHour(deviceSeq, from, writes, { to, readings });
+  }
+
   const minutesOf = (rows: readonly (RawRow | OrderedRawRow)[]): Map<number, Stats> => {
     const minutes = new Map<number, Stats>();
     addRows(minutes, rows, MINUTE_MS, null);
@@ -173,6 +191,8 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
 
   /** Recomputes the dirty hours of one device (a query is about to read them) but the one a pass is reading. */
   async function settleDevice(deviceSeq: number): Promise<number> {
+    // Another node may have rolled further (and moved the late mark) since this one looked.
+    await rollups.refresh();
     const now = clock.now();
     let settled = 0;
     for (const hour of await rollups.dirtyHours(deviceSeq)) {
@@ -188,16 +208,18 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
    * between them (the background job) or not (a rebuild).
    */
   async function* steps(run: RollupRun): AsyncGenerator<number, void> {
+    // A node that has just taken the lead starts where the previous one stopped.
+    await rollups.refresh();
     const now = clock.now();
     const target = bucketOf(now - ROLL_LAG_MS, MINUTE_MS);
     const start = rollups.rolledUntil();
     if (target > start) {
-      rollups.setLateBefore(target);
+      await rollups.setLateBefore(target);
       // Rows older than a level keeps are pruned once an hour.
       const prune = bucketOf(now, HOUR_MS) > prunedAt;
       // Readings from `live.since` on are rolled from the figures held in memory, those
       // before it are read back from the database.
-      const readUntil = Math.min(target, live.since);
+      const readUntil = live ? Math.min(target, live.since) : target;
       for (const { seq } of await repos.devices.allSeqs()) {
         let cursor = start;
         let touched = false;
@@ -211,18 +233,23 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
             // (time, seq) order, a step each, then written at once.
             end = Math.min(cut + HOUR_MS, readUntil);
             const minutes = new Map<number, Stats>();
+            let read = 0;
             accumulating = { deviceSeq: seq, hour: cut };
             try {
               for (;;) {
                 addRows(minutes, rows, MINUTE_MS, null);
                 run.readings += rows.length;
+                read += rows.length;
                 if (rows.length < ROWS_PER_STEP) break;
                 const [time, after] = rows[rows.length - 1]!;
                 yield rows.length;
                 rows = await rollups.rawAfter(seq, time, after, end, ROWS_PER_STEP);
                 readBack += rows.length;
               }
-              await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutes, now));
+              if (!(await storeSpan(seq, cursor, end, await rollSpan(seq, cursor, end, minutes, now), read))) {
+                yield 0;
+                continue;
+              }
             } finally {
               accumulating = null;
             }
@@ -237,14 +264,17 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
             rows = rows.filter((r) => r[0] < cut);
           }
           if (rows.length > 0) {
-            await rollups.writeSpan(seq, await rollSpan(seq, cursor, end, minutesOf(rows), now));
+            if (!(await storeSpan(seq, cursor, end, await rollSpan(seq, cursor, end, minutesOf(rows), now), rows.length))) {
+              yield rows.length;
+              continue;
+            }
             run.readings += rows.length;
             touched = true;
           }
           cursor = end;
           yield rows.length;
         }
-        if (cursor < target) {
+        if (live && cursor < target) {
           const held = live.take(seq, cursor, target);
           if (held !== null) {
             await rollups.writeSpan(seq, await rollSpan(seq, cursor, target, held.minutes, now));
@@ -260,7 +290,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
       if (prune) prunedAt = bucketOf(now, HOUR_MS);
       await rollups.setRolledUntil(target);
       // What is left before the target belongs to devices deleted meanwhile.
-      live.dropBefore(target);
+      live?.dropBefore(target);
     }
     // Every dirty hour is a step of its own.
     const settleAt = clock.now();
@@ -320,7 +350,7 @@ export function rollupService(repos: Repositories, clock: Clock, options: Rollup
     async rebuild(): Promise<RollupRun> {
       await rollups.clear();
       // Everything is read from the database.
-      live.dropAll(clock.now());
+      live?.dropAll(clock.now());
       prunedAt = 0;
       const run: RollupRun = { devices: 0, readings: 0, dirtyHours: 0 };
       for await (const _ of steps(run));

@@ -12,6 +12,8 @@ import { STORAGE_FAILURE_KINDS } from '../domain/storageStatus.js';
 export interface MetricsSources {
   /** Open MQTT connections; absent while no broker runs. */
   mqttConnections?: () => number;
+  /** Whether this process runs the background jobs (docs/cluster.md, "Once per cluster"). */
+  leadsJobs?: () => boolean;
 }
 
 export function createMetrics(services: Services, sources: MetricsSources = {}) {
@@ -96,6 +98,14 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
     registers: [registry],
     collect() {
       this.set(sources.mqttConnections?.() ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'telemetryd_background_jobs_leader',
+    help: '1 while this node runs the background jobs (retention, rollups, silence checks); always 1 on SQLite',
+    registers: [registry],
+    collect() {
+      this.set(sources.leadsJobs?.() ? 1 : 0);
     },
   });
 

@@ -10,6 +10,7 @@ import tls from 'node:tls';
 import { Aedes, type Client } from 'aedes';
 import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
+import { SHARED_VALUES } from '../domain/cluster.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
 import { ThrottledLog } from '../domain/throttledLog.js';
 import { MINUTE_MS } from '../time.js';
@@ -147,7 +148,7 @@ export async function startMqtt(
   let plainPort: number | null = null;
   try {
     if (config.mqttPort !== null) {
-      material = await loadTlsMaterial(config);
+      material = await loadTlsMaterial(config, (create) => services.cluster.sharedValue(SHARED_VALUES.mqttTls, create));
       const tlsOptions = { cert: material.cert, key: material.key, minVersion: 'TLSv1.2' as const };
       let server: net.Server;
       if (config.mqttProxyProtocol) {

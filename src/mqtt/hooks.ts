@@ -85,9 +85,10 @@ export function brokerHooks(deps: {
         return callback(refusal, false);
       }
       const accept = ({ device, account }: Authenticated) => {
-        sessions.add({ deviceId: device.id, accountId: account.id, tokenHash: device.tokenHash, client });
+        const announced = sessions.add({ deviceId: device.id, accountId: account.id, tokenHash: device.tokenHash, client });
         throttle.recordSuccess(address);
-        callback(null, true);
+        if (announced) announced.then(() => callback(null, true));
+        else callback(null, true);
       };
       const refuse = (err: unknown) => {
         // Only wrong credentials count (401); a paused device (403) knew its token.

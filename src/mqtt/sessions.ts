@@ -11,6 +11,22 @@ export interface Session {
   client: Client;
 }
 
+/**
+ * A session whose own announcement has not come back this long after it was added (the
+ * notification was lost: database unreachable) counts as announced before any other.
+ */
+const UNHEARD_AFTER_MS = 2_000;
+
+/** A session by its client id, and where its announcement to the other nodes stands. */
+interface Announced {
+  session: Session;
+  /** This registry's number for it, in the announcement. */
+  no: number;
+  addedAt: number;
+  /** Its own announcement came back: any other node's announcement heard after it is newer. */
+  heard: boolean;
+}
+
 interface Log {
   info(obj: object, msg: string): void;
   error(obj: object, msg: string): void;
@@ -25,6 +41,9 @@ interface Log {
 export class SessionRegistry {
   private readonly byClient = new WeakMap<Client, Session>();
   private readonly byDevice = new Map<string, Set<Session>>();
+  /** By MQTT client id (namespaced by the device: hooks.ts preConnect), for takeovers by another node. */
+  private readonly byClientId = new Map<string, Announced>();
+  private announcements = 0;
 
   constructor(
     private readonly services: Services,
@@ -41,9 +60,15 @@ export class SessionRegistry {
     return n;
   }
 
-  add(session: Session): void {
+  /**
+   * Registers an authenticated session and, on PostgreSQL, announces its client id to every
+   * node: the promise settles once the announcement is committed, and the CONNACK waits for
+   * it, so a device's next connection (to any node) is announced after this one and ends it.
+   * Null when there is nothing to wait for.
+   */
+  add(session: Session): Promise<void> | null {
     // A socket that closed while CONNECT was being checked never emits 'close' again.
-    if (session.client.closed || session.client.conn.destroyed) return;
+    if (session.client.closed || session.client.conn.destroyed) return null;
     this.byClient.set(session.client, session);
     let set = this.byDevice.get(session.deviceId);
     if (!set) {
@@ -51,15 +76,41 @@ export class SessionRegistry {
       this.byDevice.set(session.deviceId, set);
     }
     set.add(session);
+    const no = ++this.announcements;
+    this.byClientId.set(session.client.id, { session, no, addedAt: performance.now(), heard: false });
     // The socket's close is the one event every ending goes through (DISCONNECT, error,
     // keep-alive timeout, takeover, broker shutdown), registered or not.
     session.client.conn.once('close', () => this.remove(session));
+    // Another node holding a session with this client id closes it (docs/cluster.md).
+    return this.services.cluster.announceMqttClient(no, session.client.id);
   }
 
   private remove(session: Session): void {
     const set = this.byDevice.get(session.deviceId);
     set?.delete(session);
     if (set && set.size === 0) this.byDevice.delete(session.deviceId);
+    // aedes's own takeover on this node registers the newer session under the same id first.
+    if (this.byClientId.get(session.client.id)?.session === session) this.byClientId.delete(session.client.id);
+  }
+
+  /**
+   * A node (this one too) accepted a connection with this client id. PostgreSQL delivers the
+   * announcements in commit order, the same order on every node: another node's heard after
+   * this session's own is newer, and the session here ends, as aedes ends the older one when
+   * both connect to the same node ([MQTT-3.1.4-2]); one heard before it is older and ignored.
+   */
+  private announced({ session: no, clientId, own }: { session: number; clientId: string; own: boolean }): void {
+    const entry = this.byClientId.get(clientId);
+    if (!entry) return;
+    if (own) {
+      if (entry.no === no) entry.heard = true;
+      return;
+    }
+    if (!entry.heard && performance.now() - entry.addedAt < UNHEARD_AFTER_MS) return;
+    const { session } = entry;
+    this.log.info({ deviceId: session.deviceId, reason: 'client id connected to another node' }, 'closing MQTT session');
+    this.remove(session);
+    session.client.close();
   }
 
   /**
@@ -123,6 +174,7 @@ export class SessionRegistry {
       events.on('device.changed', ({ deviceId }) => this.recheckDevice(deviceId)),
       events.on('account.changed', ({ accountId }) => this.recheckAccount(accountId)),
       events.on('external.change', () => this.recheckAll()),
+      this.services.cluster.onMqttClientAnnounced((announcement) => this.announced(announcement)),
     ];
     return () => {
       for (const off of offs) off();

@@ -20,11 +20,21 @@ export interface TlsMaterial {
 const SELF_SIGNED_YEARS = 10;
 
 /**
+ * Where a cluster keeps its one generated certificate (services.cluster.sharedValue with
+ * SHARED_VALUES.mqttTls): null on SQLite, where the data dir alone holds it.
+ */
+export type SharedTls = (create: () => Promise<string>) => Promise<string> | null;
+
+/**
  * The MQTT listener's certificate (docs/mqtt.md, "TLS and fingerprint pinning"): `--tls-cert/--tls-key` when given,
  * otherwise a self-signed one generated into `<data-dir>/tls/` on first start and reused
- * afterwards, so the fingerprint devices pin stays the same across restarts.
+ * afterwards, so the fingerprint devices pin stays the same across restarts. On PostgreSQL
+ * the pair is generated once per cluster and kept in the database (`shared`), and each node
+ * writes it into its own `<data-dir>/tls/`, so every node presents the same certificate
+ * (docs/cluster.md, "What every node sees"); a node that had its own pair before the cluster
+ * did offers it as the cluster's, so devices that pinned it keep working.
  */
-export async function loadTlsMaterial(config: ServerConfig): Promise<TlsMaterial> {
+export async function loadTlsMaterial(config: ServerConfig, shared: SharedTls = () => null): Promise<TlsMaterial> {
   if (config.tlsCert && config.tlsKey) {
     const cert = readFileSync(config.tlsCert, 'utf8');
     const key = readFileSync(config.tlsKey, 'utf8');
@@ -33,17 +43,24 @@ export async function loadTlsMaterial(config: ServerConfig): Promise<TlsMaterial
   const dir = path.join(config.dataDir, 'tls');
   const certPath = path.join(dir, 'cert.pem');
   const keyPath = path.join(dir, 'key.pem');
-  if (existsSync(certPath) && existsSync(keyPath)) {
-    const cert = readFileSync(certPath, 'utf8');
-    return { cert, key: readFileSync(keyPath, 'utf8'), certPath, fingerprint: fingerprintOf(cert), source: 'reused' };
+  const local =
+    existsSync(certPath) && existsSync(keyPath) ? { cert: readFileSync(certPath, 'utf8'), key: readFileSync(keyPath, 'utf8') } : null;
+  let generated = false;
+  const generate = async () => {
+    generated = true;
+    return generateSelfSigned(config);
+  };
+  const sharedValue = shared(async () => JSON.stringify(local ?? (await generate())));
+  const pair = sharedValue ? (JSON.parse(await sharedValue) as { cert: string; key: string }) : (local ?? (await generate()));
+  if (local && local.cert === pair.cert && local.key === pair.key) {
+    return { ...local, certPath, fingerprint: fingerprintOf(local.cert), source: 'reused' };
   }
-  const { cert, key } = await generateSelfSigned(config);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   // Key first, each written to a temp name and renamed, so a crash never leaves a cert
   // without its key (which would make the next start generate a new pair).
-  writeAtomically(keyPath, key, 0o600);
-  writeAtomically(certPath, cert, 0o644);
-  return { cert, key, certPath, fingerprint: fingerprintOf(cert), source: 'generated' };
+  writeAtomically(keyPath, pair.key, 0o600);
+  writeAtomically(certPath, pair.cert, 0o644);
+  return { ...pair, certPath, fingerprint: fingerprintOf(pair.cert), source: generated ? 'generated' : 'reused' };
 }
 
 function fingerprintOf(certPem: string): string {

@@ -14,12 +14,25 @@ import type {
   ApiKeysRepository,
   DevicesRepository,
   ExternalChanges,
+  Leadership,
   ReadingsRepository,
   Repositories,
   RollupsRepository,
   SessionsRepository,
   SnapshotsRepository,
 } from './repositories.js';
+
+/**
+ * One server serves a SQLite database: it leads from the start, and every reading committed
+ * while it serves is its own.
+ */
+const soleLeadership: Leadership = {
+  soleWriter: true,
+  follow(onChange) {
+    onChange(true);
+    return () => Promise.resolve();
+  },
+};
 
 /**
  * Every SQLite repository over one connection: the storage interface of the domain layer
@@ -45,6 +58,7 @@ export function createRepositories(db: Db) {
     snapshots: snapshotsRepo(db) satisfies SnapshotsRepository,
     /** Commits by another connection (the admin CLI): a counter, and a watch (readCache.ts). */
     externalCommits: externalCommits satisfies ExternalChanges,
+    leadership: soleLeadership satisfies Leadership,
   } satisfies Repositories;
 }
 

@@ -346,7 +346,16 @@ export interface RollupsRepository {
    * memory, synchronous; never below rolledUntil.
    */
   lateBefore(): number;
-  setLateBefore(time: number): void;
+  /**
+   * Moves lateBefore forward before a pass reads the readings up to `time`. On PostgreSQL the
+   * mark is also stored, so that the writers of every node mark late readings alike.
+   */
+  setLateBefore(time: number): Awaitable<void>;
+  /**
+   * Reads rolledUntil and lateBefore again from the database, where another process (the
+   * node that runs the rollup pass) may have moved them; nothing to do on SQLite.
+   */
+  refresh(): Awaitable<void>;
   /** Dirty hours (start times) of one device, oldest first. */
   dirtyHours(deviceSeq: number): Awaitable<number[]>;
   /** Every dirty hour, by device then hour. */
@@ -417,6 +426,11 @@ export interface AlertsRepository {
    * when the alert has an open event, sets its resolved_at and resolution_deliveries.
    * Returns one result per item, in the batch's order. Rejects (nothing recorded) only when
    * the transaction as a whole fails.
+   *
+   * Where several processes evaluate readings (PostgreSQL), a trigger first claims the alert
+   * on its row: past its cooldown (a no_data alert: while `ok`). A resolution applies only to
+   * a firing alert not triggered after it. An item whose claim fails records nothing and has
+   * no event (and no error): another process recorded that change.
    */
   recordOutcomes(batch: AlertOutcome[]): Awaitable<RecordedOutcome[]>;
 
@@ -427,6 +441,13 @@ export interface AlertsRepository {
   acknowledgeEvent(seq: number, now: number): Awaitable<void>;
   setDeliveries(seq: number, deliveries: ActionDelivery[]): Awaitable<void>;
   setResolutionDeliveries(seq: number, deliveries: ActionDelivery[]): Awaitable<void>;
+  /**
+   * Events whose deliveries (`triggered`) or resolution notices (`resolved`) another process
+   * left pending when it ended, claimed for this one: each is returned to one caller only, at
+   * least `graceMs` after it was last claimed. Never any on SQLite, where one server sends
+   * everything and a shutdown records what it abandons as failed.
+   */
+  adoptAbandonedDeliveries(now: number, graceMs: number): Awaitable<{ eventId: string; type: 'triggered' | 'resolved' }[]>;
 }
 
 export interface SessionsRepository {
@@ -472,6 +493,26 @@ export interface ExternalChanges {
   watch(onChange: () => void, intervalMs: number, onError?: (err: unknown) => void): () => void;
 }
 
+/**
+ * Which process runs the background jobs that must run once per database (retention, the
+ * rollup pass, the silence checks, adopting deliveries abandoned by a process that stopped).
+ * On SQLite one process serves the database: it always leads. On PostgreSQL the nodes of a
+ * cluster compete for one lock, and whoever holds it leads until its connection ends.
+ */
+export interface Leadership {
+  /**
+   * False when other processes may commit readings to the same database at the same time
+   * (PostgreSQL): what one process saw ingest is then not all there is.
+   */
+  readonly soleWriter: boolean;
+  /**
+   * Calls `onChange(true)` once this process leads and `onChange(false)` when it no longer
+   * does (its connection was lost); failures to reach the database go to `onError`, once per
+   * failing spell. Returns the function that stops following and gives the lead up.
+   */
+  follow(onChange: (leading: boolean) => void, onError?: (err: unknown) => void): () => Promise<void>;
+}
+
 /** Every repository over one database: what the domain layer is given. */
 export interface Repositories {
   accounts: AccountsRepository;
@@ -483,4 +524,62 @@ export interface Repositories {
   sessions: SessionsRepository;
   snapshots: SnapshotsRepository;
   externalCommits: ExternalChanges;
+  leadership: Leadership;
+}
+
+/** A batch of readings another node committed, as its notification describes it (readingWriter.ts). */
+export interface PeerReadingsNotice {
+  minTime: number;
+  maxTime: number;
+  minSeq: number;
+  maxSeq: number;
+  /** The devices with readings in the batch; null when there were too many to list. */
+  deviceSeqs: number[] | null;
+}
+
+/** A reading another node committed, with its device's public id and account. */
+export interface PeerReading {
+  deviceId: string;
+  accountSeq: number;
+  reading: StoredReading;
+}
+
+/**
+ * What the nodes of a cluster tell each other (PostgreSQL only: LISTEN/NOTIFY on the listening
+ * connection of ExternalChanges). Readings handlers hear other nodes only, never this process.
+ */
+export interface PeerChannel {
+  /**
+   * Tells every node (this one too) that this one accepted an MQTT client id; `session`
+   * tells this node's announcements apart. Nodes hear them in commit order: an older session
+   * is closed by a newer one's announcement.
+   */
+  announceMqttClient(session: number, clientId: string): Promise<void>;
+  /** Each announcement, in commit order; `own` when this process sent it. */
+  onMqttClientAnnounced(handler: (announcement: { session: number; clientId: string; own: boolean }) => void): () => void;
+  onReadingsElsewhere(handler: (notice: PeerReadingsNotice) => void): () => void;
+  /** The readings of notified batches that belong to these accounts, oldest first, in one query. */
+  readingsElsewhere(notices: PeerReadingsNotice[], accountSeqs: number[]): Promise<PeerReading[]>;
+}
+
+/** Values generated once per cluster and shared by every node (PostgreSQL only). */
+export interface ClusterSettings {
+  /** The value of `name`; when there is none, `create`'s, stored under a cluster-wide lock so every node gets the same. */
+  getOrCreate(name: string, create: () => Promise<string>): Promise<string>;
+  remove(name: string): Promise<void>;
+}
+
+/** Public API requests counted in the database, so every node counts against the same windows (PostgreSQL only). */
+export interface SharedRateCounts {
+  /**
+   * Counts one request of the account in its minute and day windows, unless either is full
+   * (then in neither); returns the counts after it.
+   */
+  consume(
+    accountSeq: number,
+    minute: number,
+    day: number,
+    perMinute: number,
+    perDay: number,
+  ): Promise<{ minuteCount: number; dayCount: number; allowed: boolean }>;
 }

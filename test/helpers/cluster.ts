@@ -144,12 +144,24 @@ export async function startCluster(options: ClusterOptions = {}): Promise<Cluste
       await Promise.all(nodes.map((n) => stopNode(n, 'SIGKILL')));
     });
 
-    const portsOf: NodePorts[] = [];
-    for (let i = 0; i < count; i++) portsOf.push({ http: await freePort(), mqttPlain: await freePort(), mqttTls: await freePort() });
+    const newPorts = async (): Promise<NodePorts> => ({ http: await freePort(), mqttPlain: await freePort(), mqttTls: await freePort() });
+    // A port found free can be taken by another test's process before the node binds it:
+    // a first start that fails that way is tried again on other ports (haproxy's
+    // configuration is written after, with the ports the nodes got).
+    const firstLaunch = async (index: number): Promise<ClusterNode> => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await launch(index, await newPorts(), path.join(root, `node${index + 1}`));
+        } catch (err) {
+          if (attempt >= 3 || !/EADDRINUSE|port already in use/.test(String(err))) throw err;
+        }
+      }
+    };
     // The first node alone migrates the schema (others would wait on its lock anyway), then
     // the rest start together.
-    nodes.push(await launch(0, portsOf[0]!, path.join(root, 'node1')));
-    nodes.push(...(await Promise.all(portsOf.slice(1).map((p, j) => launch(j + 1, p, path.join(root, `node${j + 2}`))))));
+    nodes.push(await firstLaunch(0));
+    nodes.push(...(await Promise.all(Array.from({ length: count - 1 }, (_, j) => firstLaunch(j + 1)))));
+    const portsOf = nodes.map((n) => n.ports);
 
     const front = { http: await freePort(), mqttTls: await freePort(), mqttPlain: await freePort() };
     const config = clusterHaproxyConfig({

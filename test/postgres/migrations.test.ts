@@ -42,10 +42,18 @@ describe('PostgreSQL schema and migrations', () => {
       'alert_events',
       'alerts',
       'api_keys',
+      // Cluster-only (migration 5): shared settings and cross-node rate limit counts; one
+      // SQLite process keeps both in memory or in its data dir, and no archive carries them.
+      'cluster_settings',
+      // Cluster only: which node sends an event's pending deliveries (migration 4).
+      'delivery_owners',
       'devices',
+      'rate_limit_counts',
       'reading_counts',
       'readings',
       'rollup_dirty',
+      // Cluster only: the late-reading mark every node's writer reads (migration 4).
+      'rollup_late',
       'rollup_state',
       'rollups',
       'schema_migrations',

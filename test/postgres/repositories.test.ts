@@ -117,6 +117,7 @@ function sqliteContract(repositories: object): Repositories {
     apiKeys: asInterface<ApiKeysRepository>(r.apiKeys),
     sessions: asInterface<SessionsRepository>(r.sessions),
     externalCommits: r.externalCommits,
+    leadership: { soleWriter: true, follow: () => () => Promise.resolve() },
     devices: {
       ...asInterface<DevicesRepository>(r.devices),
       insertWithinLimit: (d, limit) =>
@@ -760,7 +761,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
   it('alerts: insert, look-ups, pages, recorded outcomes (one failing alone), ending a firing, events', async () => {
     const rec = await both(async ({ repos: r }, out) => {
       const t = NOW - HOUR_MS;
-      await r.alerts.insert({ id: 'alert_1', accountSeq: ACC_A, deviceSeq: DEV_1, ...alertValues(t) });
+      // A cooldown of 5 s: the second trigger below (9 s later) is past it, as PostgreSQL's claim requires.
+      await r.alerts.insert({ id: 'alert_1', accountSeq: ACC_A, deviceSeq: DEV_1, ...alertValues(t, { cooldown: 5 }) });
       await r.alerts.insert({
         id: 'alert_2',
         accountSeq: ACC_A,
@@ -860,6 +862,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       // Last event of the test: PostgreSQL's identity has used a number for the refused row.
       out.oneFails = outcomes(
         await r.alerts.recordOutcomes([
+          // A firing no_data alert fires again only once resolved (PostgreSQL's claim).
+          { type: 'resolved', alertSeq: 4, at: t + 20_000, notices: [] },
           { type: 'triggered', alertSeq: 4, event: event('evt_5', 4, t + 21_000, null, 'dev_3') },
           { type: 'triggered', alertSeq: 99, event: event('evt_x', 99, t + 21_000, null) },
           { type: 'resolved', alertSeq: 4, at: t + 22_000, notices: [] },
@@ -874,6 +878,7 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       { event: null, failed: false },
     ]);
     expect(rec.oneFails).toMatchObject([
+      { event: { id: 'evt_4', resolvedAt: NOW - HOUR_MS + 20_000 }, failed: false },
       { event: { id: 'evt_5' }, failed: false },
       { event: null, failed: true },
       { event: { id: 'evt_5', resolvedAt: NOW - HOUR_MS + 22_000 }, failed: false },

@@ -68,6 +68,12 @@ const DEFAULT_SILENCE_CHECK_MS = 1_000;
  * per check, however long the history. A longer search goes on at the next check.
  */
 export const SEARCH_ROWS_PER_CHECK = 5_000;
+/**
+ * Deliveries another process claimed less than this long ago are not adopted, whatever its
+ * lock says: the lock is taken just after a node connects, and a node's first deliveries may
+ * come before.
+ */
+const ADOPT_GRACE_MS = 5_000;
 
 export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const { repos, events, accounts, notifier } = deps;
@@ -96,6 +102,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
   let silenceTimer: NodeJS.Timeout | null = null;
+  /**
+   * Set by close() where other processes share the database: deliveries still running are
+   * left pending (but those delivered during the shutdown), for the leading node to adopt
+   * once this one's lock is gone.
+   */
+  let handingOver = false;
   /** Deliveries running, with what each would record: close() records those it abandons. */
   const inFlight = new Map<Promise<void>, { type: NoticeType; event: AlertEvent; action: AlertAction }>();
   let closed = false;
@@ -252,7 +264,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       // One failed item (the alert was deleted after this reading was evaluated: the foreign
       // key refuses it) was rolled back alone; the others were recorded.
       if (error !== undefined) log('could not record an alert change', { err: error, alert: q.alert.id, type: q.type });
-      if (!event) return;
+      if (!event) {
+        // Another process recorded this alert's change first (a trigger within its cooldown, a
+        // resolution already made): the cached state is not the stored one.
+        if (error === undefined) enabledByDevice.delete(q.alert.deviceSeq);
+        return;
+      }
       if (q.type === 'triggered') {
         events.emit('alert.triggered', { alert: q.alert, event, reading: q.reading });
         notify({ type: 'triggered', alert: q.alert, device: q.device, event, reading: q.reading, publicUrl: publicUrl() }, q.account);
@@ -274,7 +291,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * chain), so two actions of one event cannot interleave across the reads and writes.
    */
   function settle(type: NoticeType, event: AlertEvent, action: AlertAction, outcome: Omit<ActionDelivery, 'action' | 'at'>, at: number) {
-    if (closed) return settling;
+    // A delivery cut short by the shutdown (or failing while it goes on) stays pending for
+    // the node that adopts it; one delivered meanwhile is recorded, so it is not sent again.
+    if (closed || (handingOver && outcome.status !== 'sent')) return settling;
     settling = settling.then(() => settleNow(type, event, action, outcome, at));
     return settling;
   }
@@ -418,9 +437,74 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     return found.time ?? search.window;
   }
 
-  function stopSilenceChecks(): void {
+  /**
+   * The newest stored reading a no_data alert counts, from `after` on: the device's last seen
+   * for `*`, else the newest with a number at the path (at most `budget.rows` rows read;
+   * undefined when that was not enough to tell, for the next check).
+   */
+  async function newestStoredMatch(
+    watch: NoDataWatch,
+    device: Device,
+    after: number,
+    budget: { rows: number },
+  ): Promise<number | undefined> {
+    const { alert } = watch;
+    if (alert.field === '*') return Math.max(after, device.lastSeen ?? after);
+    if (budget.rows <= 0) return undefined;
+    const path = fieldPath(alert.field);
+    const found = await repos.readings.newestMatchingTime(
+      alert.deviceSeq,
+      after + 1,
+      END_OF_TIME,
+      (text) => numericValueAt(JSON.parse(text), path) !== null,
+      budget.rows,
+    );
+    budget.rows -= found.scanned;
+    if (found.time === null && found.before !== null) return undefined;
+    return found.time ?? after;
+  }
+
+  /**
+   * Sends what another process left pending when it ended (repositories.ts,
+   * alerts.adoptAbandonedDeliveries): each action still `pending` of each adopted event, with
+   * its whole retry schedule. The reading is read back by its time (the trigger's, or the
+   * resolution's).
+   */
+  async function adoptAbandoned(): Promise<void> {
+    if (closed || handingOver) return;
+    for (const { eventId, type } of await repos.alerts.adoptAbandonedDeliveries(clock.now(), ADOPT_GRACE_MS)) {
+      const event = await repos.alerts.findEventById(eventId);
+      const alert = event && (await repos.alerts.findBySeq(event.alertSeq));
+      const device = alert && (await repos.devices.findBySeq(alert.deviceSeq));
+      const account = device && (await repos.accounts.findBySeq(device.accountSeq));
+      if (!event || !alert || !device || !account) continue;
+      const at = type === 'triggered' ? event.triggeredAt : event.resolvedAt;
+      let reading: StoredReading | null = null;
+      if (at !== null && (type === 'resolved' || event.readingSeq !== null)) {
+        for await (const r of repos.readings.iterateRange(device.seq, at, at + 1)) {
+          if (type === 'resolved' || r.seq === event.readingSeq) {
+            reading = r;
+            break;
+          }
+        }
+      }
+      log('sending alert deliveries left pending by a stopped node', { alert: alert.id, event: event.id, type });
+      const resolvedValue =
+        type === 'resolved' && reading && alert.kind !== 'no_data'
+          ? numericValueAt(JSON.parse(reading.data), fieldPath(alert.field))
+          : null;
+      notify({ type, alert, device, event, reading, resolvedValue, publicUrl: publicUrl() }, account);
+    }
+  }
+
+  /** The check running on the timer, if any. */
+  let checking: Promise<void> | null = null;
+
+  /** Stops the timer; resolves once a check in progress has ended. */
+  function stopSilenceChecks(): Promise<void> {
     if (silenceTimer) clearInterval(silenceTimer);
     silenceTimer = null;
+    return checking ?? Promise.resolve();
   }
 
   /** Fires every enabled no_data alert of an active device that has been silent long enough. */
@@ -449,12 +533,23 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
         if (last === undefined) continue;
         lastMatch.set(alert.id, last);
       } else if (searches.size > 0) searches.delete(alert.id);
-      const start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
-      const silentMs = now - start;
-      if (silentMs < alert.value * 1000) continue;
+      let start = silenceStart(last, alert.enabledAt, watch.deviceResumedAt);
+      if (now - start < alert.value * 1000) continue;
       const device = await repos.devices.findBySeq(alert.deviceSeq);
       const account = device && (await repos.accounts.findBySeq(device.accountSeq));
       if (!device || !account) continue;
+      if (!repos.leadership.soleWriter) {
+        // Other nodes ingest too: their readings never passed through this process, so the
+        // database has the last word before the alert fires.
+        const stored = await newestStoredMatch(watch, device, last, budget);
+        if (stored === undefined) continue;
+        if (stored > last) {
+          lastMatch.set(alert.id, stored);
+          start = silenceStart(stored, alert.enabledAt, watch.deviceResumedAt);
+          if (now - start < alert.value * 1000) continue;
+        }
+      }
+      const silentMs = now - start;
       trigger(alert, account, device, Math.floor(silentMs / 1000), now, null);
       // The next reading of this device must see the alert firing.
       enabledByDevice.delete(alert.deviceSeq);
@@ -506,15 +601,13 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     /** Checks silences every `periodMs` until close() (the server starts it; the CLI does not). */
     startSilenceChecks(periodMs = DEFAULT_SILENCE_CHECK_MS): void {
       if (silenceTimer || closed) return;
-      let checking = false;
       silenceTimer = setInterval(() => {
         // A check still reading (an asynchronous backend) is not overlapped by the next.
         if (checking) return;
-        checking = true;
-        checkSilences()
+        checking = checkSilences()
           .catch((err: unknown) => log('checking silent devices failed', { err }))
           .finally(() => {
-            checking = false;
+            checking = null;
           });
       }, periodMs);
       silenceTimer.unref();
@@ -522,6 +615,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
 
     /** Stops the silence checks (close() does too). */
     stopSilenceChecks,
+
+    /** One pass of adopting deliveries left pending by a stopped process (the leading node runs it). */
+    adoptAbandoned,
 
     /** One pass of the silence check (tests). */
     checkSilences,
@@ -536,18 +632,29 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       return inFlight.size;
     },
 
-    /** Stops retries, waits briefly for running deliveries, records the rest as failed, then stops recording outcomes. */
+    /**
+     * Stops retries, waits briefly for running deliveries, records the rest as failed (where
+     * other processes share the database: leaves them pending, for the leading node to send),
+     * then stops recording outcomes.
+     */
     async close(graceMs = 2_000): Promise<void> {
-      stopSilenceChecks();
+      await stopSilenceChecks();
       flushQueued();
+      // Other nodes go on: what is still being sent (a webhook waiting to retry) stays pending
+      // and is sent by the leading node once this one's connection has ended.
+      if (!repos.leadership.soleWriter) {
+        await settling;
+        handingOver = true;
+      }
       notifier.close();
       const grace = new Promise<void>((resolve) => setTimeout(resolve, graceMs).unref());
       await Promise.race([Promise.allSettled([...inFlight.keys()]), grace]);
       // Deliveries still running are abandoned (an SMTP server that does not answer): recorded
       // as failed, not left pending forever. Their own outcome, if it ever comes, is ignored.
       const at = Date.now();
-      for (const { type, event, action } of inFlight.values())
-        void settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
+      if (!handingOver)
+        for (const { type, event, action } of inFlight.values())
+          void settle(type, event, action, { status: 'failed', detail: 'server shut down' }, at);
       inFlight.clear();
       await settling;
       closed = true;

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { Services } from '../../composition.js';
 import type { ServerConfig } from '../../config.js';
+import { SHARED_VALUES } from '../../domain/cluster.js';
 import { presentAccount } from '../../domain/presenters.js';
 import { unauthorized } from '../../errors.js';
 import { hashSecret, sameHash } from '../../ids.js';
@@ -77,6 +78,10 @@ export async function dashboardAuthRoutes(
       String(password ?? ''),
     );
     setup.token = null; // works once (docs/operations.md, "First run")
+    // The cluster's copy too (other nodes refuse it anyway: an account exists now).
+    await services.cluster
+      .forgetSharedValue(SHARED_VALUES.setupToken)
+      .catch((err: unknown) => request.log.warn({ err }, 'forgetting the setup token failed'));
     setSessionCookie(request, reply, sessionId, config.publicUrl);
     return { csrf_token: session.csrfToken };
   });

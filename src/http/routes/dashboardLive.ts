@@ -201,6 +201,11 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
       services.events.on('reading.stored', ({ device, reading }) => {
         if (device.accountSeq === account.seq) send('reading', { device_id: device.id, reading: presentReading(reading) });
       }),
+      // Readings committed by other nodes of a cluster (docs/cluster.md), fetched while this view is open.
+      services.cluster.followReadings(account.seq),
+      services.events.on('reading.storedElsewhere', ({ deviceId, accountSeq, reading }) => {
+        if (accountSeq === account.seq) send('reading', { device_id: deviceId, reading: presentReading(reading) });
+      }),
       services.events.on('reading.rejected', ({ device, reason }) => {
         if (device.accountSeq === account.seq) send('rejected', { device_id: device.id, reason });
       }),

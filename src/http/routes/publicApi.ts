@@ -74,7 +74,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     const { account } = await keys.authenticate(bearerToken(request));
     if (!planHasApiAccess(account.plan)) throw forbidden('the free plan has no Public API access; upgrade to starter or above');
     try {
-      setRateHeaders(reply, rateLimiter.consume(account));
+      setRateHeaders(reply, await rateLimiter.consume(account));
     } catch (err) {
       const state = (err as { rateLimit?: RateLimitState }).rateLimit;
       if (state) setRateHeaders(reply, state);

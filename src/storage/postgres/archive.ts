@@ -38,6 +38,9 @@ const TABLES: { name: string; order: string }[] = [
   { name: 'reading_counts', order: 'account_seq, minute' },
 ];
 
+/** PostgreSQL-only tables of a cluster's coordination (migration 4): never archived. */
+const CLUSTER_TABLES = ['delivery_owners', 'rollup_late'];
+
 /**
  * SQLite tables with their own handling: readings sit in two SQLite tables and in one
  * partitioned PostgreSQL table; reading_seq is a one-row table on SQLite and a sequence on
@@ -221,7 +224,9 @@ async function loadArchive(pool: Pool, sqlite: Db): Promise<void> {
     await client.query('BEGIN');
     // Replaces whatever the tables hold: accounts with --force, and in a database without
     // accounts whatever else is there (rollup_state's first row, at least).
-    await client.query(`TRUNCATE ${[...TABLES.map((t) => t.name), 'readings'].map(quote).join(', ')}`);
+    // The cluster's own tables (not in an archive) go too: the pending deliveries of the
+    // events being replaced, and the late-reading mark, set again below.
+    await client.query(`TRUNCATE ${[...TABLES.map((t) => t.name), 'readings', ...CLUSTER_TABLES].map(quote).join(', ')}`);
     const weeks = sqlite.prepare(WEEKS_SQL).pluck().all() as number[];
     if (weeks.length > 0) await readingPartitions(client, weeks);
     for (const table of TABLES) {
@@ -229,6 +234,7 @@ async function loadArchive(pool: Pool, sqlite: Db): Promise<void> {
     }
     await copyIn(client, sqlite, 'readings', 'readings_by_device');
     await copyIn(client, sqlite, 'readings', 'readings_inbox');
+    await client.query('INSERT INTO rollup_late (late_before) SELECT coalesce(max(rolled_until), 0) FROM rollup_state');
 
     const { rows: identities } = await client.query<{ table_name: string; column_name: string }>(
       "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema() AND is_identity = 'YES'",

@@ -1,7 +1,10 @@
 import type { Client, Notification, Pool } from 'pg';
 import type { ExternalChanges } from '../repositories.js';
 import { connectLike } from './connect.js';
-import { CHANGES_CHANNEL } from './migrations.js';
+import { CHANGES_CHANNEL, MQTT_CLIENTS_CHANNEL, READINGS_CHANNEL } from './migrations.js';
+
+/** The channels other nodes send on, besides the change notifications (migrations.ts). */
+export const PEER_CHANNELS = [MQTT_CLIENTS_CHANNEL, READINGS_CHANNEL] as const;
 
 /** Waits between attempts to listen again after the connection was lost: doubling up to the last. */
 const RECONNECT_DELAYS_MS = [250, 500, 1_000, 2_000, 5_000];
@@ -19,6 +22,11 @@ interface Watcher {
  * notification from another node bumps `current()`, calls `onExternalChange` (the auth
  * cache's invalidation) and then every watcher, once per burst.
  *
+ * The same connection LISTENs to the channels nodes of a cluster talk on (an MQTT client id
+ * taken over, a batch of readings committed: migrations.ts), whose payloads start with the
+ * sending node's name: onPeer() hears them, told whether this process sent it. One listening connection per
+ * process, whatever the number of channels.
+ *
  * Notifications sent while the connection is down are lost, so a reconnect counts as
  * "everything changed". The connection is opened by the first watch() (the server); the admin
  * commands, which never watch, never open it.
@@ -32,6 +40,7 @@ export class ChangeListener implements ExternalChanges {
   private failures = 0;
   private retryTimer: NodeJS.Timeout | null = null;
   private notifyScheduled = false;
+  private readonly peerHandlers = new Map<string, Set<(payload: string, own: boolean) => void>>();
 
   constructor(
     private readonly pool: Pool,
@@ -59,6 +68,22 @@ export class ChangeListener implements ExternalChanges {
     };
   }
 
+  /**
+   * Calls `handler` with what follows the node name in each notification sent on `channel`
+   * (one of PEER_CHANNELS), and whether this process sent it: PostgreSQL delivers them in
+   * commit order, so a process's own notification places it among the others'. Returns the
+   * function that stops it.
+   */
+  onPeer(channel: (typeof PEER_CHANNELS)[number], handler: (payload: string, own: boolean) => void): () => void {
+    let set = this.peerHandlers.get(channel);
+    if (!set) {
+      set = new Set();
+      this.peerHandlers.set(channel, set);
+    }
+    set.add(handler);
+    return () => set.delete(handler);
+  }
+
   /** Whether the listening connection is up (false before the first watch). */
   get listening(): boolean {
     return this.client !== null;
@@ -74,6 +99,8 @@ export class ChangeListener implements ExternalChanges {
       const lost = (err?: unknown) => this.lost(client!, err ?? new Error('change notifications: connection ended'));
       client.on('error', lost);
       client.on('end', () => lost());
+      for (const channel of PEER_CHANNELS) await client.query(`LISTEN ${channel}`);
+      // Last, so the connection shows as `LISTEN telemetryd_changes` in pg_stat_activity (an operator's query finds it).
       await client.query(`LISTEN ${CHANGES_CHANNEL}`);
     } catch (err) {
       this.connecting = false;
@@ -112,10 +139,26 @@ export class ChangeListener implements ExternalChanges {
   }
 
   private notified(n: Notification): void {
-    if (n.channel !== CHANGES_CHANNEL) return;
-    const node = n.payload?.slice(n.payload.indexOf(' ') + 1) ?? '';
-    if (node === this.node) return;
-    this.changed();
+    const payload = n.payload ?? '';
+    if (n.channel === CHANGES_CHANNEL) {
+      const node = payload.slice(payload.indexOf(' ') + 1);
+      if (node === this.node) return;
+      this.changed();
+      return;
+    }
+    const handlers = this.peerHandlers.get(n.channel);
+    if (!handlers || handlers.size === 0) return;
+    const space = payload.indexOf(' ');
+    if (space < 0) return;
+    const own = payload.slice(0, space) === this.node;
+    const rest = payload.slice(space + 1);
+    for (const handler of handlers) {
+      try {
+        handler(rest, own);
+      } catch {
+        // One handler's bug must not keep the others, or the change notifications, from running.
+      }
+    }
   }
 
   /** Caches first (a watcher's re-check must read fresh rows), then the watchers, once per event-loop pass. */

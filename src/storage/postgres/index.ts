@@ -3,6 +3,7 @@ import type { ExternalChanges, Repositories } from '../repositories.js';
 import { AuthCache } from './authCache.js';
 import { ChangeListener } from './changeListener.js';
 import { poolNode } from './connect.js';
+import { newNodeKey, PostgresLeadership } from './leadership.js';
 import { postgresAccountsRepo } from './repos/accounts.js';
 import { postgresAlertsRepo } from './repos/alerts.js';
 import { postgresApiKeysRepo } from './repos/apiKeys.js';
@@ -28,13 +29,15 @@ export async function createPostgresRepositories(pool: Pool) {
   // Device authentication and its account, on every reading: cached, dropped on this
   // process's own changes to either table (authCache.ts).
   const authCache = new AuthCache();
+  // Names this process in the deliveries it sends and in the lock it holds while it runs.
+  const nodeKey = newNodeKey();
   const repositories = {
     accounts: postgresAccountsRepo(pool, authCache),
     apiKeys: postgresApiKeysRepo(pool),
     devices: postgresDevicesRepo(pool, authCache, deleteRollupsOfDevice),
     readings: postgresReadingsRepo(pool, authCache),
     rollups: await postgresRollupsRepo(pool),
-    alerts: postgresAlertsRepo(pool),
+    alerts: postgresAlertsRepo(pool, nodeKey),
     sessions: postgresSessionsRepo(pool),
     snapshots: postgresSnapshotsRepo(pool),
     /**
@@ -42,6 +45,8 @@ export async function createPostgresRepositories(pool: Pool) {
      * once watched (changeListener.ts); the auth cache is dropped first.
      */
     externalCommits: new ChangeListener(pool, poolNode(pool), () => authCache.invalidate()) satisfies ExternalChanges,
+    /** The background jobs run on the node holding the leader lock (leadership.ts). */
+    leadership: new PostgresLeadership(pool, nodeKey),
     /** Forgets the cached device and account look-ups (authCache.ts). */
     invalidateAuthCache: (): void => authCache.invalidate(),
   };

@@ -25,6 +25,17 @@ export const CHANGES_CHANNEL = 'telemetryd_changes';
  * evaluator caches. Readings, rollups and usage counts are read fresh and not listed.
  */
 const CHANGE_NOTIFYING_TABLES = ['accounts', 'api_keys', 'devices', 'alerts'] as const;
+/**
+ * The channel on which a node tells the others it accepted an MQTT client id, so the node
+ * holding an older session with that id closes it (peerChannel.ts): '<node> <client id>'.
+ */
+export const MQTT_CLIENTS_CHANNEL = 'telemetryd_mqtt_clients';
+/**
+ * The channel of committed reading batches (readingWriter.ts sends one notification per
+ * batch, in the batch's own statement), so other nodes' live views can fetch them:
+ * '<node> <min time> <max time> <min seq> <max seq> <device seqs, comma-separated, or *>'.
+ */
+export const READINGS_CHANNEL = 'telemetryd_readings';
 
 export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   {
@@ -278,6 +289,81 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
           `CREATE TRIGGER ${table}_notify_change AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON ${table}
              FOR EACH STATEMENT EXECUTE FUNCTION telemetryd_notify_change();`,
       ).join('\n')}
+    `,
+  },
+  {
+    // Several nodes write readings into one database, and one of them rolls them up: the
+    // time before which a reading is late (its minute may be rolled up already) is shared,
+    // so every node's writer marks late readings' hours dirty alike (readingWriter.ts).
+    // Kept apart from rollup_state, whose columns are those of SQLite's table.
+    //
+    // An alert event's deliveries (or a resolution's notices) still pending belong to the node
+    // that sends them, named by the key of the advisory lock it holds while it runs
+    // (leadership.ts); once that lock is gone, the leading node adopts them.
+    version: 4,
+    name: 'cluster coordination',
+    sql: `
+      CREATE TABLE rollup_late (late_before bigint NOT NULL);
+      INSERT INTO rollup_late (late_before) SELECT coalesce(max(rolled_until), 0) FROM rollup_state;
+      CREATE TABLE delivery_owners (
+        event_seq bigint NOT NULL REFERENCES alert_events(seq) ON DELETE CASCADE,
+        notice text NOT NULL CHECK (notice IN ('triggered', 'resolved')),
+        node_key integer NOT NULL,
+        since bigint NOT NULL,
+        PRIMARY KEY (event_seq, notice)
+      );
+    `,
+  },
+  {
+    // What every node of a cluster must share (docs/cluster.md, "What every node sees").
+    // cluster_settings: values generated once per cluster (the MQTT certificate and its key,
+    // the first-run setup token), written under an advisory lock by whichever node is first.
+    // rate_limit_counts: the Public API's fixed windows per account, counted by every node;
+    // rate_limit_consume counts a request in both windows, or in neither when either is full,
+    // in one round trip, the rows locked day first then minute (one order: no deadlock).
+    // A new minute row deletes the account's rows of windows that have ended.
+    version: 5,
+    name: 'cluster settings and rate limit counts',
+    sql: `
+      CREATE TABLE cluster_settings (
+        name text PRIMARY KEY,
+        value text NOT NULL,
+        updated_at bigint NOT NULL
+      );
+      CREATE TABLE rate_limit_counts (
+        account_seq bigint NOT NULL,
+        window_kind char(1) NOT NULL CHECK (window_kind IN ('m', 'd')),
+        window_start bigint NOT NULL,
+        n integer NOT NULL,
+        PRIMARY KEY (account_seq, window_kind, window_start)
+      );
+      CREATE FUNCTION rate_limit_consume(
+        p_account bigint, p_minute bigint, p_day bigint, p_per_minute integer, p_per_day integer,
+        OUT minute_count integer, OUT day_count integer, OUT allowed boolean
+      ) LANGUAGE plpgsql AS $$
+      DECLARE
+        created integer;
+      BEGIN
+        INSERT INTO rate_limit_counts VALUES (p_account, 'd', p_day, 0) ON CONFLICT DO NOTHING;
+        INSERT INTO rate_limit_counts VALUES (p_account, 'm', p_minute, 0) ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS created = ROW_COUNT;
+        IF created > 0 THEN
+          DELETE FROM rate_limit_counts
+          WHERE account_seq = p_account
+            AND ((window_kind = 'm' AND window_start < p_minute) OR (window_kind = 'd' AND window_start < p_day));
+        END IF;
+        SELECT n INTO day_count FROM rate_limit_counts
+          WHERE account_seq = p_account AND window_kind = 'd' AND window_start = p_day FOR UPDATE;
+        SELECT n INTO minute_count FROM rate_limit_counts
+          WHERE account_seq = p_account AND window_kind = 'm' AND window_start = p_minute FOR UPDATE;
+        allowed := day_count < p_per_day AND minute_count < p_per_minute;
+        IF allowed THEN
+          UPDATE rate_limit_counts SET n = n + 1
+          WHERE account_seq = p_account AND ((window_kind = 'd' AND window_start = p_day) OR (window_kind = 'm' AND window_start = p_minute));
+          day_count := day_count + 1;
+          minute_count := minute_count + 1;
+        END IF;
+      END $$;
     `,
   },
 ];

@@ -3,8 +3,8 @@ import { STORAGE_RETRY_AFTER_SECONDS } from '../../domain/storageStatus.js';
 import { storageUnavailable } from '../../errors.js';
 import type { CommitObserver } from '../readingWriter.js';
 import type { PendingReading } from '../repositories.js';
-import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl } from './connect.js';
-import { partitionWeek, readingPartitions } from './migrations.js';
+import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl, poolNode } from './connect.js';
+import { partitionWeek, READINGS_CHANNEL, readingPartitions } from './migrations.js';
 
 interface Waiting extends PendingReading {
   resolve: (seq: number) => void;
@@ -17,9 +17,16 @@ interface Waiting extends PendingReading {
  * and adds its usage counts per account and UTC minute (the account looked up where the
  * caller did not have it; a device deleted meanwhile is not counted). A reading older than $5
  * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
- * same statement, so an acknowledged late reading is never missed by the rollups; with $5
- * null, or readings stamped now, that CTE inserts nothing. The ids come back in the order the
- * readings were given.
+ * same statement, so an acknowledged late reading is never missed by the rollups; with
+ * readings stamped now, that CTE inserts nothing. The mark is the later of $5 (this process's)
+ * and rollup_late's (the node running the rollup pass moves it), whose row the statement
+ * holds FOR SHARE until it commits: the pass's move waits for the batches in flight, so a
+ * reading either commits before the pass reads its minute or sees the moved mark. The ids
+ * come back in the order the readings were given.
+ *
+ * With $6 (this node's name and what the writer knows of the batch) the same statement sends
+ * one notification on READINGS_CHANNEL, delivered at commit, for other nodes' live views:
+ * one per batch, never per reading, and no round trip of its own.
  */
 const INSERT_BATCH = `
   WITH batch AS MATERIALIZED (
@@ -34,12 +41,22 @@ const INSERT_BATCH = `
     WHERE coalesce(b.account_seq, d.account_seq) IS NOT NULL
     GROUP BY 1, 2
     ON CONFLICT (account_seq, minute) DO UPDATE SET n = reading_counts.n + excluded.n
+  ), mark AS (
+    SELECT greatest(late_before, coalesce($5::bigint, 0)) AS late_before FROM rollup_late FOR SHARE
   ), late AS (
     INSERT INTO rollup_dirty (device_seq, hour)
-    SELECT DISTINCT device_seq, time - ((time % 3600000) + 3600000) % 3600000 FROM batch WHERE time < $5::bigint
+    SELECT DISTINCT device_seq, time - ((time % 3600000) + 3600000) % 3600000 FROM batch, mark WHERE time < mark.late_before
     ON CONFLICT DO NOTHING
   )
-  SELECT seq FROM batch ORDER BY ord`;
+  SELECT b.seq FROM batch b CROSS JOIN (
+    SELECT CASE WHEN $6::text IS NOT NULL THEN
+      pg_notify('${READINGS_CHANNEL}', split_part($6, ' ', 1) || ' ' || $7::bigint || ' ' || $8::bigint || ' '
+        || (SELECT min(seq) || ' ' || max(seq) FROM batch) || ' ' || split_part($6, ' ', 2))
+    END
+  ) notified ORDER BY b.ord`;
+
+/** Devices listed in a batch's notification at most (8,000 bytes per payload); more are sent as '*'. */
+const MAX_NOTIFIED_DEVICES = 500;
 
 /** SQLSTATE classes and codes after which the same batch can succeed later. */
 const TRANSIENT = /^(53|08)|^(57P0[1-3]|57014|25006|40001|40P01|55P03)$/;
@@ -77,6 +94,8 @@ export class PostgresReadingWriter {
   private commits: CommitObserver | null = null;
   /** Where the pool connects, for the detail of a failure (never shown to clients). */
   private readonly database: DatabaseUrl;
+  /** This process's node name in the batches' notifications; null for a pool not from connectPostgres (none sent). */
+  private readonly node: string | null;
 
   constructor(
     private readonly pool: Pool,
@@ -88,6 +107,13 @@ export class PostgresReadingWriter {
     private readonly onCommitted: ((batch: readonly PendingReading[]) => void) | null = null,
   ) {
     this.database = parseDatabaseUrl(databaseUrl);
+    let node: string | null = null;
+    try {
+      node = poolNode(pool);
+    } catch {
+      // a pool of a test or a tool: nobody listens for its batches
+    }
+    this.node = node;
   }
 
   /**
@@ -171,10 +197,16 @@ export class PostgresReadingWriter {
     const data = new Array<string>(n);
     const accounts = new Array<number | null>(n);
     let unknownWeek: number[] | null = null;
+    let minTime = Number.POSITIVE_INFINITY;
+    let maxTime = Number.NEGATIVE_INFINITY;
+    const notified = new Set<number>();
     for (let i = 0; i < n; i++) {
       const r = batch[i]!;
       devices[i] = r.deviceSeq;
       times[i] = r.time;
+      if (r.time < minTime) minTime = r.time;
+      if (r.time > maxTime) maxTime = r.time;
+      if (notified.size <= MAX_NOTIFIED_DEVICES) notified.add(r.deviceSeq);
       data[i] = r.data;
       accounts[i] = r.accountSeq ?? null;
       if (!this.weeks.has(partitionWeek(r.time))) {
@@ -186,7 +218,16 @@ export class PostgresReadingWriter {
     const query = {
       name: 'telemetryd-insert-readings',
       text: INSERT_BATCH,
-      values: [devices, times, data, accounts, this.lateBefore?.() ?? null],
+      values: [
+        devices,
+        times,
+        data,
+        accounts,
+        this.lateBefore?.() ?? null,
+        this.node === null ? null : `${this.node} ${notified.size > MAX_NOTIFIED_DEVICES ? '*' : [...notified].join(',')}`,
+        minTime,
+        maxTime,
+      ],
       rowMode: 'array',
     };
     try {

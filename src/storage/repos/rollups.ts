@@ -104,6 +104,8 @@ export function rollupsRepo(db: Db) {
     setLateBefore(time: number): void {
       lateBefore = Math.max(time, rolledUntil);
     },
+    /** One process serves a SQLite database: the marks in memory are the database's. */
+    refresh(): void {},
     /** Called by the readings repository inside a batch's transaction, for late readings only. */
     markDirty(deviceSeq: number, time: number): void {
       markDirty.run(deviceSeq, Math.floor(time / HOUR_MS) * HOUR_MS);

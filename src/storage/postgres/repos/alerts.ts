@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import type { ActionDelivery, Alert, AlertEvent, AlertState } from '../../../domain/types.js';
 import { type AlertRow, type EventRow, toAlert, toEvent } from '../../repos/alerts.js';
 import type { AlertChanges, AlertOutcome, AlertsRepository, NewAlert, NoDataWatch, RecordedOutcome } from '../../repositories.js';
+import { NODE_LOCK_CLASS } from '../leadership.js';
 import { inTransaction, prepared, type Queryable } from './sql.js';
 
 // Booleans come out as 0/1, as SQLite stores them, so the SQLite repository's row mapping
@@ -53,7 +54,24 @@ const setEnabled = prepared(
   `UPDATE alerts SET enabled_at = CASE WHEN $2 AND NOT enabled THEN $3 ELSE enabled_at END, enabled = $2, updated_at = $3
    WHERE seq = $1`,
 );
-const setLastTriggered = prepared('alert-set-last-triggered', 'UPDATE alerts SET last_triggered = $2 WHERE seq = $1');
+// A trigger claims the alert: several nodes evaluate readings of one device at once, and the
+// row tells which of them fires. A threshold alert is claimed past its cooldown (with no
+// cooldown, by any reading not older than the last trigger's), a no_data alert while it is
+// `ok`. The row lock taken here makes a concurrent claim wait and then see this one's values.
+const claimTrigger = prepared<{ seq: number }>(
+  'alert-claim-trigger',
+  `UPDATE alerts SET last_triggered = greatest(coalesce(last_triggered, $2), $2), state = 'firing'
+   WHERE seq = $1 AND CASE WHEN kind = 'no_data' THEN state = 'ok'
+     ELSE last_triggered IS NULL OR $2 >= last_triggered + cooldown * 1000 OR (cooldown = 0 AND $2 >= last_triggered) END
+   RETURNING seq`,
+);
+// A resolution applies to a firing alert, from a reading not older than its trigger: one
+// evaluated by another node at the same time as a newer trigger resolves nothing.
+const claimResolution = prepared<{ seq: number }>(
+  'alert-claim-resolution',
+  `UPDATE alerts SET state = 'ok' WHERE seq = $1 AND state = 'firing' AND (last_triggered IS NULL OR last_triggered <= $2)
+   RETURNING seq`,
+);
 const setState = prepared('alert-set-state', 'UPDATE alerts SET state = $2 WHERE seq = $1');
 const stateForUpdate = prepared<{ state: AlertState }>('alert-state-for-update', 'SELECT state FROM alerts WHERE seq = $1 FOR UPDATE');
 const remove = prepared('alert-remove', 'DELETE FROM alerts WHERE seq = $1');
@@ -73,11 +91,35 @@ const acknowledge = prepared(
   'event-acknowledge',
   'UPDATE alert_events SET acknowledged = true, acknowledged_at = $2 WHERE seq = $1 AND NOT acknowledged',
 );
-const setDeliveries = prepared('event-set-deliveries', 'UPDATE alert_events SET deliveries = $2 WHERE seq = $1');
+// An outcome written; with none pending any more, the notice's owner row goes in the same
+// statement (nothing is left to adopt).
+const setDeliveries = prepared(
+  'event-set-deliveries',
+  `WITH updated AS (UPDATE alert_events SET deliveries = $2 WHERE seq = $1)
+   DELETE FROM delivery_owners WHERE event_seq = $1 AND notice = 'triggered' AND NOT $3`,
+);
 const setResolutionDeliveries = prepared(
   'event-set-resolution-deliveries',
-  'UPDATE alert_events SET resolution_deliveries = $2 WHERE seq = $1',
+  `WITH updated AS (UPDATE alert_events SET resolution_deliveries = $2 WHERE seq = $1)
+   DELETE FROM delivery_owners WHERE event_seq = $1 AND notice = 'resolved' AND NOT $3`,
 );
+const ownDeliveries = prepared(
+  'delivery-own',
+  `INSERT INTO delivery_owners (event_seq, notice, node_key, since) VALUES ($1, $2, $3, $4)
+   ON CONFLICT (event_seq, notice) DO UPDATE SET node_key = excluded.node_key, since = excluded.since`,
+);
+// Pending deliveries whose node no longer holds its lock (it stopped, or was killed: its
+// connection ended), claimed for this node in one statement: two adopters cannot both get one.
+const adoptDeliveries = prepared<{ id: string; notice: 'triggered' | 'resolved' }>(
+  'delivery-adopt',
+  `UPDATE delivery_owners o SET node_key = $1, since = $2
+   FROM alert_events e
+   WHERE e.seq = o.event_seq AND o.node_key <> $1 AND o.since <= $2::bigint - $3::bigint
+     AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $4::bigint::oid
+       AND l.objid = o.node_key::bigint::oid AND l.objsubid = 2 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+   RETURNING e.id, o.notice`,
+);
+const hasPending = (deliveries: ActionDelivery[]) => deliveries.some((d) => d.status === 'pending');
 // The latest event of the alert is the one of the current firing (alert_events_by_alert).
 const openEvent = prepared<EventRow>(
   'event-open',
@@ -119,7 +161,7 @@ async function endFiring(db: Queryable, seq: number, now: number): Promise<void>
 }
 
 /** Alerts and their events on PostgreSQL (AlertsRepository, src/storage/repositories.ts). */
-export function postgresAlertsRepo(pool: Pool): AlertsRepository {
+export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepository {
   return {
     findById: async (id: string): Promise<Alert | null> => toAlert(await byId.first(pool, [id])),
     findBySeq: async (seq: number): Promise<Alert | null> => toAlert(await bySeq.first(pool, [seq])),
@@ -161,7 +203,7 @@ export function postgresAlertsRepo(pool: Pool): AlertsRepository {
         for (const o of batch) {
           await client.query('SAVEPOINT outcome');
           try {
-            results.push({ event: await recordOutcome(client, o) });
+            results.push({ event: await recordOutcome(client, o, nodeKey) });
             await client.query('RELEASE SAVEPOINT outcome');
           } catch (error) {
             await client.query('ROLLBACK TO SAVEPOINT outcome');
@@ -178,16 +220,28 @@ export function postgresAlertsRepo(pool: Pool): AlertsRepository {
       await acknowledge.run(pool, [seq, now]);
     },
     async setDeliveries(seq: number, deliveries: ActionDelivery[]): Promise<void> {
-      await setDeliveries.run(pool, [seq, JSON.stringify(deliveries)]);
+      await setDeliveries.run(pool, [seq, JSON.stringify(deliveries), hasPending(deliveries)]);
     },
     async setResolutionDeliveries(seq: number, deliveries: ActionDelivery[]): Promise<void> {
-      await setResolutionDeliveries.run(pool, [seq, JSON.stringify(deliveries)]);
+      await setResolutionDeliveries.run(pool, [seq, JSON.stringify(deliveries), hasPending(deliveries)]);
     },
+    adoptAbandonedDeliveries: async (now: number, graceMs: number) =>
+      (await adoptDeliveries.rows(pool, [nodeKey, now, graceMs, NODE_LOCK_CLASS])).map((r) => ({ eventId: r.id, type: r.notice })),
   };
 }
-async function recordOutcome(db: Queryable, o: AlertOutcome): Promise<AlertEvent | null> {
+/**
+ * One outcome; null when it records nothing: a trigger whose claim failed (another node
+ * triggered the alert within its cooldown, or fired the no_data alert already), a resolution
+ * of an alert no longer firing. Neither has an event, so neither is announced nor delivered.
+ */
+async function recordOutcome(db: Queryable, o: AlertOutcome, nodeKey: number): Promise<AlertEvent | null> {
   if (o.type === 'triggered') {
     const e = o.event;
+    if (!(await claimTrigger.first(db, [o.alertSeq, e.triggeredAt]))) {
+      // An alert deleted meanwhile is a failed item, as its event's foreign key makes it on SQLite.
+      if (!(await bySeq.first(db, [o.alertSeq]))) throw new Error(`alert ${o.alertSeq} no longer exists`);
+      return null;
+    }
     const { seq } = (await insertEvent.first(db, [
       e.id,
       e.alertSeq,
@@ -198,13 +252,13 @@ async function recordOutcome(db: Queryable, o: AlertOutcome): Promise<AlertEvent
       e.readingSeq,
       JSON.stringify(e.deliveries),
     ]))!;
-    await setLastTriggered.run(db, [o.alertSeq, e.triggeredAt]);
-    await setState.run(db, [o.alertSeq, 'firing']);
+    if (hasPending(e.deliveries)) await ownDeliveries.run(db, [seq, 'triggered', nodeKey, e.triggeredAt]);
     return { seq, ...e, acknowledged: false, acknowledgedAt: null, resolvedAt: null, resolutionDeliveries: [] };
   }
-  await setState.run(db, [o.alertSeq, 'ok']);
+  if (!(await claimResolution.first(db, [o.alertSeq, o.at]))) return null;
   const open = toEvent(await openEvent.first(db, [o.alertSeq]));
   if (!open) return null;
   await resolveEvent.run(db, [open.seq, o.at, JSON.stringify(o.notices)]);
+  if (hasPending(o.notices)) await ownDeliveries.run(db, [open.seq, 'resolved', nodeKey, o.at]);
   return { ...open, resolvedAt: o.at, resolutionDeliveries: o.notices };
 }

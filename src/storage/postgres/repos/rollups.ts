@@ -5,6 +5,11 @@ import { inTransaction, prepared, type Queryable, Rollback } from './sql.js';
 
 const readState = prepared<{ rolled_until: number }>('rollup-state', 'SELECT rolled_until FROM rollup_state');
 const writeState = prepared('rollup-set-state', 'UPDATE rollup_state SET rolled_until = $1');
+const readLate = prepared<{ late_before: number }>('rollup-late', 'SELECT late_before FROM rollup_late');
+// Waits for the batches being written (each holds the row FOR SHARE, readingWriter.ts): once
+// this commits, every reading committed before is visible to the pass, and every batch
+// after sees the new mark.
+const writeLate = prepared('rollup-set-late', 'UPDATE rollup_late SET late_before = greatest(late_before, $1)');
 const rowRange = prepared(
   'rollup-rows',
   'SELECT bucket, stats FROM rollups WHERE device_seq = $1 AND level = $2 AND bucket >= $3 AND bucket < $4 ORDER BY bucket',
@@ -88,13 +93,15 @@ export async function deleteRollupsOfDevice(db: Queryable, deviceSeq: number): P
 
 /**
  * Rollups on PostgreSQL (RollupsRepository, src/storage/repositories.ts). `rolledUntil` and
- * `lateBefore` stay in memory, read synchronously: the writer reads `lateBefore` per batch
- * (postgres/readingWriter.ts) and marks a late reading's hour dirty in the batch's own
- * statement. The mark is read once when the repositories are created.
+ * `lateBefore` are held in memory, read synchronously, and stored: rolled_until in
+ * rollup_state, lateBefore in rollup_late, which every node's writer reads in its batch
+ * statement (postgres/readingWriter.ts) to mark a late reading's hour dirty. Only the node
+ * that leads runs the pass and moves them; the others read them again (refresh) before they
+ * use them: before an aggregate query settles a device, before a pass.
  */
 export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository> {
   let rolledUntil = (await readState.first(pool, []))?.rolled_until ?? 0;
-  let lateBefore = rolledUntil;
+  let lateBefore = Math.max(rolledUntil, (await readLate.first(pool, []))?.late_before ?? 0);
 
   return {
     /** Every reading before this time is in the minute and hour rollups (dirty hours aside). */
@@ -105,8 +112,14 @@ export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository
     },
     /** A reading committed from now on with an earlier time marks its hour dirty. */
     lateBefore: (): number => lateBefore,
-    setLateBefore(time: number): void {
+    async setLateBefore(time: number): Promise<void> {
       lateBefore = Math.max(time, rolledUntil);
+      await writeLate.run(pool, [lateBefore]);
+    },
+    async refresh(): Promise<void> {
+      const [state, late] = await Promise.all([readState.first(pool, []), readLate.first(pool, [])]);
+      rolledUntil = state?.rolled_until ?? 0;
+      lateBefore = Math.max(rolledUntil, late?.late_before ?? 0);
     },
     dirtyHours: async (deviceSeq: number): Promise<number[]> => (await dirtyOfDevice.rows(pool, [deviceSeq])).map((r) => r.hour),
     allDirty: async (): Promise<{ deviceSeq: number; hour: number }[]> =>
@@ -156,6 +169,7 @@ export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository
         await client.query('DELETE FROM rollups');
         await client.query('DELETE FROM rollup_dirty');
         await client.query('UPDATE rollup_state SET rolled_until = 0');
+        await client.query('UPDATE rollup_late SET late_before = 0');
       });
       rolledUntil = 0;
       lateBefore = 0;
