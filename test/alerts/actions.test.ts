@@ -4,7 +4,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import net, { type AddressInfo } from 'node:net';
 import { SMTPServer, type SMTPServerSession } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openDataDir } from '../../src/composition.js';
+import { openDataDirStorage } from '../helpers/backend.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { history, send, waitFor } from './helpers.js';
@@ -357,7 +357,7 @@ describe('deliveries running at shutdown', () => {
       expect(server.services.alertEvaluation.pending).toBe(2);
       await server.stop();
 
-      const reopened = openDataDir(dataDir);
+      const reopened = await openDataDirStorage(dataDir);
       try {
         const stored = await reopened.services.alerts.getAny(alert.id);
         const [event] = (await reopened.services.alerts.historyWithDeliveries(stored, 10)) as { deliveries: Delivery[] }[];
@@ -365,7 +365,7 @@ describe('deliveries running at shutdown', () => {
         expect(byAction.email).toMatchObject({ status: 'failed', detail: 'server shut down' });
         expect(byAction.webhook).toMatchObject({ status: 'failed' });
       } finally {
-        reopened.close();
+        await reopened.close();
       }
     } finally {
       await receiver.close();

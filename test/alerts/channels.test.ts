@@ -7,7 +7,6 @@
 import type { AddressInfo } from 'node:net';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { eventsOf, type ReceivedRequest, send, sleep, startHttpReceiver, waitFor, waitForEvents } from './helpers.js';
 
@@ -144,7 +143,7 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
     expect(receiver.received.filter((r) => r.url === '/a/slack')).toHaveLength(2);
 
     await send(server, s.device, s.token, { env: { temp: 24.5 } });
-    const resolvedAt = new Date(sqliteStorage(server.storage).repos.readings.latest(s.device.seq)!.time).toISOString();
+    const resolvedAt = new Date((await server.storage.repos.readings.latest(s.device.seq))!.time).toISOString();
     expect((await server.services.alerts.getAny(alert.id)).state).toBe('ok');
     const events = await eventsOf(server, alert.id);
     expect(events).toHaveLength(2);

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { composeServices } from '../../src/composition.js';
-import { openDatabase } from '../../src/storage/db.js';
+import { openDataDirStorage } from '../helpers/backend.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { history, send } from './helpers.js';
@@ -105,12 +104,12 @@ describe('telemetryd alerts (CLI) against a running server', () => {
   });
 
   it('a change committed by another connection applies to the very next reading, before the change watcher polls', async () => {
-    // The admin CLI is another connection to the same file; open one here so the reading can
-    // follow the commit within milliseconds (the CLI's process exit alone takes longer than
-    // the watcher's 250 ms poll).
-    const db = openDatabase(server.dataDir);
+    // The admin CLI is another connection to the same database; open one here so the reading
+    // can follow the commit within milliseconds (the CLI's process exit alone takes longer
+    // than the watcher's 250 ms poll).
+    const opened = await openDataDirStorage(server.dataDir);
     try {
-      const admin = composeServices(db).services;
+      const admin = opened.services;
       const alert = await server.services.alerts.create(s.device, {
         name: 'second connection',
         field: 'q',
@@ -125,7 +124,7 @@ describe('telemetryd alerts (CLI) against a running server', () => {
       await send(server, s.device, s.token, { q: 3 });
       expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value)).toEqual([3, 1]);
     } finally {
-      db.close();
+      await opened.close();
     }
   });
 

@@ -4,7 +4,6 @@
  * and the webhook's `type`. Real server, real HTTP receiver.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { history, send, sleep, startHttpReceiver, waitFor, waitForEvents } from './helpers.js';
 
@@ -21,7 +20,7 @@ afterAll(async () => {
   await receiver.close();
 });
 
-const readingTime = (s: Awaited<ReturnType<typeof seedAccount>>) => sqliteStorage(server.storage).repos.readings.latest(s.device.seq)!.time;
+const readingTime = async (s: Awaited<ReturnType<typeof seedAccount>>) => (await server.storage.repos.readings.latest(s.device.seq))!.time;
 
 async function alertOf(key: string, id: string) {
   return (await (await server.request(`/v1/alerts/${id}`, { key })).json()).data as Record<string, unknown>;
@@ -40,7 +39,7 @@ describe('no_data alert on any reading', () => {
     });
     expect(alert).toMatchObject({ kind: 'no_data', field: '*', operator: 'no_data', value: 10, state: 'ok' });
     await send(server, s.device, s.token, { t: 1 });
-    const last = readingTime(s);
+    const last = await readingTime(s);
 
     const [event] = await waitForEvents(server, alert.id, 1);
     expect((await history(server, s.key, alert.id)).body.data).toEqual([event]);
@@ -62,7 +61,7 @@ describe('no_data alert on any reading', () => {
     expect((await history(server, s.key, alert.id)).body.data).toHaveLength(1);
 
     await send(server, s.device, s.token, { t: 2 });
-    const resumed = readingTime(s);
+    const resumed = await readingTime(s);
     const [resolved] = (await history(server, s.key, alert.id)).body.data;
     expect(resolved!.id).toBe(event!.id);
     expect(resolved!.resolved_at).toBe(new Date(resumed).toISOString());

@@ -5,7 +5,6 @@
  */
 import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { SEARCH_ROWS_PER_CHECK } from '../../src/domain/alerts/evaluator.js';
 import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
@@ -26,10 +25,10 @@ describe('no_data across a restart', () => {
     const any = await server.services.alerts.create(s.device, { name: 'silent', kind: 'no_data', value: 10 });
     const path = await server.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'env.temp', value: 10 });
     await send(server, s.device, s.token, { env: { temp: 3 } });
-    const lastTemp = sqliteStorage(server.storage).repos.readings.latest(s.device.seq)!.time;
+    const lastTemp = (await server.storage.repos.readings.latest(s.device.seq))!.time;
     await sleep(2_000);
     await send(server, s.device, s.token, { env: { door: 1 } });
-    const lastAny = sqliteStorage(server.storage).repos.readings.latest(s.device.seq)!.time;
+    const lastAny = (await server.storage.repos.readings.latest(s.device.seq))!.time;
     await server.stop();
 
     // Down for longer than the gap a restart-based count would hide: counted from the
@@ -75,10 +74,12 @@ describe('no_data after a start, on a long history without a match', () => {
       // (stored directly: the evaluator never saw them, as after a restart).
       const lastTemp = T0 - 5 * HOUR;
       const others = Math.floor(SEARCH_ROWS_PER_CHECK * 2.5);
-      sqliteStorage(server.storage).repos.readings.insertBatch([
-        { deviceSeq: s.device.seq, time: lastTemp, data: '{"temp":1}' },
-        ...Array.from({ length: others }, (_, i) => ({ deviceSeq: s.device.seq, time: lastTemp + 1_000 * (i + 1), data: '{"x":1}' })),
-      ]);
+      await Promise.all(
+        [
+          { deviceSeq: s.device.seq, time: lastTemp, data: '{"temp":1}' },
+          ...Array.from({ length: others }, (_, i) => ({ deviceSeq: s.device.seq, time: lastTemp + 1_000 * (i + 1), data: '{"x":1}' })),
+        ].map((r) => server.storage.writer.append(r)),
+      );
       clock.t = T0;
       const evaluation = server.services.alertEvaluation;
       const tracked = evaluation.trackedSilences;

@@ -5,8 +5,7 @@
  * asserted closely; noData.test.ts holds the default period to SECONDS + 5 s.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { composeServices, sqliteStorage } from '../../src/composition.js';
-import { openDatabase } from '../../src/storage/db.js';
+import { openDataDirStorage } from '../helpers/backend.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { eventsOf, send, sleep, waitForEvents } from './helpers.js';
 
@@ -17,7 +16,7 @@ beforeAll(async () => {
 });
 afterAll(() => server.stop());
 
-const latestTime = (deviceSeq: number) => sqliteStorage(server.storage).repos.readings.latest(deviceSeq)!.time;
+const latestTime = async (deviceSeq: number) => (await server.storage.repos.readings.latest(deviceSeq))!.time;
 
 describe('no_data alerts: paused devices, disabled alerts, paths', () => {
   it('never fires for a paused device or a disabled alert; resume and enable count the silence from then', async () => {
@@ -69,7 +68,7 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     const s = await seedAccount(server);
     const alert = await server.services.alerts.create(s.device, { name: 'no temperature', kind: 'no_data', field: 'env.temp', value: 10 });
     await send(server, s.device, s.token, { env: { temp: 4 } });
-    const lastMatch = latestTime(s.device.seq);
+    const lastMatch = await latestTime(s.device.seq);
     // Readings keep coming, but none has a number at env.temp.
     for (const data of [{ env: { humidity: 50 } }, { env: { temp: 'n/a' } }, { temp: 4 }]) {
       await sleep(2_500);
@@ -84,7 +83,7 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     expect((await server.services.alerts.getAny(alert.id)).state).toBe('firing');
     await send(server, s.device, s.token, { env: { temp: -18.5 } });
     expect((await server.services.alerts.getAny(alert.id)).state).toBe('ok');
-    expect((await eventsOf(server, alert.id))[0]!.resolved_at).toBe(new Date(latestTime(s.device.seq)).toISOString());
+    expect((await eventsOf(server, alert.id))[0]!.resolved_at).toBe(new Date(await latestTime(s.device.seq)).toISOString());
   }, 30_000);
 
   it('forgets the silences of alerts another process disabled, or deleted with their device', async () => {
@@ -103,12 +102,12 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
     expect(evaluation.trackedSilences).toBe(before + 2);
 
     // The admin CLI's way: another connection commits, seen by the next check.
-    const admin = composeServices(openDatabase(server.dataDir));
+    const admin = await openDataDirStorage(server.dataDir);
     try {
       await admin.services.alerts.setEnabled(await admin.services.alerts.getAny(disabled.id), false);
       await admin.services.devices.remove(other.device);
     } finally {
-      admin.close();
+      await admin.close();
     }
     await evaluation.checkSilences();
     expect(evaluation.trackedSilences).toBe(before);

@@ -1,18 +1,32 @@
 import { createHook } from 'node:async_hooks';
-import { describe, expect, it } from 'vitest';
-import { composeServices } from '../../src/composition.js';
-import { useTempDatabases } from '../helpers/db.js';
+import { rmSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Composition } from '../../src/composition.js';
+import { openDataDirStorage, storedRows } from '../helpers/backend.js';
+import { tempDir } from '../helpers/server.js';
 
 /**
  * The MQTT hook chains `.then` on ingestReading (src/mqtt/hooks.ts): every refusal must come
  * back as a rejected promise, never as a synchronous throw into aedes.
  */
 describe('ingestReading', () => {
-  const temp = useTempDatabases();
+  const opened: Composition[] = [];
+  const dirs: string[] = [];
+  afterEach(async () => {
+    for (const c of opened.splice(0)) await c.close();
+    for (const dir of dirs.splice(0)) rmSync(dir, { recursive: true, force: true });
+  });
+  /** The services over a new data dir's database (SQLite, or its PostgreSQL database). */
+  async function open(): Promise<Composition> {
+    const dir = tempDir();
+    dirs.push(dir);
+    const c = await openDataDirStorage(dir);
+    opened.push(c);
+    return c;
+  }
 
   it('refuses by rejecting, and stores a valid payload once committed', async () => {
-    const db = temp.open(temp.dir());
-    const services = composeServices(db).services;
+    const { services, storage } = await open();
     const account = await services.accounts.create({ email: 'p@example.com', plan: 'business' });
     const { device, accessToken } = await services.devices.create(account, { name: 'd' });
     const calls = [
@@ -28,12 +42,11 @@ describe('ingestReading', () => {
     }
     const stored = await services.ingest.ingestReading({ transport: 'mqtt', deviceId: device.id, data: Buffer.from('{ "t" : 1.50 }') });
     expect(stored.data).toBe('{ "t" : 1.50 }');
-    expect(db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(device.seq)).toEqual({ n: 1 });
+    expect(await storedRows(storage, device.seq)).toHaveLength(1);
   });
 
   it("costs no promise beyond the writer's for authentication, over HTTP and MQTT alike", async () => {
-    const db = temp.open(temp.dir());
-    const services = composeServices(db).services;
+    const { services } = await open();
     const account = await services.accounts.create({ email: 'q@example.com', plan: 'business' });
     const { device, accessToken } = await services.devices.create(account, { name: 'd' });
     const requests = {

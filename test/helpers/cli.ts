@@ -1,5 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
+import { backendEnv } from './backend.js';
 
 export const CLI = path.resolve('dist/telemetryd.cjs');
 
@@ -10,10 +11,17 @@ export interface CliResult {
   json: any;
 }
 
-/** Runs the built CLI bundle in a child process, as a script would. */
+/**
+ * Runs the built CLI bundle in a child process, as a script would. On a PostgreSQL test run
+ * a command on a data dir gets that data dir's database (TELEMETRYD_DATABASE_URL, backend.ts).
+ */
 export function runCli(args: string[], opts: { dataDir?: string; input?: string; env?: Record<string, string> } = {}): CliResult {
   const full = opts.dataDir ? [...args, '--data-dir', opts.dataDir] : args;
-  const r = spawnSync(process.execPath, [CLI, ...full], { encoding: 'utf8', input: opts.input, env: { ...process.env, ...opts.env } });
+  const r = spawnSync(process.execPath, [CLI, ...full], {
+    encoding: 'utf8',
+    input: opts.input,
+    env: { ...process.env, ...backendEnv(opts.dataDir ?? opts.env?.TELEMETRYD_DATA_DIR), ...opts.env },
+  });
   let json: unknown;
   if (args.includes('--json') && r.status === 0) json = JSON.parse(r.stdout);
   return { status: r.status, stdout: r.stdout, stderr: r.stderr, json };
@@ -23,7 +31,10 @@ export function runCli(args: string[], opts: { dataDir?: string; input?: string;
 export function runCliAsync(args: string[], opts: { dataDir?: string; input?: string } = {}): Promise<CliResult> {
   const full = opts.dataDir ? [...args, '--data-dir', opts.dataDir] : args;
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...full], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...full], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...process.env, ...backendEnv(opts.dataDir) },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));

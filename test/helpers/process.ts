@@ -1,5 +1,6 @@
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
+import { backendEnv } from './backend.js';
 import { CLI } from './cli.js';
 
 /** A port that was free a moment ago (for child processes that need a known port). */
@@ -21,12 +22,17 @@ export interface ServeProcess {
   exited: Promise<number | null>;
 }
 
-/** Starts `telemetryd serve` as a child process and waits until a line matches `ready`. */
+/**
+ * Starts `telemetryd serve` as a child process and waits until a line matches `ready`. Its
+ * `--data-dir` gets that data dir's database on a PostgreSQL test run (backend.ts).
+ */
 export async function spawnServe(
   args: string[],
   opts: { env?: Record<string, string>; ready?: RegExp; timeoutMs?: number } = {},
 ): Promise<ServeProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', ...args], { env: { ...process.env, ...opts.env } });
+  const dataDirAt = args.indexOf('--data-dir');
+  const dataDir = dataDirAt >= 0 ? args[dataDirAt + 1] : undefined;
+  const child = spawn(process.execPath, [CLI, 'serve', ...args], { env: { ...process.env, ...backendEnv(dataDir), ...opts.env } });
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));

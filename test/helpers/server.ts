@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { buildServerConfig, type ServerConfig } from '../../src/config.js';
 import { type RunningServer, type StartOptions, startServer } from '../../src/server.js';
+import { databaseUrlFor } from './backend.js';
 
 export function tempDir(prefix = 'telemetryd-test-'): string {
   return mkdtempSync(path.join(tmpdir(), prefix));
@@ -17,12 +18,17 @@ export interface TestServer extends RunningServer {
 
 /**
  * Starts the real server on ephemeral ports against a fresh temp data dir. MQTT is off
- * unless the test asks for it (mqtt-port: '0').
+ * unless the test asks for it (mqtt-port: '0'). On a PostgreSQL test run (backend.ts) the
+ * data dir stands for a database of its own: a server restarted on the same data dir finds
+ * the same database.
  */
 export async function startTestServer(overrides: Record<string, unknown> = {}, options: StartOptions = {}): Promise<TestServer> {
   const dataDir = (overrides['data-dir'] as string | undefined) ?? tempDir();
+  // A test that names its database (test/postgres/) keeps it.
+  const databaseUrl = 'database-url' in overrides ? null : databaseUrlFor(dataDir);
   const config: ServerConfig = buildServerConfig({
     'data-dir': dataDir,
+    ...(databaseUrl ? { 'database-url': databaseUrl } : {}),
     host: '127.0.0.1',
     'http-port': '0',
     'mqtt-port': 'off',

@@ -52,7 +52,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
         },
       });
     }
-    insertReadings(server, a.device.seq, readings);
+    await insertReadings(server, a.device.seq, readings);
     // Roll up everything but the last minutes, then add readings the job has not seen: the
     // answer must combine rollups with raw readings at both ends.
     await server.services.rollups.runOnce();
@@ -60,7 +60,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
       { time: NOW - 40_000, data: { temp: 99.5, env: { humidity: 1 } } },
       { time: NOW - 1_000, data: { temp: -3, env: { humidity: 2.25 } } },
     ];
-    insertReadings(server, a.device.seq, fresh);
+    await insertReadings(server, a.device.seq, fresh);
     readings.push(...fresh);
   });
   afterAll(() => server.stop());
@@ -124,7 +124,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
   it('aligns buckets on UTC multiples of the interval, oldest first, across a minute boundary', async () => {
     const dev = (await server.services.devices.create(a.account, { name: 'edge' })).device;
     const m = Math.floor(NOW / MIN) * MIN - 10 * MIN; // a minute boundary 10 minutes back
-    insertReadings(server, dev.seq, [
+    await insertReadings(server, dev.seq, [
       { time: m - 500, data: { v: 1 } },
       { time: m - 1, data: { v: 2 } },
       { time: m, data: { v: 10 } },
@@ -150,7 +150,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
   it('counts only readings inside the range: the first bucket is partial', async () => {
     const dev = (await server.services.devices.create(a.account, { name: 'partial' })).device;
     const since = NOW - HOUR;
-    insertReadings(server, dev.seq, [
+    await insertReadings(server, dev.seq, [
       { time: since - 1, data: { v: 1000 } }, // outside: same 1m bucket as the next one
       { time: since + 1, data: { v: 7 } },
       { time: since + 20 * MIN, data: { v: 9 } },
@@ -244,7 +244,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
 
   it('counts a reading the moment it is acknowledged, and a late reading in an hour already rolled up', async () => {
     const dev = (await server.services.devices.create(a.account, { name: 'late' })).device;
-    insertReadings(server, dev.seq, [{ time: NOW - 3 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, dev.seq, [{ time: NOW - 3 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     // Through the real ingest path: answered 200 only once committed.
     const { accessToken } = await server.services.devices.regenerateToken(dev);
@@ -256,7 +256,7 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
     expect(res.status).toBe(200);
     // Past the rolled-up mark: an hour that was already rolled up gets a late reading.
     expect(server.storage.repos.rollups.rolledUntil()).toBeGreaterThan(NOW - 3 * HOUR);
-    insertReadings(server, dev.seq, [{ time: NOW - 3 * HOUR + 1_000, data: { v: 3 } }]);
+    await insertReadings(server, dev.seq, [{ time: NOW - 3 * HOUR + 1_000, data: { v: 3 } }]);
     const body = (await (await get(`/v1/devices/${dev.id}/telemetry/aggregate?range=6h&interval=1h`)).json()) as { data: Bucket[] };
     const all = body.data.flatMap((x) => Object.values(x.values));
     expect(all.reduce((n, v) => n + v.count, 0)).toBe(3);

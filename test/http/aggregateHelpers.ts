@@ -1,5 +1,4 @@
 import { expect } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import type { RunningServer } from '../../src/server.js';
 
 export interface Reading {
@@ -41,11 +40,14 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
-/** Commits readings with the given (past) times through the storage layer, as ingest would. */
-export function insertReadings(server: RunningServer, deviceSeq: number, readings: Reading[]): void {
+/**
+ * Commits readings with the given (past) times through the reading writer, as ingest would
+ * (on either backend), a thousand at a time; resolves once all are committed.
+ */
+export async function insertReadings(server: RunningServer, deviceSeq: number, readings: Reading[]): Promise<void> {
   for (let i = 0; i < readings.length; i += 1000) {
-    sqliteStorage(server.storage).repos.readings.insertBatch(
-      readings.slice(i, i + 1000).map((r) => ({ deviceSeq, time: r.time, data: JSON.stringify(r.data) })),
+    await Promise.all(
+      readings.slice(i, i + 1000).map((r) => server.storage.writer.append({ deviceSeq, time: r.time, data: JSON.stringify(r.data) })),
     );
   }
 }

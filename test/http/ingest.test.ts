@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
+import { countAllReadings } from '../helpers/backend.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 describe('HTTP ingest', () => {
   let server: TestServer;
   let s: Awaited<ReturnType<typeof seedAccount>>;
 
-  const count = () => (sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
+  const count = () => countAllReadings(server.storage);
 
   beforeAll(async () => {
     server = await startTestServer();
@@ -34,12 +34,12 @@ describe('HTTP ingest', () => {
   });
 
   it('acknowledges only committed readings: the row is there when the 200 arrives', async () => {
-    const n = count();
+    const n = await count();
     const results = await Promise.all(
       Array.from({ length: 50 }, (_, i) => ingest(server, { device_id: s.device.id, access_token: s.token, data: { i } })),
     );
     expect(results.every((r) => r.status === 200)).toBe(true);
-    expect(count()).toBe(n + 50);
+    expect(await count()).toBe(n + 50);
   });
 
   it('400 when device_id, access_token or data is missing, with {success:false, error}', async () => {
@@ -48,17 +48,17 @@ describe('HTTP ingest', () => {
       { device_id: s.device.id, data: { a: 1 } },
       { device_id: s.device.id, access_token: s.token },
     ];
-    const n = count();
+    const n = await count();
     for (const body of cases) {
       const r = await ingest(server, body);
       expect(r.status).toBe(400);
       expect(r.body).toEqual({ success: false, error: expect.stringMatching(/device_id|access_token|data/) });
     }
-    expect(count()).toBe(n);
+    expect(await count()).toBe(n);
   });
 
   it('400 for a body that is not JSON and for data that is not an object', async () => {
-    const n = count();
+    const n = await count();
     for (const raw of ['{"device_id": ', 'not json', '[1,2]', '"text"', 'null']) {
       const r = await ingest(server, raw);
       expect(r.status, raw).toBe(400);
@@ -69,7 +69,7 @@ describe('HTTP ingest', () => {
       expect(r.status, JSON.stringify(data)).toBe(400);
       expect(r.body.error).toMatch(/object/);
     }
-    expect(count()).toBe(n);
+    expect(await count()).toBe(n);
   });
 
   it('refuses prototype-poisoning keys', async () => {

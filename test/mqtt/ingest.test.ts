@@ -2,8 +2,8 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { MAX_PACKET_BYTES } from '../../src/mqtt/broker.js';
+import { failReadingInserts, storedRows } from '../helpers/backend.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { certPath, closed, connectPlain, connectTls, storedReadings, until } from './support.js';
@@ -92,17 +92,15 @@ describe('MQTT ingestion', () => {
       // publishAsync resolves when the PUBACK arrives.
       await client.publishAsync(`d/${a.device.id}/t`, JSON.stringify({ n: i }), { qos: 1 });
       // Straight after the PUBACK, the row is in SQLite.
-      expect(storedReadings(server, a.device.seq).at(-1)).toEqual({ n: i });
+      expect((await storedReadings(server, a.device.seq)).at(-1)).toEqual({ n: i });
     }
   });
 
   it('a reading the database cannot commit is not PUBACKed: the client is disconnected and its resend is stored', async () => {
     const s = await seedAccount(server);
-    // A real SQLite failure on this device's inserts (a temp trigger on the server's own
-    // connection), standing in for a full disk or an I/O error.
-    sqliteStorage(server.storage).db.exec(
-      `CREATE TEMP TRIGGER fail_${s.device.seq} BEFORE INSERT ON readings_inbox WHEN NEW.device_seq = ${s.device.seq} BEGIN SELECT RAISE(ABORT, 'simulated I/O failure'); END`,
-    );
+    // A real database failure on this device's inserts (a trigger), standing in for a full
+    // disk or an I/O error.
+    const heal = await failReadingInserts(server, s.device.seq);
     // A device that reconnects by itself and resends what was not acknowledged (mqtt.js
     // keeps the message across its automatic reconnects when clean is false).
     const client = track(
@@ -115,40 +113,35 @@ describe('MQTT ingestion', () => {
     });
     await gone;
     expect(acked).toBe(false);
-    expect(storedReadings(server, s.device.seq)).toEqual([]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([]);
     // Not a rejection: nothing is counted against the device.
     expect((await server.services.devices.getAny(s.device.id)).rejectedCount).toBe(0);
 
     // While the failure lasts, each resend is refused the same way.
     await new Promise((r) => setTimeout(r, 600));
     expect(acked).toBe(false);
-    expect(storedReadings(server, s.device.seq)).toEqual([]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([]);
 
-    sqliteStorage(server.storage).db.exec(`DROP TRIGGER temp.fail_${s.device.seq}`);
+    await heal();
     await until(() => (acked ? true : null));
-    expect(storedReadings(server, s.device.seq)).toEqual([{ attempt: 1 }]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ attempt: 1 }]);
   });
 
   it('a payload is stored as its own JSON text; one with duplicate keys is re-serialized', async () => {
     const s = await seedAccount(server);
     const client = track(await connectPlain(server, { username: s.device.id, password: s.token }));
-    const rawText = (seq: number) =>
-      (
-        sqliteStorage(server.storage).db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(seq) as {
-          data: string;
-        }[]
-      ).map((r) => r.data);
+    const rawText = async (seq: number) => (await storedRows(server.storage, seq)).map((r) => r.data);
     const sent = '{ "temp" : 21.50, "env": {"hum": 40}, "label": "caf\\u00e9" }';
     await client.publishAsync(`d/${s.device.id}/t`, sent, { qos: 1 });
-    expect(rawText(s.device.seq)).toEqual([sent]);
+    expect(await rawText(s.device.seq)).toEqual([sent]);
     expect((await latest(s.device.id, s.key)).data).toEqual({ temp: 21.5, env: { hum: 40 }, label: 'café' });
     // JSON.parse keeps the last "a": the object passes the depth check, its text would not.
     // A colon inside a string only costs the shortcut: the reading is re-serialized.
     await client.publishAsync(`d/${s.device.id}/t`, '{ "at": "12:30" }', { qos: 1 });
-    expect(rawText(s.device.seq).at(-1)).toBe('{"at":"12:30"}');
+    expect((await rawText(s.device.seq)).at(-1)).toBe('{"at":"12:30"}');
     const deep = `{"a":${'['.repeat(100)}${']'.repeat(100)},"a":1}`;
     await client.publishAsync(`d/${s.device.id}/t`, deep, { qos: 1 });
-    expect(rawText(s.device.seq).at(-1)).toBe('{"a":1}');
+    expect((await rawText(s.device.seq)).at(-1)).toBe('{"a":1}');
   });
 
   it('QoS 0 over the plain port is stored too', async () => {
@@ -164,7 +157,7 @@ describe('MQTT ingestion', () => {
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     // Resolves once the PUBREC / PUBREL / PUBCOMP exchange completed.
     await client.publishAsync(`d/${s.device.id}/t`, JSON.stringify({ q: 2 }), { qos: 2 });
-    expect(storedReadings(server, s.device.seq)).toEqual([{ q: 2 }]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ q: 2 }]);
   });
 
   it('a retained publish is stored but not retained; clean=false is served as a clean session', async () => {
@@ -172,7 +165,7 @@ describe('MQTT ingestion', () => {
     const first = await connectTls(server, { username: s.device.id, password: s.token }, { clean: false, clientId: 'keepme' });
     await first.publishAsync(`d/${s.device.id}/t`, '{"r":1}', { qos: 1, retain: true });
     await first.endAsync();
-    expect(storedReadings(server, s.device.seq)).toEqual([{ r: 1 }]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ r: 1 }]);
     const again = track(await connectTls(server, { username: s.device.id, password: s.token }, { clean: false, clientId: 'keepme' }));
     const received: string[] = [];
     again.on('message', (_t, payload) => received.push(payload.toString()));
@@ -194,7 +187,7 @@ describe('MQTT ingestion', () => {
     client.stream.destroy();
     await gone;
     await new Promise((r) => setTimeout(r, 300));
-    expect(storedReadings(server, s.device.seq)).toEqual([{ online: true }]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ online: true }]);
     await client.endAsync(true);
   });
 
@@ -205,13 +198,13 @@ describe('MQTT ingestion', () => {
     await client.publishAsync(`d/${s.device.id}/t`, 'temp=21.5', { qos: 1 });
     for (const bad of ['[1,2]', '"text"', 'null']) await client.publishAsync(`d/${s.device.id}/t`, bad, { qos: 1 });
     expect(client.connected).toBe(true);
-    expect(storedReadings(server, s.device.seq)).toEqual([]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([]);
     const row = await deviceRow('nonjson@example.com', s.device.id);
     expect(row.rejected_count).toBe(4);
     expect(row.last_rejection_reason).toMatch(/object/);
     // Still connected and still able to send a good one.
     await client.publishAsync(`d/${s.device.id}/t`, '{"ok":true}', { qos: 1 });
-    expect(storedReadings(server, s.device.seq)).toEqual([{ ok: true }]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ ok: true }]);
     const human = await runCliAsync(['devices', 'list', '--account', 'nonjson@example.com'], { dataDir: server.dataDir });
     expect(human.stdout).toContain('rejected 4');
   });
@@ -224,7 +217,7 @@ describe('MQTT ingestion', () => {
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     await client.publishAsync(`d/${s.device.id}/t`, '{"temp":1,"hum":2}', { qos: 1 });
     await client.publishAsync(`d/${s.device.id}/t`, '{"temp":3}', { qos: 1 });
-    expect(storedReadings(server, s.device.seq)).toEqual([{ temp: 3 }]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ temp: 3 }]);
     const row = await deviceRow('strict@example.com', s.device.id);
     expect(row.rejected_count).toBe(1);
     expect(row.last_rejection_reason).toContain('hum');
@@ -235,7 +228,7 @@ describe('MQTT ingestion', () => {
     await server.services.accounts.setPlan('fields@example.com', 'starter', { fieldLimit: 2 });
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     await client.publishAsync(`d/${s.device.id}/t`, '{"a":1,"b":2,"c":3}', { qos: 1 });
-    expect(storedReadings(server, s.device.seq)).toEqual([]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([]);
     expect((await deviceRow('fields@example.com', s.device.id)).rejected_count).toBe(1);
   });
 
@@ -249,9 +242,9 @@ describe('MQTT ingestion', () => {
     expect(Buffer.byteLength(body(65_536))).toBe(65_536);
     await client.publishAsync(`d/${s.device.id}/t`, body(65_537), { qos: 1 });
     expect(client.connected).toBe(true);
-    expect(storedReadings(server, s.device.seq)).toEqual([]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([]);
     await client.publishAsync(`d/${s.device.id}/t`, body(65_536), { qos: 1 });
-    expect(storedReadings(server, s.device.seq)).toHaveLength(1);
+    expect(await storedReadings(server, s.device.seq)).toHaveLength(1);
     const row = await deviceRow('big@example.com', s.device.id);
     expect(row.rejected_count).toBe(1);
     expect(row.last_rejection_reason).toMatch(/65536|65,536/);
@@ -263,7 +256,7 @@ describe('MQTT ingestion', () => {
     const gone = closed(client);
     client.publish(`d/${s.device.id}/t`, Buffer.alloc(MAX_PACKET_BYTES + 1, 0x20), { qos: 1 });
     await gone;
-    expect(storedReadings(server, s.device.seq)).toEqual([]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([]);
     const row = await deviceRow('huge@example.com', s.device.id);
     expect(row.rejected_count).toBe(1);
     expect(row.last_rejection_reason).toMatch(/too large/);
@@ -272,12 +265,14 @@ describe('MQTT ingestion', () => {
   it("publishing to another device's topic (or any other topic) disconnects and stores nothing", async () => {
     const b = await seedAccount(server);
     for (const topic of [`d/${b.device.id}/t`, `d/${a.device.id}/x`, 'other/topic', '$SYS/x']) {
-      const before = [storedReadings(server, a.device.seq).length, storedReadings(server, b.device.seq).length];
+      const before = [(await storedReadings(server, a.device.seq)).length, (await storedReadings(server, b.device.seq)).length];
       const client = track(await connectTls(server, { username: a.device.id, password: a.token }));
       const gone = closed(client);
       client.publish(topic, '{"temp":99}', { qos: 1 });
       await gone;
-      expect([storedReadings(server, a.device.seq).length, storedReadings(server, b.device.seq).length], topic).toEqual(before);
+      expect([(await storedReadings(server, a.device.seq)).length, (await storedReadings(server, b.device.seq)).length], topic).toEqual(
+        before,
+      );
     }
   });
 

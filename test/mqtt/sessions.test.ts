@@ -64,7 +64,7 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     await new Promise((r) => setTimeout(r, 200));
     expect(first.connected).toBe(true);
     await first.publishAsync(`d/${one.device.id}/t`, '{"still":"here"}', { qos: 1 });
-    expect(storedReadings(server, one.device.seq)).toEqual([{ still: 'here' }]);
+    expect(await storedReadings(server, one.device.seq)).toEqual([{ still: 'here' }]);
   });
 
   it('pausing a device through the service closes its open connections (TLS and plain)', async () => {
@@ -101,7 +101,7 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }))).toBe(4);
     const fresh = track(await connectTls(server, { username: s.device.id, password: accessToken }));
     await fresh.publishAsync(`d/${s.device.id}/t`, '{"after":"regen"}', { qos: 1 });
-    expect(storedReadings(server, s.device.seq)).toEqual([{ after: 'regen' }]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ after: 'regen' }]);
   });
 
   it('a token regenerated from the CLI closes the old connection but not one made with the new token', async () => {

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
-import { sqliteStorage } from '../../src/composition.js';
+import { storedRows } from '../helpers/backend.js';
 import type { TestServer } from '../helpers/server.js';
 
 /** The certificate the server generated into <data-dir>/tls/, trusted as the CA. */
@@ -65,11 +65,7 @@ export const until = async <T>(probe: () => Promise<T | null | undefined> | T | 
   }
 };
 
-/** Stored readings of a device, straight from SQLite (what is committed, nothing else). */
-export function storedReadings(server: TestServer, deviceSeq: number): Record<string, unknown>[] {
-  return (
-    sqliteStorage(server.storage).db.prepare('SELECT data FROM readings WHERE device_seq = ? ORDER BY seq').all(deviceSeq) as {
-      data: string;
-    }[]
-  ).map((r) => JSON.parse(r.data));
+/** Stored readings of a device, through the storage interface (what is committed, nothing else). */
+export async function storedReadings(server: TestServer, deviceSeq: number): Promise<Record<string, unknown>[]> {
+  return (await storedRows(server.storage, deviceSeq)).map((r) => JSON.parse(r.data));
 }

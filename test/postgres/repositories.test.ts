@@ -424,6 +424,14 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       out.bySeq = await r.devices.findBySeq(DEV_2);
       out.forAuth = await r.devices.findForAuth('dev_3');
       out.missing = [await r.devices.findById('dev_over'), await r.devices.findBySeq(99), await r.devices.findForAuth('dev_x')];
+      // An id with a NUL (a request path or body can hold one) finds nothing, on PostgreSQL too.
+      out.nul = [
+        await r.devices.findById('dev_1\u0000'),
+        await r.devices.findForAuth('dev_3\u0000'),
+        await r.accounts.findByEmail('a\u0000@example.com'),
+        await r.apiKeys.findById('key_\u0000'),
+        await r.snapshots.findById('snp_\u0000'),
+      ];
       await r.devices.setStatus(DEV_2, 'paused', NOW - 7 * DAY_MS);
       out.pages = [
         await r.devices.listByAccount(ACC_A, { limit: 1, offset: 0 }),
@@ -463,6 +471,7 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
     expect(rec.created).toEqual([true, true, false, true, true]);
     expect(rec.duplicateToken).toBe('unique');
     expect(rec.unknownAccount).toBe('foreign key');
+    expect(rec.nul).toEqual([null, null, null, null, null]);
     expect(rec.counts).toEqual([2, 1, 1, 2]);
     expect(rec.changed).toMatchObject([
       { rejectedCount: 2, lastRejectionReason: 'body is not JSON' },
@@ -694,6 +703,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       out.deletedRange = [
         await r.rollups.deleteRange(DEV_1, 0, NOW - 3 * HOUR_MS, NOW - 3 * HOUR_MS + MINUTE_MS),
         await r.rollups.deleteRange(DEV_1, 0, NOW - 3 * HOUR_MS, NOW - 3 * HOUR_MS + MINUTE_MS),
+        // What pruning asks of the level kept for ever (keptFrom: -Infinity): nothing.
+        await r.rollups.deleteRange(DEV_1, 2, 0, Number.NEGATIVE_INFINITY),
       ];
 
       const byTime = (a: [number, string], c: [number, string]) => a[0] - c[0] || a[1].localeCompare(c[1]);
@@ -739,7 +750,7 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
         { deviceSeq: DEV_3, hour: NOW - 35 * DAY_MS },
       ],
     ]);
-    expect(rec.deletedRange).toEqual([1, 0]);
+    expect(rec.deletedRange).toEqual([1, 0, 0]);
     expect([rec.settledStale, rec.settledHours]).toEqual([false, [true, true]]);
     expect((rec.notSettled as unknown[])[0]).toEqual([NOW - 5 * HOUR_MS]);
     expect((rec.settled as unknown[])[0]).toEqual([{ deviceSeq: DEV_3, hour: NOW - 35 * DAY_MS }]);

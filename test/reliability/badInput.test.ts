@@ -16,7 +16,7 @@ let server: ChildServer;
 let seed: Seed;
 let fuzzDevice: { id: string; token: string };
 let cam: { id: string; token: string };
-let digestBefore: ReturnType<typeof readingsDigest>;
+let digestBefore: Awaited<ReturnType<typeof readingsDigest>>;
 
 beforeAll(async () => {
   seed = await seedViaCli(dataDir);
@@ -36,7 +36,7 @@ beforeAll(async () => {
     });
     expect(res.status).toBe(200);
   }
-  digestBefore = readingsDigest(dataDir);
+  digestBefore = await readingsDigest(dataDir);
 }, 60_000);
 
 afterAll(async () => {
@@ -317,7 +317,7 @@ describe('bad input sweep (HTTP)', () => {
     }
     expect(failures).toEqual([]);
     await expectAlive();
-    expect(readingsDigest(dataDir)).toEqual(digestBefore);
+    expect(await readingsDigest(dataDir)).toEqual(digestBefore);
   }, 60_000);
 
   it('throttles a flood of failed dashboard sign-ins and stays up', async () => {
@@ -337,7 +337,7 @@ describe('bad input sweep (HTTP)', () => {
     expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(5);
     expect(statuses.filter((s) => s >= 500)).toEqual([]);
     await expectAlive();
-    expect(readingsDigest(dataDir, fuzzDevice.id)).toEqual(digestBefore);
+    expect(await readingsDigest(dataDir, fuzzDevice.id)).toEqual(digestBefore);
   }, 60_000);
 
   it('refuses malformed HTTP at the socket level and stays up', async () => {
@@ -377,7 +377,7 @@ describe('bad input sweep (HTTP)', () => {
     ]);
     expect(chunked.status).toBe(413);
     await expectAlive();
-    expect(readingsDigest(dataDir)).toEqual(digestBefore);
+    expect(await readingsDigest(dataDir)).toEqual(digestBefore);
   }, 30_000);
 
   it('survives a seeded fuzzer of JSON mutations on the ingest body', async () => {
@@ -458,7 +458,7 @@ describe('bad input sweep (HTTP)', () => {
     expect(seen.get(400) ?? 0).toBeGreaterThan(100);
     await expectAlive();
     // Mutations that are still valid readings were stored for the fuzz device only.
-    expect(readingsDigest(dataDir, fuzzDevice.id)).toEqual(digestBefore);
+    expect(await readingsDigest(dataDir, fuzzDevice.id)).toEqual(digestBefore);
     const stored = await fetch(`${server.url}/v1/devices/${fuzzDevice.id}/telemetry?limit=1000`, {
       headers: { authorization: `Bearer ${seed.key}` },
     });

@@ -8,7 +8,7 @@ import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { type CliResult, runCliAsync } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
-import { ingestLoad, integrityCheck, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
+import { expectIntactDatabase, ingestLoad, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
 const dataDir = tempDir('telemetryd-contention-');
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
@@ -65,8 +65,8 @@ describe('admin CLI under ingest load', () => {
     // The load really overlapped the commands, and nothing but 200 came back.
     expect(acked.length).toBeGreaterThan(100);
     expect(Object.fromEntries(statuses)).toEqual({ 200: acked.length });
-    const stored = new Set(storedNumbers(dataDir, seed.deviceId));
+    const stored = new Set(await storedNumbers(dataDir, seed.deviceId));
     expect(acked.filter((n) => !stored.has(n))).toEqual([]);
-    expect(integrityCheck(dataDir)).toBe('ok');
+    expectIntactDatabase(dataDir);
   }, 120_000);
 });

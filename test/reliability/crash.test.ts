@@ -7,7 +7,7 @@
 import { rmSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/server.js';
-import { ingestLoad, integrityCheck, mqttLoad, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
+import { expectIntactDatabase, ingestLoad, mqttLoad, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
 const ROUNDS = 3;
 const dataDir = tempDir('telemetryd-crash-');
@@ -65,12 +65,12 @@ describe('crash safety', () => {
       const again = await startChildServer(dataDir);
       const health = await fetch(`${again.url}/healthz`);
       expect(health.status).toBe(200);
-      const stored = storedNumbers(dataDir, seed.deviceId);
+      const stored = await storedNumbers(dataDir, seed.deviceId);
       const storedSet = new Set(stored);
       expect(stored.length, 'no reading is stored twice').toBe(storedSet.size);
       const missing = allAcked.filter((n) => !storedSet.has(n));
       expect(missing, 'every acknowledged reading survived the crash').toEqual([]);
-      expect(integrityCheck(dataDir)).toBe('ok');
+      expectIntactDatabase(dataDir);
       const stop = await stopChild(again);
       expect(stop.code).toBe(0);
     }

@@ -17,12 +17,12 @@ import { mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import mqtt from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { buildServerConfig } from '../../src/config.js';
+import { countAllReadings, onPostgres } from '../helpers/backend.js';
 import { canMountTmpfs } from '../helpers/mount.js';
 import { freePort, spawnServe } from '../helpers/process.js';
 import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
-import { type ChildServer, integrityCheck, type Seed, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
+import { type ChildServer, expectIntactDatabase, type Seed, seedViaCli, startChildServer, stopChild, storedNumbers } from './helpers.js';
 
 const MOUNT_OK = canMountTmpfs();
 if (!MOUNT_OK)
@@ -110,13 +110,13 @@ async function publishOnce(server: ChildServer, seed: Seed, n: number): Promise<
 }
 
 /** Every acknowledged number exactly once, nothing refused, integrity ok. */
-function expectStoredExactly(dataDir: string, seed: Seed, acked: number[], refused: number[]) {
-  const stored = storedNumbers(dataDir, seed.deviceId);
+async function expectStoredExactly(dataDir: string, seed: Seed, acked: number[], refused: number[]) {
+  const stored = await storedNumbers(dataDir, seed.deviceId);
   expect(stored.length).toBe(new Set(stored).size); // no duplicates
   expect([...stored].sort((a, b) => a - b)).toEqual([...acked].sort((a, b) => a - b));
   const storedSet = new Set(stored);
   expect(refused.filter((n) => storedSet.has(n))).toEqual([]);
-  expect(integrityCheck(dataDir)).toBe('ok');
+  expectIntactDatabase(dataDir);
 }
 
 /** The pino lines the server wrote after `from` characters of its output. */
@@ -128,7 +128,8 @@ const logLinesSince = (server: ChildServer, from: number) =>
     .filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 
-describe.skipIf(!MOUNT_OK)('a full disk (24 MB tmpfs)', () => {
+// Fills the SQLite database in the data dir on a small tmpfs; PostgreSQL keeps its data elsewhere.
+describe.skipIf(!MOUNT_OK || onPostgres)('a full disk (24 MB tmpfs)', () => {
   let mountPoint: string;
   let dataDir: string;
   let server: ChildServer | null = null;
@@ -212,7 +213,7 @@ describe.skipIf(!MOUNT_OK)('a full disk (24 MB tmpfs)', () => {
     const exit = await stopChild(server);
     server = null;
     expect(exit.code).toBe(0);
-    expectStoredExactly(
+    await expectStoredExactly(
       dataDir,
       seed,
       sent.acked,
@@ -266,7 +267,7 @@ describe.skipIf(!MOUNT_OK)('a full disk (24 MB tmpfs)', () => {
     const exit = await stopChild(server);
     server = null;
     expect(exit.code).toBe(0);
-    expectStoredExactly(
+    await expectStoredExactly(
       dataDir,
       seed,
       sent.acked,
@@ -280,7 +281,9 @@ describe('--min-free-disk above the free space (any machine)', () => {
   let server: TestServer;
   afterAll(() => server?.stop());
 
-  it('refuses readings with 503, keeps reads working, and reports degraded', async () => {
+  // The watermark guards the data dir's disk, where SQLite keeps readings; on PostgreSQL it
+  // guards the snapshot files only (snapshots/storageFaults.test.ts, web/storageBanner.test.ts).
+  it.skipIf(onPostgres)('refuses readings with 503, keeps reads working, and reports degraded', async () => {
     server = await startTestServer({ 'min-free-disk': '1000000000' });
     const { device, token, key } = await seedAccount(server);
     const refused = await ingest(server, { device_id: device.id, access_token: token, data: { t: 1 } });
@@ -295,7 +298,7 @@ describe('--min-free-disk above the free space (any machine)', () => {
     const res = await server.request('/healthz');
     expect(res.status).toBe(503);
     expect(await res.json()).toMatchObject({ status: 'degraded', reason: expect.stringMatching(/^low disk space/) });
-    expect(sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM readings').get()).toEqual({ n: 0 });
+    expect(await countAllReadings(server.storage)).toBe(0);
   });
 
   it('--min-free-disk resolves like every option (MB; TELEMETRYD_MIN_FREE_DISK here), and a bad value is one clear line', async () => {

@@ -4,6 +4,9 @@ import net from 'node:net';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import mqtt from 'mqtt';
+import pg from 'pg';
+import { expect } from 'vitest';
+import { backendEnv, databaseUrlFor, onPostgres } from '../helpers/backend.js';
 import { CLI, runCliAsync } from '../helpers/cli.js';
 
 /** The real server as a child process (what a user runs), so it can be killed for real. */
@@ -37,7 +40,7 @@ export async function startChildServer(dataDir: string, extraArgs: string[] = []
       'silent',
       ...extraArgs,
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } },
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...backendEnv(dataDir), ...env } },
   );
   let out = '';
   proc.stdout!.on('data', (d) => (out += d));
@@ -132,7 +135,7 @@ export async function ingestLoad(opts: {
 
 export const dbFile = (dataDir: string) => path.join(dataDir, 'telemetryd.db');
 
-/** Reads the database read-only (the server may be running: WAL lets readers in). */
+/** Reads the SQLite database read-only (the server may be running: WAL lets readers in). */
 function withReadonlyDb<T>(dataDir: string, fn: (db: Database.Database) => T): T {
   const db = new Database(dbFile(dataDir), { readonly: true, fileMustExist: true });
   try {
@@ -143,36 +146,59 @@ function withReadonlyDb<T>(dataDir: string, fn: (db: Database.Database) => T): T
   }
 }
 
-/** Every stored `n` of one device (duplicates kept, to be counted). */
-export function storedNumbers(dataDir: string, deviceId: string): number[] {
-  return withReadonlyDb(dataDir, (db) =>
-    db
-      .prepare<[string], { n: number }>(
-        "SELECT json_extract(r.data, '$.n') AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.id = ? ORDER BY r.seq",
-      )
-      .all(deviceId)
-      .map((r) => r.n),
-  );
+/**
+ * Rows of a query on the data dir's database from a connection of the test's own, beside
+ * the server (a child process, perhaps killed): SQLite's file read-only, or its PostgreSQL
+ * database. `$1` in the SQL is `param`.
+ */
+async function queryDataDir<T>(dataDir: string, sql: { sqlite: string; postgres: string }, param: string): Promise<T[]> {
+  const url = databaseUrlFor(dataDir);
+  if (!url) return withReadonlyDb(dataDir, (db) => db.prepare<[string], T>(sql.sqlite.replace('$1', '?')).all(param));
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return (await client.query(sql.postgres, [param])).rows as T[];
+  } finally {
+    await client.end();
+  }
 }
 
-export function integrityCheck(dataDir: string): string {
-  return withReadonlyDb(dataDir, (db) => db.pragma('integrity_check', { simple: true }) as string);
+/** Every stored `n` of one device, in the order committed (duplicates kept, to be counted). */
+export async function storedNumbers(dataDir: string, deviceId: string): Promise<number[]> {
+  const rows = await queryDataDir<{ n: number }>(
+    dataDir,
+    {
+      sqlite:
+        "SELECT json_extract(r.data, '$.n') AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.id = $1 ORDER BY r.seq",
+      postgres:
+        "SELECT (r.data::json->>'n')::float8 AS n FROM readings r JOIN devices d ON d.seq = r.device_seq WHERE d.id = $1 ORDER BY r.seq",
+    },
+    deviceId,
+  );
+  return rows.map((r) => r.n);
+}
+
+/**
+ * Asserts SQLite's integrity_check of the data dir's database file; nothing on PostgreSQL,
+ * whose storage is the database server's own, not a file of ours to check.
+ */
+export function expectIntactDatabase(dataDir: string): void {
+  if (onPostgres) return;
+  expect(withReadonlyDb(dataDir, (db) => db.pragma('integrity_check', { simple: true }))).toBe('ok');
 }
 
 /** A digest of every stored reading: equal before and after means nothing changed. */
-export function readingsDigest(dataDir: string, excludeDeviceId = ''): { count: number; sha256: string } {
-  return withReadonlyDb(dataDir, (db) => {
-    const h = createHash('sha256');
-    let count = 0;
-    const rows = db.prepare<[string], { seq: number; device_seq: number; time: number; data: string }>(
-      'SELECT seq, device_seq, time, data FROM readings WHERE device_seq NOT IN (SELECT seq FROM devices WHERE id = ?) ORDER BY seq',
-    );
-    for (const r of rows.iterate(excludeDeviceId)) {
-      h.update(`${r.seq}|${r.device_seq}|${r.time}|${r.data}\n`);
-      count++;
-    }
-    return { count, sha256: h.digest('hex') };
-  });
+export async function readingsDigest(dataDir: string, excludeDeviceId = ''): Promise<{ count: number; sha256: string }> {
+  const sql =
+    'SELECT seq, device_seq, time, data FROM readings WHERE device_seq NOT IN (SELECT seq FROM devices WHERE id = $1) ORDER BY seq';
+  const rows = await queryDataDir<{ seq: number; device_seq: number; time: number; data: string }>(
+    dataDir,
+    { sqlite: sql, postgres: sql },
+    excludeDeviceId,
+  );
+  const h = createHash('sha256');
+  for (const r of rows) h.update(`${r.seq}|${r.device_seq}|${r.time}|${r.data}\n`);
+  return { count: rows.length, sha256: h.digest('hex') };
 }
 
 export async function stopChild(server: ChildServer, signal: NodeJS.Signals = 'SIGTERM') {

@@ -1,4 +1,3 @@
-import { sqliteStorage } from '../../src/composition.js';
 /**
  * MQTT reliability and security (docs/reliability.md): malformed packets on the plain
  * listener close the connection and change nothing; failed CONNECTs are throttled per
@@ -7,10 +6,9 @@ import { sqliteStorage } from '../../src/composition.js';
  */
 
 import net from 'node:net';
-import path from 'node:path';
-import Database from 'better-sqlite3';
 import mqttPacket from 'mqtt-packet';
 import { afterEach, describe, expect, it } from 'vitest';
+import { failReadingInserts, storedRows } from '../helpers/backend.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { closed, connectPlain, refusedCode } from '../mqtt/support.js';
 import { readingsDigest } from './helpers.js';
@@ -64,7 +62,7 @@ describe('malformed MQTT packets', () => {
     const port = server.mqttPlainPort!;
     const good = await connectPlain(server, { username: device.id, password: token });
     await good.publishAsync(`d/${device.id}/t`, '{"n":1}', { qos: 1 });
-    const before = readingsDigest(server.dataDir);
+    const before = await readingsDigest(server.dataDir);
 
     const publish = (payload: string | Buffer, topic = `d/${device.id}/t`) =>
       mqttPacket.generate({ cmd: 'publish', topic, payload, qos: 1, messageId: 7, dup: false, retain: false } as mqttPacket.IPublishPacket);
@@ -113,9 +111,7 @@ describe('malformed MQTT packets', () => {
     const again = await connectPlain(server, { username: device.id, password: token });
     await again.publishAsync(`d/${device.id}/t`, '{"n":5}', { qos: 1 });
     await Promise.all([good.endAsync(), again.endAsync()]);
-    const stored = (
-      sqliteStorage(server.storage).db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
-    ).map((r) => r.n);
+    const stored = (await storedRows(server.storage, device.seq)).map((r) => JSON.parse(r.data).n);
     expect(stored).toEqual([1, 4, 5]);
     // Nothing else was stored by any malformed packet.
     expect(before.count).toBe(1);
@@ -157,23 +153,19 @@ describe('MQTT under a database write failure', () => {
     expect(metrics).toContain('telemetryd_ingest_rejected_total{transport="mqtt"} 1');
     expect(metrics).toContain('telemetryd_mqtt_connections 1');
 
-    const other = new Database(path.join(server.dataDir, 'telemetryd.db'));
+    const heal = await failReadingInserts(server, device.seq);
     try {
-      other.exec("CREATE TRIGGER fail_insert BEFORE INSERT ON readings_inbox BEGIN SELECT RAISE(ABORT, 'simulated disk failure'); END;");
       let acked = false;
       client.publish(`d/${device.id}/t`, '{"n":2}', { qos: 1 }, (err) => {
         if (!err) acked = true;
       });
       await closed(client);
       expect(acked).toBe(false);
-      other.exec('DROP TRIGGER fail_insert');
     } finally {
-      other.close();
+      await heal();
     }
     await client.endAsync(true);
-    const stored = (
-      sqliteStorage(server.storage).db.prepare("SELECT json_extract(data, '$.n') AS n FROM readings ORDER BY seq").all() as { n: number }[]
-    ).map((r) => r.n);
+    const stored = (await storedRows(server.storage, device.seq)).map((r) => JSON.parse(r.data).n);
     expect(stored).toEqual([1]);
     // Recovered without a restart.
     const again = await connectPlain(server, { username: device.id, password: token });

@@ -4,8 +4,8 @@
  * The job's clock is the server's injectable clock: the test moves time forward.
  */
 import { afterEach, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { DAY_MS } from '../../src/time.js';
+import { storedRows } from '../helpers/backend.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 let server: TestServer | null = null;
@@ -16,8 +16,8 @@ afterEach(async () => {
 
 const T0 = Date.UTC(2026, 0, 10, 12, 0, 0);
 
-function countReadings(s: TestServer, deviceSeq: number): number {
-  return (sqliteStorage(s.storage).db.prepare('SELECT count(*) AS n FROM readings WHERE device_seq = ?').get(deviceSeq) as { n: number }).n;
+async function countReadings(s: TestServer, deviceSeq: number): Promise<number> {
+  return (await storedRows(s.storage, deviceSeq)).length;
 }
 
 describe('retention job', () => {
@@ -54,7 +54,7 @@ describe('retention job', () => {
       await server.services.ingest.ingestReading({ transport: 'http', deviceId: id, token, data: { i } });
     }
     const lastOfB = T0 + 396;
-    expect(countReadings(server, a.seq)).toBe(300);
+    expect(await countReadings(server, a.seq)).toBe(300);
 
     // 31 days later: A sends fresh readings; everything from T0 is past retention.
     now = T0 + 31 * DAY_MS;
@@ -74,8 +74,8 @@ describe('retention job', () => {
     expect(batches.every((n) => n <= 50)).toBe(true);
     expect(batches.length).toBeGreaterThanOrEqual(8);
     expect(yieldedBetweenBatches).toBe(true);
-    expect(countReadings(server, a.seq)).toBe(23);
-    expect(countReadings(server, b.seq)).toBe(0);
+    expect(await countReadings(server, a.seq)).toBe(23);
+    expect(await countReadings(server, b.seq)).toBe(0);
 
     // B has no reading left, yet its last_seen is still the time of its newest reading.
     const res = await server.request(`/v1/devices/${b.id}`, { key });
@@ -86,7 +86,7 @@ describe('retention job', () => {
     // One day before a reading's retention ends it is kept: a second pass deletes nothing.
     now = T0 + 31 * DAY_MS + 29 * DAY_MS;
     expect((await server.retention.runOnce()).deleted).toBe(0);
-    expect(countReadings(server, a.seq)).toBe(23);
+    expect(await countReadings(server, a.seq)).toBe(23);
   });
 
   it('runs on its own timer and stops with the server', async () => {
@@ -96,8 +96,8 @@ describe('retention job', () => {
     for (let i = 0; i < 5; i++) expect((await ingest(server, { device_id: device.id, access_token: token, data: { i } })).status).toBe(200);
     now = T0 + 45 * DAY_MS;
     const deadline = Date.now() + 10_000;
-    while (countReadings(server, device.seq) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    expect(countReadings(server, device.seq)).toBe(0);
+    while ((await countReadings(server, device.seq)) > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(await countReadings(server, device.seq)).toBe(0);
     await server.stop();
     server = null;
   });

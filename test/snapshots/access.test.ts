@@ -1,7 +1,6 @@
 import { existsSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
@@ -94,7 +93,7 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
     expect(readdirSync(dir)).toHaveLength(1);
     await server.services.devices.remove(device);
     expect(existsSync(dir)).toBe(false);
-    expect(sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM snapshots WHERE id = ?').get(up.body.id)).toEqual({ n: 0 });
+    expect(await server.storage.repos.snapshots.findById(up.body.id)).toBeNull();
     expect((await fetchSnapshot(server, up.body.url, b.key)).status).toBe(404);
     // Other devices' files are untouched.
     expect((await fetchSnapshot(server, url, a.key)).status).toBe(200);
@@ -115,10 +114,6 @@ describe('reading snapshots, and what happens to them when a device goes', () =>
     expect(r.json).toEqual({ deleted: device.id });
     expect(existsSync(dir)).toBe(false);
     for (const u of ups) expect((await fetchSnapshot(server, u.body.url, b.key)).status).toBe(404);
-    expect(
-      sqliteStorage(server.storage)
-        .db.prepare('SELECT count(*) AS n FROM snapshots s JOIN devices d ON d.seq = s.device_seq WHERE d.id = ?')
-        .get(device.id),
-    ).toEqual({ n: 0 });
+    for (const u of ups) expect(await server.storage.repos.snapshots.findById(u.body.id)).toBeNull();
   });
 });

@@ -1,8 +1,8 @@
 import { existsSync, readdirSync, utimesSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { DAY_MS } from '../../src/time.js';
+import { countAllSnapshots } from '../helpers/backend.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
 import { tinyJpeg, tinyPng } from './images.js';
@@ -24,7 +24,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
   let business: Awaited<ReturnType<typeof seedAccount>>;
 
   const fileOf = (deviceId: string, id: string, ext: string) => path.join(server.dataDir, 'snapshots', deviceId, `${id}.${ext}`);
-  const rows = () => (sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
+  const rows = () => countAllSnapshots(server.storage);
 
   beforeAll(async () => {
     server = await startTestServer({}, { clock });
@@ -40,7 +40,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
     clock.advance(DAY_MS);
     const young = await upload(server, starter.device.id, starter.token, tinyJpeg());
     expect(young.status).toBe(200);
-    expect(rows()).toBe(3);
+    expect(await rows()).toBe(3);
 
     // Starter keeps 30 days: at exactly 30 days the first one is still there.
     clock.ms = start + 30 * DAY_MS;
@@ -53,7 +53,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
     expect(existsSync(fileOf(starter.device.id, old.body.id, 'jpg'))).toBe(true);
     expect(await server.services.snapshots.purgeExpiredSnapshots()).toBe(1);
     expect(existsSync(fileOf(starter.device.id, old.body.id, 'jpg'))).toBe(false);
-    expect(rows()).toBe(2);
+    expect(await rows()).toBe(2);
 
     // The younger starter snapshot and the business one (365 days) are untouched.
     expect((await fetchSnapshot(server, young.body.url, starter.key)).status).toBe(200);
@@ -61,7 +61,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
 
     clock.ms = start + 366 * DAY_MS;
     expect(await server.services.snapshots.purgeExpiredSnapshots()).toBe(2);
-    expect(rows()).toBe(0);
+    expect(await rows()).toBe(0);
     expect(readdirSync(path.join(server.dataDir, 'snapshots', business.device.id))).toEqual([]);
     expect((await fetchSnapshot(server, kept.body.url, business.key)).status).toBe(404);
   });
@@ -75,7 +75,7 @@ describe('snapshot retention and the UTC day of the quota, on an injected clock'
     clock.advance(DAY_MS + 1);
     expect(await server.services.snapshots.purgeExpiredSnapshots(clock.now(), 3)).toBe(7);
     expect(readdirSync(path.join(server.dataDir, 'snapshots', acc.device.id))).toEqual([]);
-    expect(rows()).toBe(0);
+    expect(await rows()).toBe(0);
   });
 
   it("the scheduled job runs on the services' clock and removes expired snapshots by itself", async () => {

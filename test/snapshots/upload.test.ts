@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
+import { countAllSnapshots } from '../helpers/backend.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { fetchSnapshot, upload } from './helpers.js';
 import { jpegOfSize, PNG_SIGNATURE, tinyJpeg, tinyPng } from './images.js';
@@ -120,12 +120,12 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
 
     const dir = path.join(server.dataDir, 'snapshots', cam.device.id);
     const before = readdirSync(dir).sort();
-    const rowsBefore = sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number };
+    const rowsBefore = await countAllSnapshots(server.storage);
     const over = await upload(server, cam.device.id, cam.token, jpegOfSize(512_001));
     expect(over.status).toBe(413);
     expect(over.body).toEqual({ success: false, error: expect.stringMatching(/500 KB/) });
     expect(readdirSync(dir).sort()).toEqual(before);
-    expect(sqliteStorage(server.storage).db.prepare('SELECT count(*) AS n FROM snapshots').get()).toEqual(rowsBefore);
+    expect(await countAllSnapshots(server.storage)).toBe(rowsBefore);
   });
 
   it('413 also for a chunked body without Content-Length: the limit is counted while streaming', async () => {

@@ -7,12 +7,11 @@
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { sqliteStorage } from '../../src/composition.js';
 import { LEVELS, ROWS_PER_STEP } from '../../src/domain/rollups.js';
-import { createBackup, restoreBackup } from '../../src/storage/backup.js';
 import { openDatabase } from '../../src/storage/db.js';
 import { MIGRATIONS } from '../../src/storage/migrations.js';
-import { VERSION } from '../../src/version.js';
+import { onPostgres, sqliteDb, storedRows } from '../helpers/backend.js';
+import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { type Bucket, expectedBuckets, expectSameBuckets, insertReadings, type Reading, seededRandom } from '../http/aggregateHelpers.js';
 
@@ -50,11 +49,8 @@ async function restart(server: TestServer, clock: { now(): number }) {
 }
 
 /** Every stored reading of a device (not capped at 1,000 like the history endpoint). */
-function storedReadings(server: TestServer, deviceSeq: number): Reading[] {
-  return [...sqliteStorage(server.storage).repos.readings.iterateRange(deviceSeq, 0, Number.MAX_SAFE_INTEGER)].map((r) => ({
-    time: r.time,
-    data: JSON.parse(r.data) as Record<string, unknown>,
-  }));
+async function storedReadings(server: TestServer, deviceSeq: number): Promise<Reading[]> {
+  return (await storedRows(server.storage, deviceSeq)).map((r) => ({ time: r.time, data: JSON.parse(r.data) as Record<string, unknown> }));
 }
 
 async function aggregate(server: TestServer, key: string, deviceId: string, qs: string): Promise<Bucket[]> {
@@ -65,14 +61,11 @@ async function aggregate(server: TestServer, key: string, deviceId: string, qs: 
 
 const MINUTES = 0;
 const HOURS = 2;
-const rollupCount = (server: TestServer, level: number, deviceSeq: number) =>
-  sqliteStorage(server.storage)
-    .db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND level = ?')
-    .pluck()
-    .get(deviceSeq, level) as number;
+const rollupCount = async (server: TestServer, level: number, deviceSeq: number) =>
+  (await server.storage.repos.rollups.rows(deviceSeq, level, 0, Number.MAX_SAFE_INTEGER)).length;
 
 async function expectMatchesReadings(server: TestServer, key: string, device: { id: string; seq: number }, now: number) {
-  const readings = storedReadings(server, device.seq);
+  const readings = await storedReadings(server, device.seq);
   const cases = [
     ['1h', '1m'],
     ['6h', '1m'],
@@ -108,19 +101,19 @@ describe('reading rollups', () => {
         const time = pass === 17 ? from + 10 * MIN + Math.floor((i * 40 * MIN) / n) : from + Math.floor(rnd() * 50 * MIN);
         batch.push({ time, data: { t: Math.round(rnd() * 4000) / 100 - 10, env: { rh: Math.floor(rnd() * 100) }, i: sent++ } });
       }
-      insertReadings(server, seed.device.seq, batch);
+      await insertReadings(server, seed.device.seq, batch);
       const run = await server.services.rollups.runOnce();
       expect(run.readings).toBeGreaterThanOrEqual(0);
     }
-    expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
+    expect(server.storage.repos.rollups.rolledUntil()).toBe(Math.floor((clock.t - 5_000) / MIN) * MIN);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     // Rows older than a level keeps are pruned (hourly); hour rollups stay.
-    const oldest = (level: number) =>
-      sqliteStorage(server.storage).db.prepare('SELECT min(bucket) FROM rollups WHERE level = ?').pluck().get(level) as number;
-    expect(oldest(0)).toBeGreaterThanOrEqual(clock.t - LEVELS[0].keepMs - HOUR);
-    expect(oldest(0)).toBeLessThan(clock.t - LEVELS[0].keepMs + HOUR);
-    expect(oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
-    expect(oldest(HOURS)).toBe(Math.floor(START / HOUR) * HOUR);
+    const oldest = async (level: number) =>
+      (await server.storage.repos.rollups.rows(seed.device.seq, level, 0, Number.MAX_SAFE_INTEGER))[0]![0];
+    expect(await oldest(0)).toBeGreaterThanOrEqual(clock.t - LEVELS[0].keepMs - HOUR);
+    expect(await oldest(0)).toBeLessThan(clock.t - LEVELS[0].keepMs + HOUR);
+    expect(await oldest(1)).toBeGreaterThanOrEqual(clock.t - LEVELS[1].keepMs - HOUR);
+    expect(await oldest(HOURS)).toBe(Math.floor(START / HOUR) * HOUR);
     // A rebuild from the readings gives the same answers.
     await server.services.rollups.rebuild();
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
@@ -146,10 +139,10 @@ describe('reading rollups', () => {
     }
     clock.t += 10 * MIN;
     await server.services.rollups.runOnce();
-    expect(storedReadings(server, seed.device.seq)).toHaveLength(total);
+    expect(await storedReadings(server, seed.device.seq)).toHaveLength(total);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     // The rollups alone (no raw tail: everything is rolled) hold every reading once.
-    const minuteRows = sqliteStorage(server.storage).repos.rollups.rows(seed.device.seq, MINUTES, 0, clock.t);
+    const minuteRows = await server.storage.repos.rollups.rows(seed.device.seq, MINUTES, 0, clock.t);
     const counted = minuteRows.reduce((n, [, text]) => {
       const t = (JSON.parse(text) as Record<string, number | number[]>).t!;
       return n + (typeof t === 'number' ? 1 : t[0]!);
@@ -163,27 +156,24 @@ describe('reading rollups', () => {
     const seed = await seedAccount(server, { plan: 'enterprise' });
     const readings: Reading[] = [];
     for (let t = START - 6 * DAY; t < START - MIN; t += 17 * MIN) readings.push({ time: t, data: { v: (t / MIN) % 97, env: { x: 1 } } });
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     await server.services.rollups.runOnce();
-    const hoursBefore = rollupCount(server, HOURS, seed.device.seq);
+    const hoursBefore = await rollupCount(server, HOURS, seed.device.seq);
     expect(hoursBefore).toBeGreaterThan(6 * 24 - 2);
 
     await server.services.accounts.setPlan(seed.account.id, 'enterprise', { retentionDays: 2 });
     const run = await server.retention.runOnce();
     expect(run.deleted).toBeGreaterThan(0);
     const cutoff = START - 2 * DAY;
-    const older = sqliteStorage(server.storage)
-      .db.prepare('SELECT count(*) FROM rollups WHERE device_seq = ? AND bucket < ?')
-      .pluck()
-      .get(seed.device.seq, cutoff);
-    expect(older).toBe(0);
-    expect(rollupCount(server, HOURS, seed.device.seq)).toBeLessThan(hoursBefore / 2);
+    for (const level of LEVELS.keys())
+      expect(await server.storage.repos.rollups.rows(seed.device.seq, level, 0, cutoff), `level ${level}`).toEqual([]);
+    expect(await rollupCount(server, HOURS, seed.device.seq)).toBeLessThan(hoursBefore / 2);
 
     // Back to a long retention: the 7-day figures are those of the readings still stored.
     await server.services.accounts.setPlan(seed.account.id, 'enterprise');
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     const week = await aggregate(server, seed.key, seed.device.id, 'range=7d&interval=1d');
-    expect(week.reduce((n, b) => n + b.values.v!.count, 0)).toBe(storedReadings(server, seed.device.seq).length);
+    expect(week.reduce((n, b) => n + b.values.v!.count, 0)).toBe((await storedReadings(server, seed.device.seq)).length);
     expect(Date.parse(week[0]!.time)).toBeGreaterThanOrEqual(Math.floor(cutoff / DAY) * DAY);
   });
 
@@ -191,13 +181,13 @@ describe('reading rollups', () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
-    expect(rollupCount(server, HOURS, seed.device.seq)).toBe(1);
-    expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(1);
+    expect(await rollupCount(server, HOURS, seed.device.seq)).toBe(1);
+    expect(await rollupCount(server, MINUTES, seed.device.seq)).toBe(1);
     await server.services.devices.remove(seed.device);
-    expect(rollupCount(server, HOURS, seed.device.seq)).toBe(0);
-    expect(rollupCount(server, MINUTES, seed.device.seq)).toBe(0);
+    expect(await rollupCount(server, HOURS, seed.device.seq)).toBe(0);
+    expect(await rollupCount(server, MINUTES, seed.device.seq)).toBe(0);
   });
 
   it('are carried by backup and restore', async () => {
@@ -206,25 +196,28 @@ describe('reading rollups', () => {
     const seed = await seedAccount(server, { plan: 'enterprise' });
     const readings: Reading[] = [];
     for (let t = START - 3 * DAY; t < START; t += 7 * MIN) readings.push({ time: t, data: { v: t % 1013, nested: { w: -(t % 17) } } });
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     await server.services.rollups.runOnce();
     const before = await aggregate(server, seed.key, seed.device.id, 'range=7d');
     const archive = path.join(tempDir(), 'backup.tar.gz');
     dirs.push(path.dirname(archive));
-    await createBackup(sqliteStorage(server.storage).db, path.join(server.dataDir, 'snapshots'), archive, VERSION);
+    const backup = await runCliAsync(['backup', archive, '--json'], { dataDir: server.dataDir });
+    expect(backup.status, backup.stderr).toBe(0);
     const restoredDir = tempDir();
     dirs.push(restoredDir);
     rmSync(restoredDir, { recursive: true });
-    await restoreBackup(archive, restoredDir, { force: false });
+    const restore = await runCliAsync(['restore', archive, '--json'], { dataDir: restoredDir });
+    expect(restore.status, restore.stderr).toBe(0);
     const restored = await start(clock, restoredDir);
     // Rows came with the archive: no pass has run on the restored server yet.
-    expect(rollupCount(restored, HOURS, seed.device.seq)).toBe(rollupCount(server, HOURS, seed.device.seq));
-    expect(restored.storage.repos.rollups.rolledUntil()).toBe(sqliteStorage(server.storage).repos.rollups.rolledUntil());
+    expect(await rollupCount(restored, HOURS, seed.device.seq)).toBe(await rollupCount(server, HOURS, seed.device.seq));
+    expect(restored.storage.repos.rollups.rolledUntil()).toBe(server.storage.repos.rollups.rolledUntil());
     expect(await aggregate(restored, seed.key, seed.device.id, 'range=7d')).toEqual(before);
     await expectMatchesReadings(restored, seed.key, seed.device, clock.t);
   });
 
-  it('are built in the background for a data dir made before them (migration 7 upgrades it in place)', async () => {
+  // A SQLite data dir of an older schema, upgraded by SQLite's migrations.
+  it.skipIf(onPostgres)('are built in the background for a data dir made before them (migration 7 upgrades it in place)', async () => {
     const clock = { t: START, now: () => clock.t };
     const dataDir = tempDir();
     dirs.push(dataDir);
@@ -234,7 +227,7 @@ describe('reading rollups', () => {
       seed = await seedAccount(server, { plan: 'enterprise' });
       const readings: Reading[] = [];
       for (let t = START - 10 * DAY; t < START; t += 11 * MIN) readings.push({ time: t, data: { v: t % 101, a: { b: { c: 2 } } } });
-      insertReadings(server, seed.device.seq, readings);
+      await insertReadings(server, seed.device.seq, readings);
       await server.close();
     }
     // Make it a data dir of the version before rollups: schema 5, without what migrations 7
@@ -250,13 +243,13 @@ describe('reading rollups', () => {
     db.close();
 
     const server = await start(clock, dataDir);
-    expect(sqliteStorage(server.storage).db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
-    expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(0);
+    expect(sqliteDb(server.storage).pragma('user_version', { simple: true })).toBe(MIGRATIONS.at(-1)!.version);
+    expect(server.storage.repos.rollups.rolledUntil()).toBe(0);
     // Before the job has run, answers come from the readings and are already right.
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
     const run = await server.services.rollups.runOnce();
-    expect(run.readings).toBe(storedReadings(server, seed.device.seq).length);
-    expect(rollupCount(server, HOURS, seed.device.seq)).toBeGreaterThan(10 * 24 - 2);
+    expect(run.readings).toBe((await storedReadings(server, seed.device.seq)).length);
+    expect(await rollupCount(server, HOURS, seed.device.seq)).toBeGreaterThan(10 * 24 - 2);
     await expectMatchesReadings(server, seed.key, seed.device, clock.t);
   });
 
@@ -267,12 +260,12 @@ describe('reading rollups', () => {
     const other = (await server.services.devices.create(seed.account, { name: 'busy' })).device;
     await server.services.rollups.runOnce();
     clock.t += 3 * MIN;
-    const rolledBefore = sqliteStorage(server.storage).repos.rollups.rolledUntil();
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
     const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 2 }, (_, i) => ({
       time: rolledBefore + Math.floor((i * 2 * MIN) / (ROWS_PER_STEP * 2)),
       data: { v: i },
     }));
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     server = await restart(server, clock);
     // Another device's readings through the writer, ~4,000 a second.
     const noise = setInterval(() => {
@@ -287,11 +280,11 @@ describe('reading rollups', () => {
       });
       await new Promise((r) => setTimeout(r, 2_500));
       expect(done).toBe(false);
-      expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(rolledBefore);
+      expect(server.storage.repos.rollups.rolledUntil()).toBe(rolledBefore);
       clearInterval(noise);
       const run = await pass;
       expect(run.readings).toBe(readings.length);
-      expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBeGreaterThan(rolledBefore);
+      expect(server.storage.repos.rollups.rolledUntil()).toBeGreaterThan(rolledBefore);
     } finally {
       clearInterval(noise);
     }
@@ -302,7 +295,7 @@ describe('reading rollups', () => {
     let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     await server.services.rollups.runOnce();
-    const rolledBefore = sqliteStorage(server.storage).repos.rollups.rolledUntil();
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
     const hour = Math.ceil(rolledBefore / HOUR) * HOUR;
     // 2.5 steps of readings in one hour, seven to a millisecond (chunks end mid-millisecond),
     // plus a few before and after it.
@@ -312,7 +305,7 @@ describe('reading rollups', () => {
       ...Array.from({ length: dense }, (_, i) => ({ time: hour + 7 * MIN + Math.floor(i / 7), data: { v: i % 100, w: i } })),
       { time: hour + HOUR + 3 * MIN, data: { v: 1e6 } },
     ];
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     clock.t = hour + 2 * HOUR;
     server = await restart(server, clock);
     const run = await server.services.rollups.runOnce();
@@ -321,7 +314,7 @@ describe('reading rollups', () => {
 
     // The same again, stopped at the pass's first yield: one step's worth was read.
     const next = clock.t + HOUR;
-    insertReadings(
+    await insertReadings(
       server,
       seed.device.seq,
       Array.from({ length: dense }, (_, i) => ({ time: next + Math.floor(i / 7), data: { v: i } })),
@@ -338,13 +331,13 @@ describe('reading rollups', () => {
     let server = await startOnOwnDir(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     await server.services.rollups.runOnce();
-    const rolledBefore = sqliteStorage(server.storage).repos.rollups.rolledUntil();
+    const rolledBefore = server.storage.repos.rollups.rolledUntil();
     // Four hours of readings, a few steps' worth.
     const readings: Reading[] = Array.from({ length: ROWS_PER_STEP * 3 }, (_, i) => ({
       time: rolledBefore + Math.floor((i * 4 * HOUR) / (ROWS_PER_STEP * 3)),
       data: { v: i },
     }));
-    insertReadings(server, seed.device.seq, readings);
+    await insertReadings(server, seed.device.seq, readings);
     clock.t += 5 * HOUR;
     server = await restart(server, clock);
     const rollups = server.services.rollups;
@@ -354,28 +347,29 @@ describe('reading rollups', () => {
     const [run] = await Promise.all([pass, joined, stopping]);
     expect(run.readings).toBeGreaterThan(0);
     expect(run.readings).toBeLessThan(readings.length);
-    expect(sqliteStorage(server.storage).repos.rollups.rolledUntil()).toBe(rolledBefore);
+    expect(server.storage.repos.rollups.rolledUntil()).toBe(rolledBefore);
   });
 
-  it('a query answers from the readings when a dirty hour cannot be recomputed (storage refusing writes)', async () => {
+  // Storage refusing writes is SQLite's query_only here (PostgreSQL's read-only standby: test/postgres/readingWriter.test.ts).
+  it.skipIf(onPostgres)('a query answers from the readings when a dirty hour cannot be recomputed (storage refusing writes)', async () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     // A late reading marks its (rolled-up) hour dirty; then writes start failing.
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
-    expect(sqliteStorage(server.storage).repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
-    sqliteStorage(server.storage).db.pragma('query_only = ON');
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    expect(await server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    sqliteDb(server.storage).pragma('query_only = ON');
     try {
       const account = (await server.services.accounts.get(seed.account.seq))!;
       const result = await server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' });
       const buckets = JSON.parse(result.dataJson) as Bucket[];
       expect(buckets.map((b) => b.values.v)).toEqual([{ count: 2, min: 1, max: 5, avg: 3 }]);
     } finally {
-      sqliteStorage(server.storage).db.pragma('query_only = OFF');
+      sqliteDb(server.storage).pragma('query_only = OFF');
     }
-    expect(sqliteStorage(server.storage).repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    expect(await server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
   });
 
   it('a dirty hour is not settled from readings that changed after they were read', async () => {
@@ -383,20 +377,20 @@ describe('reading rollups', () => {
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
     const hour = Math.floor((START - 2 * HOUR) / HOUR) * HOUR;
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
-    const rollups = sqliteStorage(server.storage).repos.rollups;
-    expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR + 1, data: { v: 5 } }]);
+    const rollups = server.storage.repos.rollups;
+    expect(await rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
     // Rows computed from the one reading read before the late one committed: refused, the
     // mark stays and the stored rollup is left as it was.
     const stale = [{ level: HOURS, deleteFrom: hour, deleteTo: hour + HOUR, rows: [[hour, '{"v":[9,9,9,9]}']] as [number, string][] }];
-    expect(rollups.settleHour(seed.device.seq, hour, stale, { to: hour + HOUR, readings: 1 })).toBe(false);
-    expect(rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
-    expect(rollups.rows(seed.device.seq, HOURS, hour, hour + HOUR).map(([, text]) => text)).not.toContain('{"v":[9,9,9,9]}');
+    expect(await rollups.settleHour(seed.device.seq, hour, stale, { to: hour + HOUR, readings: 1 })).toBe(false);
+    expect(await rollups.dirtyHours(seed.device.seq)).toEqual([hour]);
+    expect((await rollups.rows(seed.device.seq, HOURS, hour, hour + HOUR)).map(([, text]) => text)).not.toContain('{"v":[9,9,9,9]}');
     // The next settle reads both readings and clears the mark.
     expect(await server.services.rollups.settleDevice(seed.device.seq)).toBe(1);
-    expect(rollups.dirtyHours(seed.device.seq)).toEqual([]);
+    expect(await rollups.dirtyHours(seed.device.seq)).toEqual([]);
     await expectMatchesReadings(server, seed.key, seed.device, START);
   });
 
@@ -404,12 +398,12 @@ describe('reading rollups', () => {
     const clock = { t: START, now: () => clock.t };
     const server = await start(clock);
     const seed = await seedAccount(server, { plan: 'enterprise' });
-    insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
+    await insertReadings(server, seed.device.seq, [{ time: START - 2 * HOUR, data: { v: 1 } }]);
     await server.services.rollups.runOnce();
     // A late reading days before the queried range, whose data is not JSON: recomputing its
     // (dirty) hour throws, and the fallback to the readings of the range would hide that.
-    sqliteStorage(server.storage).repos.readings.insertBatch([{ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' }]);
-    expect(sqliteStorage(server.storage).repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
+    await server.storage.writer.append({ deviceSeq: seed.device.seq, time: START - 3 * DAY, data: '{not json' });
+    expect(await server.storage.repos.rollups.dirtyHours(seed.device.seq)).toHaveLength(1);
     const account = (await server.services.accounts.get(seed.account.seq))!;
     await expect(server.services.aggregates.aggregate(account, seed.device, { range: '6h', interval: '1h' })).rejects.toThrow(SyntaxError);
   });

@@ -1,4 +1,3 @@
-import { sqliteStorage } from '../../src/composition.js';
 /**
  * Device-page charts in real headless Chromium (docs/api.md, "Aggregates", docs/dashboard.md): a week
  * of readings stored with past times gives one chart per numeric path, nested ones included,
@@ -52,7 +51,7 @@ beforeAll(async () => {
     },
   });
   await server.services.accounts.setPassword(seed.account.seq, PASSWORD);
-  // A week of readings every 10 minutes, stored with past times through the storage layer.
+  // A week of readings every 10 minutes, stored with past times through the reading writer.
   const batch = [];
   for (let t = now - 7 * DAY + 5 * MIN, i = 0; t < now - 5 * MIN; t += 10 * MIN, i++) {
     const data = {
@@ -62,7 +61,7 @@ beforeAll(async () => {
     };
     batch.push({ deviceSeq: seed.device.seq, time: t, data: JSON.stringify(data) });
   }
-  sqliteStorage(server.storage).repos.readings.insertBatch(batch);
+  await Promise.all(batch.map((r) => server.storage.writer.append(r)));
   await server.services.rollups.runOnce();
 
   browser = await chromium.launch({

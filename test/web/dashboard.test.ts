@@ -1,4 +1,3 @@
-import { sqliteStorage } from '../../src/composition.js';
 /**
  * End-to-end dashboard tests in real headless Chromium against the real server
  * (docs/dashboard.md): one browser and one page for the whole file, steps in order, like a user would.
@@ -11,7 +10,7 @@ import path from 'node:path';
 import ExcelJS from 'exceljs';
 import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { newId } from '../../src/ids.js';
+import { hashSecret } from '../../src/ids.js';
 import { ingest, startTestServer, type TestServer } from '../helpers/server.js';
 
 const ARTIFACTS = path.resolve('test-artifacts');
@@ -81,8 +80,8 @@ describe('dashboard in a browser', () => {
     expect(cookie.httpOnly).toBe(true);
     expect(cookie.sameSite).toBe('Lax');
     // Only a hash of the session id is stored.
-    const rows = sqliteStorage(server.storage).db.prepare('SELECT id_hash FROM sessions').all() as { id_hash: string }[];
-    expect(rows.map((r) => r.id_hash)).not.toContain(cookie.value);
+    expect(await server.storage.repos.sessions.findByHash(cookie.value)).toBeNull();
+    expect(await server.storage.repos.sessions.findByHash(hashSecret(cookie.value))).not.toBeNull();
 
     // The token worked once: the same link is now refused.
     const token = new URL(server.setupUrl!).searchParams.get('token')!;
@@ -161,7 +160,7 @@ describe('dashboard in a browser', () => {
     expect(await page.getByTestId('snippet-mosquitto').textContent()).toContain(`d/${state.deviceId}/t`);
     await shot('04-device-created');
 
-    const device = sqliteStorage(server.storage).repos.devices.findById(state.deviceId)!;
+    const device = (await server.storage.repos.devices.findById(state.deviceId))!;
     expect(device.fields).toEqual(fields);
     expect(device.settings).toMatchObject({ protocol: 'http', data_interval_seconds: 30, network: 'wifi', data_direction: 'send_only' });
     expect(device.description).toBe('north side');
@@ -219,9 +218,9 @@ describe('dashboard in a browser', () => {
       .split('\r\n');
     expect(csv[0]).toBe('time,temperature,humidity,snapshot_url');
     expect(csv).toHaveLength(3);
-    const stored = sqliteStorage(server.storage)
-      .repos.readings.history(sqliteStorage(server.storage).repos.devices.findById(state.deviceId!)!.seq, 0, 10)
-      .reverse();
+    const stored = (
+      await server.storage.repos.readings.history((await server.storage.repos.devices.findById(state.deviceId!))!.seq, 0, 10)
+    ).reverse();
     for (const [i, line] of csv.slice(1).entries()) {
       const [time, t, hum, url] = line.split(',');
       expect(time).toBe(new Date(stored[i]!.time).toISOString());
@@ -278,23 +277,13 @@ describe('dashboard in a browser', () => {
       enabled: true,
     });
 
-    // Trigger it with a reading; until alert evaluation lands, record the event through the repos.
+    // Trigger it with a reading: the evaluator records the event.
     const hot = { temperature: 35, humidity: 50 };
     expect((await ingest(server, { device_id: state.deviceId, access_token: state.token, data: hot })).status).toBe(200);
     state.readings.push(hot);
-    await new Promise((r) => setTimeout(r, 300));
-    if ((await server.services.alerts.history(alert!, 10)).length === 0) {
-      sqliteStorage(server.storage).repos.alerts.insertEvent({
-        id: newId('evt'),
-        alertSeq: alert!.seq,
-        deviceId: state.deviceId!,
-        conditionValue: 35,
-        severity: 'critical',
-        triggeredAt: Date.now(),
-        readingSeq: null,
-        deliveries: [{ action: 'webhook', status: 'failed', detail: 'connection refused', at: Date.now() }],
-      });
-    }
+    for (let waited = 0; (await server.services.alerts.history(alert!, 10)).length === 0 && waited < 5_000; waited += 50)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(await server.services.alerts.history(alert!, 10)).toHaveLength(1);
     await page.getByRole('button', { name: 'History' }).click();
     await page.locator('[data-testid=history] tbody tr').first().waitFor();
     expect(await page.locator('[data-testid=history]').textContent()).toContain('35');
@@ -433,7 +422,7 @@ describe('dashboard in a browser', () => {
     await dlg.getByLabel(/Type the device name/).fill('Greenhouse');
     await confirm.click();
     await page.getByRole('heading', { name: 'Devices' }).waitFor();
-    expect(sqliteStorage(server.storage).repos.devices.findById(state.deviceId!)).toBeNull();
+    expect(await server.storage.repos.devices.findById(state.deviceId!)).toBeNull();
     await shot('09-devices-empty');
   });
 });

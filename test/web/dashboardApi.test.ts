@@ -1,4 +1,3 @@
-import { sqliteStorage } from '../../src/composition.js';
 /**
  * The dashboard's JSON API without a browser: sign-in throttling, cookie attributes, session
  * lifetime on password change, the setup link's limits, and exports of many readings.
@@ -156,7 +155,7 @@ describe('dashboard API', () => {
       data: JSON.stringify({ n: i, env: { t: i / 10, deep: { on: i % 2 === 0 } }, note: i === 0 ? '=cmd()' : 'ok', list: [i, { a: 1 }] }),
     }));
     batch.push({ deviceSeq: device.seq, time: now - 8 * 86_400_000, data: JSON.stringify({ n: -1 }) }); // outside retention
-    sqliteStorage(server.storage).repos.readings.insertBatch(batch);
+    await Promise.all(batch.map((r) => server.storage.writer.append(r)));
 
     const seen: number[] = [];
     for await (const chunk of readingChunks(server.services, account, device, now - 86_400_000, now + 1))
@@ -284,9 +283,7 @@ describe('dashboard API: alerts of both kinds', () => {
     }
 
     // Seen once, 3 minutes ago, with a 60 s interval: silent. Paused: not silent.
-    sqliteStorage(server.storage)
-      .db.prepare('UPDATE devices SET last_seen = ? WHERE seq = ?')
-      .run(Date.now() - 180_000, device.seq);
+    await server.storage.writer.append({ deviceSeq: device.seq, time: Date.now() - 180_000, data: '{"t":5}' });
     let list = await call('GET', '/devices');
     expect(list.body.data.find((d: { id: string }) => d.id === device.id).silent).toBe(true);
     await server.services.devices.pause(device);

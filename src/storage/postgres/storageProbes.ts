@@ -27,7 +27,8 @@ function classify(err: unknown): StorageFailure | null {
   }
   if (isConnectionError(err)) return WRITER_REASONS['database unreachable']!;
   const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) {
+  // A SQLSTATE, not a file-system errno of the same shape (EROFS, EPERM: a system call's).
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) && typeof (err as NodeJS.ErrnoException).syscall !== 'string') {
     if (code === '53100') return WRITER_REASONS['database disk full']!;
     if (code === '25006') return WRITER_REASONS['database read-only']!;
     if (/^(53|57P0[1-3]|57014|40001|40P01|55P03)/.test(code)) return WRITER_REASONS['database busy']!;
@@ -63,6 +64,8 @@ export function postgresStorageProbes(pool: Pool): StorageProbes {
         reading = false;
       });
   };
+  // Read once now, so the first scrape of /metrics has the figure too.
+  refreshSize();
   return {
     ...fileSystemProbes,
     classify,

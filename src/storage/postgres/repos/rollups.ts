@@ -129,8 +129,10 @@ export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository
     rows: (deviceSeq: number, level: number, from: number, to: number): Promise<RollupRow[]> =>
       rowRange.arrays<RollupRow>(pool, [deviceSeq, level, from, to]),
     /** Deletes the rows of one level with buckets in [from, to); returns how many went. */
-    deleteRange: (deviceSeq: number, level: number, from: number, to: number): Promise<number> =>
-      deleteRange.run(pool, [deviceSeq, level, from, to]),
+    // An empty range deletes nothing without a query: pruning asks for [0, -Infinity) at the
+    // level kept for ever, which SQLite compares and a bigint parameter refuses.
+    deleteRange: async (deviceSeq: number, level: number, from: number, to: number): Promise<number> =>
+      to <= from ? 0 : deleteRange.run(pool, [deviceSeq, level, from, to]),
     /** The writes of one rolled span of a device, in one transaction. */
     writeSpan: (deviceSeq: number, writes: RollupLevelWrite[]): Promise<void> =>
       inTransaction(pool, (client) => applyWrites(client, deviceSeq, writes)),

@@ -4,16 +4,24 @@ import type { Pool, PoolClient, QueryArrayConfig, QueryResultRow } from 'pg';
 export type Queryable = Pool | PoolClient;
 
 /**
+ * Whether a value is text with a NUL character, which PostgreSQL's text type cannot hold
+ * (the server refuses the parameter): no stored id, e-mail or hash can equal it.
+ */
+const holdsNul = (values: unknown[]): boolean => values.some((v) => typeof v === 'string' && v.includes('\u0000'));
+
+/**
  * A named prepared statement: node-postgres parses and plans it once per connection, on
  * its first use there, and sends only the values after that. For the statements that run
- * often (look-ups, pages, counts); the text must never change under one name.
+ * often (look-ups, pages, counts); the text must never change under one name. A look-up
+ * (`first`) by text with a NUL in it finds nothing, as on SQLite, instead of failing: ids
+ * in request paths and bodies reach it unchecked.
  */
 export function prepared<R extends QueryResultRow = QueryResultRow>(name: string, text: string) {
   const fullName = `telemetryd-${name}`;
   return {
     rows: async (db: Queryable, values: unknown[]): Promise<R[]> => (await db.query<R>({ name: fullName, text, values })).rows,
     first: async (db: Queryable, values: unknown[]): Promise<R | undefined> =>
-      (await db.query<R>({ name: fullName, text, values })).rows[0],
+      holdsNul(values) ? undefined : (await db.query<R>({ name: fullName, text, values })).rows[0],
     /** Rows as arrays, in column order: no key object per row on long pages. */
     arrays: async <T extends unknown[]>(db: Queryable, values: unknown[]): Promise<T[]> =>
       (await db.query<T>({ name: fullName, text, values, rowMode: 'array' } as QueryArrayConfig)).rows,
