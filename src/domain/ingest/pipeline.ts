@@ -202,7 +202,9 @@ export function ingestPipeline(deps: {
     let evaluating: void | Promise<void>;
     try {
       evaluating = evaluateAlerts(device, account, reading, data);
-    } catch {}
+    } catch {
+      evaluating = undefined;
+    }
     events.emit('reading.stored', { device, reading, parsed: data, transport });
     return evaluating === undefined ? undefined : evaluating.catch(() => {});
   }
