@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { onPostgres } from '../helpers/backend.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { history, send } from './helpers.js';
 
@@ -155,7 +156,9 @@ describe('alert evaluation on readings ingested over HTTP', () => {
         }),
       ),
     );
-    expect(server.storage.writer.maxBatch).toBeGreaterThanOrEqual(n);
+    // On PostgreSQL the new device's first readings wait for the authentication cache to be
+    // filled from the database, so they may reach the writer over more than one tick.
+    if (!onPostgres) expect(server.storage.writer.maxBatch).toBeGreaterThanOrEqual(n);
     expect((await history(server, s.key, everyB.id)).body.data).toHaveLength(n);
     expect((await history(server, s.key, onceB.id)).body.data.map((e) => e.condition_value)).toEqual([1]);
   });

@@ -99,6 +99,11 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * alert id: the search window's start, and the start of the part already searched.
    */
   const searches = new Map<string, { window: number; before: number }>();
+  /**
+   * Where a check before firing stopped searching the database for a newer match (another
+   * node's readings; PostgreSQL), per alert: the next check goes on below `before`.
+   */
+  const storedSearches = new Map<string, { after: number; before: number }>();
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
   let silenceTimer: NodeJS.Timeout | null = null;
@@ -470,15 +475,22 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (alert.field === '*') return Math.max(after, device.lastSeen ?? after);
     if (budget.rows <= 0) return undefined;
     const path = fieldPath(alert.field);
+    // A search longer than one check's budget goes on where the last check stopped, or a
+    // device sending many readings without the path would be searched from the top forever.
+    const resume = storedSearches.get(alert.id);
     const found = await repos.readings.newestMatchingTime(
       alert.deviceSeq,
       after + 1,
-      END_OF_TIME,
+      resume !== undefined && resume.after === after ? resume.before : END_OF_TIME,
       (text) => numericValueAt(JSON.parse(text), path) !== null,
       budget.rows,
     );
     budget.rows -= found.scanned;
-    if (found.time === null && found.before !== null) return undefined;
+    if (found.time === null && found.before !== null) {
+      storedSearches.set(alert.id, { after, before: found.before });
+      return undefined;
+    }
+    storedSearches.delete(alert.id);
     return found.time ?? after;
   }
 
@@ -538,6 +550,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
         const watched = new Set(watches.map((w) => w.alert.id));
         for (const id of lastMatch.keys()) if (!watched.has(id)) lastMatch.delete(id);
         for (const id of searches.keys()) if (!watched.has(id)) searches.delete(id);
+        for (const id of storedSearches.keys()) if (!watched.has(id)) storedSearches.delete(id);
       }
     }
     const now = clock.now();
@@ -572,7 +585,10 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       // The next reading of this device must see the alert firing.
       enabledByDevice.delete(alert.deviceSeq);
     }
+    // A check ends once what it fired is recorded, on an asynchronous backend too.
+    const recorded = queued.length > 0 ? queuedRecorded() : null;
     flushQueued();
+    if (recorded) await recorded;
   }
 
   /** evaluateWith, then, when the reading changed an alert, a promise of that change being recorded. */

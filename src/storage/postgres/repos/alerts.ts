@@ -56,13 +56,14 @@ const setEnabled = prepared(
 );
 // A trigger claims the alert: several nodes evaluate readings of one device at once, and the
 // row tells which of them fires. A threshold alert is claimed past its cooldown (with no
-// cooldown, by any reading not older than the last trigger's), a no_data alert while it is
-// `ok`. The row lock taken here makes a concurrent claim wait and then see this one's values.
+// cooldown, by every matching reading: each is evaluated once, by the node that stored it,
+// and batches of one node may commit out of order), a no_data alert while it is `ok`. The
+// row lock taken here makes a concurrent claim wait and then see this one's values.
 const claimTrigger = prepared<{ seq: number }>(
   'alert-claim-trigger',
   `UPDATE alerts SET last_triggered = greatest(coalesce(last_triggered, $2), $2), state = 'firing'
    WHERE seq = $1 AND CASE WHEN kind = 'no_data' THEN state = 'ok'
-     ELSE last_triggered IS NULL OR $2 >= last_triggered + cooldown * 1000 OR (cooldown = 0 AND $2 >= last_triggered) END
+     ELSE cooldown = 0 OR last_triggered IS NULL OR $2 >= last_triggered + cooldown * 1000 END
    RETURNING seq`,
 );
 // A resolution applies to a firing alert, from a reading not older than its trigger: one
