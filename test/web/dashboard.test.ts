@@ -177,7 +177,8 @@ describe('dashboard in a browser', () => {
     const first = { temperature: 21.5, humidity: 40 };
     expect((await ingest(server, { device_id: state.deviceId, access_token: state.token, data: first })).status).toBe(200);
     state.readings.push(first);
-    await page.locator('[data-testid=latest] [data-field=temperature]').getByText('21.5').waitFor({ timeout: 10_000 });
+    // Pushed at once; the page's 15 s poll is the fallback when a loaded machine delays the push.
+    await page.locator('[data-testid=latest] [data-field=temperature]').getByText('21.5').waitFor({ timeout: 20_000 });
     expect(await page.locator('[data-testid=latest] [data-field=temperature]').textContent()).toContain('°C');
 
     // Upload a snapshot as the device does, then send its URL in a *_url field.
