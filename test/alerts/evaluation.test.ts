@@ -271,4 +271,18 @@ describe('cooldown boundary (injected clock)', () => {
     await send(server, s.device, s.token, { v: 4 });
     expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value)).toEqual([4, 3, 1]);
   });
+
+  it('cooldown 0 triggers on a reading stamped before the last trigger, and last_triggered stays the latest', async () => {
+    // Readings committed out of arrival order (batches in flight together on PostgreSQL)
+    // reach the evaluator so; a clock stepped back is the same case made certain.
+    const s = await seedAccount(server);
+    const alert = await server.services.alerts.create(s.device, { name: 'every', field: 'v', operator: '>', value: 0, cooldown: 0 });
+    const t0 = now;
+    await send(server, s.device, s.token, { v: 1 });
+    now = t0 - 5_000;
+    await send(server, s.device, s.token, { v: 2 });
+    now = t0 + 1_000;
+    expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value).sort()).toEqual([1, 2]);
+    expect((await server.services.alerts.getAny(alert.id)).lastTriggered).toBe(t0);
+  });
 });

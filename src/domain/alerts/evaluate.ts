@@ -56,10 +56,11 @@ export function conditionValue(
 
 /**
  * After a trigger at T, readings that meet the condition before T + cooldown seconds record
- * nothing; cooldown 0 lets every matching reading trigger.
+ * nothing; cooldown 0 lets every matching reading trigger, also one stamped before the last
+ * trigger (a late reading, or batches committed out of arrival order on PostgreSQL).
  */
 export function inCooldown(lastTriggered: number | null, cooldownSeconds: number, at: number): boolean {
-  return lastTriggered !== null && at < lastTriggered + cooldownSeconds * 1000;
+  return cooldownSeconds > 0 && lastTriggered !== null && at < lastTriggered + cooldownSeconds * 1000;
 }
 
 /**

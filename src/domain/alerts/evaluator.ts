@@ -206,7 +206,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const queuedRecorded = (): Promise<void> => new Promise<void>((resolve) => recordedWaiters.push(resolve));
 
   function trigger(alert: Alert, account: Account, device: Device, value: number, at: number, reading: StoredReading | null) {
-    alert.lastTriggered = at;
+    // The latest trigger, as the database keeps it: a reading stamped earlier may trigger
+    // (cooldown 0) after a later one did.
+    alert.lastTriggered = alert.lastTriggered === null ? at : Math.max(alert.lastTriggered, at);
     alert.state = 'firing';
     queue({
       type: 'triggered',

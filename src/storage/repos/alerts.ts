@@ -134,7 +134,9 @@ export function alertsRepo(db: Db) {
   const setEnabled = db.prepare(
     'UPDATE alerts SET enabled_at = CASE WHEN @enabled = 1 AND enabled = 0 THEN @now ELSE enabled_at END, enabled = @enabled, updated_at = @now WHERE seq = @seq',
   );
-  const setLastTriggered = db.prepare('UPDATE alerts SET last_triggered = ? WHERE seq = ?');
+  const setLastTriggered = db.prepare<{ at: number; seq: number }>(
+    'UPDATE alerts SET last_triggered = max(coalesce(last_triggered, @at), @at) WHERE seq = @seq',
+  );
   const setState = db.prepare<[AlertState, number]>('UPDATE alerts SET state = ? WHERE seq = ?');
   const remove = db.prepare('DELETE FROM alerts WHERE seq = ?');
 
@@ -211,7 +213,7 @@ export function alertsRepo(db: Db) {
   const recordOne = db.transaction((o: AlertOutcome): AlertEvent | null => {
     if (o.type === 'triggered') {
       const seq = insertEventRow(o.event);
-      setLastTriggered.run(o.event.triggeredAt, o.alertSeq);
+      setLastTriggered.run({ at: o.event.triggeredAt, seq: o.alertSeq });
       setState.run('firing', o.alertSeq);
       return { ...o.event, seq, acknowledged: false, acknowledgedAt: null, resolvedAt: null, resolutionDeliveries: [] };
     }
