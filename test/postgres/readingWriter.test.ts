@@ -74,8 +74,8 @@ describe('PostgreSQL reading writer', () => {
     expect(rows[499].data).toBe('{"i":499}');
   });
 
-  it('batches what arrives while a batch is being written into the next one', async () => {
-    // Holds the first batch's statement at its usage counts until every later append is queued.
+  it('has two batches in flight at most, and batches what arrives meanwhile into the next one', async () => {
+    // Holds the statements at their usage counts until every later append is queued.
     const blocker = await observer.connect();
     await blocker.query('BEGIN');
     await blocker.query('LOCK TABLE reading_counts IN EXCLUSIVE MODE');
@@ -92,13 +92,19 @@ describe('PostgreSQL reading writer', () => {
         () => settled++,
       );
     await new Promise((resolve) => setTimeout(resolve, 100));
-    // Nothing is acknowledged while the first statement waits.
+    // Nothing is acknowledged while the statements wait.
     expect(settled).toBe(0);
     await blocker.query('COMMIT');
     blocker.release();
-    await Promise.all([...first, ...later]);
-    const { rows } = await observer.query('SELECT xmin::text AS tx, count(*) AS n FROM readings GROUP BY 1 ORDER BY 2');
-    expect(rows.map((r) => r.n)).toEqual([10, 100]);
+    const seqs = await Promise.all([...first, ...later]);
+    // The first pass's readings, the second's (the other slot), then the rest together.
+    const { rows } = await observer.query(
+      'SELECT xmin::text AS tx, count(*) AS n, min(seq) AS lo, max(seq) AS hi FROM readings GROUP BY 1 ORDER BY 2',
+    );
+    expect(rows.map((r) => r.n)).toEqual([10, 20, 80]);
+    // Each batch's ids are one unbroken range, however the two statements ran side by side.
+    for (const r of rows) expect(r.hi - r.lo + 1).toBe(r.n);
+    expect(new Set(seqs).size).toBe(110);
   });
 
   it('keeps data byte for byte', async () => {

@@ -6,7 +6,7 @@ import { placeSnapshots, unpackArchive, writeArchive } from '../backup.js';
 import { type Db, openDatabase } from '../db.js';
 import { migrate } from '../migrations.js';
 import { loadNativeBinding } from '../native.js';
-import { migratePostgres, readingPartitions } from './migrations.js';
+import { migratePostgres, READING_ID_BLOCK, readingPartitions } from './migrations.js';
 
 /**
  * Backup and restore of the PostgreSQL backend (docs/postgres.md, "Backup and restore"), in
@@ -116,9 +116,10 @@ export async function createPostgresBackup(
       // Key order of the clustered table: SQLite appends each page instead of splitting pages.
       await copyOut(client, sqlite, 'readings', 'readings_by_device', 'device_seq, time, seq', onProgress);
       // A sequence is outside transactions: this is its value now, at least every seq the
-      // snapshot holds, which is what an id never issued twice needs.
+      // snapshot holds, which is what an id never issued twice needs. Its last value starts
+      // a block of ids (migration 6), any of which may have been issued.
       const { rows } = await client.query<{ last_value: number; is_called: boolean }>('SELECT last_value, is_called FROM reading_seq');
-      const last = rows[0]!.is_called ? rows[0]!.last_value : rows[0]!.last_value - 1;
+      const last = rows[0]!.is_called ? rows[0]!.last_value + READING_ID_BLOCK - 1 : rows[0]!.last_value - 1;
       sqlite.prepare('UPDATE reading_seq SET last = ?').run(last);
       await client.query('COMMIT');
     } catch (err) {

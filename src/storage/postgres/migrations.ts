@@ -36,6 +36,11 @@ export const MQTT_CLIENTS_CHANNEL = 'telemetryd_mqtt_clients';
  * '<node> <min time> <max time> <min seq> <max seq> <device seqs, comma-separated, or *>'.
  */
 export const READINGS_CHANNEL = 'telemetryd_readings';
+/**
+ * Reading ids a batch may take (migration 6): reading_seq steps by this much, and a batch is
+ * numbered from the value it takes. The writer's batches are never larger.
+ */
+export const READING_ID_BLOCK = 8192;
 
 export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }[] = [
   {
@@ -365,6 +370,16 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
         END IF;
       END $$;
     `,
+  },
+  {
+    // Reading ids in blocks: the writer takes one value per batch and numbers the batch's
+    // readings from it, so a batch's ids are one unbroken range however many batches (of
+    // this node or of others) are in flight together. Other nodes' live views fetch a batch
+    // by that range (cluster.ts); with an id per row from nextval, concurrent batches
+    // interleaved and a range could take in readings of another batch.
+    version: 6,
+    name: 'reading ids in blocks',
+    sql: `ALTER SEQUENCE reading_seq INCREMENT BY ${READING_ID_BLOCK}`,
   },
 ];
 

@@ -4,7 +4,7 @@ import { storageUnavailable } from '../../errors.js';
 import type { CommitObserver } from '../readingWriter.js';
 import type { PendingReading } from '../repositories.js';
 import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl, poolNode } from './connect.js';
-import { partitionWeek, READINGS_CHANNEL, readingPartitions } from './migrations.js';
+import { partitionWeek, READING_ID_BLOCK, READINGS_CHANNEL, readingPartitions } from './migrations.js';
 
 interface Waiting extends PendingReading {
   resolve: (seq: number) => void;
@@ -13,7 +13,8 @@ interface Waiting extends PendingReading {
 
 /**
  * One statement per batch, so one transaction (autocommit) and one round trip: the batch
- * comes as four arrays, takes its ids from reading_seq in arrival order, lands in readings,
+ * comes as four arrays, takes one block of ids from reading_seq (migration 6) and numbers
+ * its readings from it in arrival order, so its ids are one range, lands in readings,
  * and adds its usage counts per account and UTC minute (the account looked up where the
  * caller did not have it; a device deleted meanwhile is not counted). A reading older than $5
  * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
@@ -29,9 +30,11 @@ interface Waiting extends PendingReading {
  * one per batch, never per reading, and no round trip of its own.
  */
 const INSERT_BATCH = `
-  WITH batch AS MATERIALIZED (
-    SELECT nextval('reading_seq') AS seq, u.device_seq, u.time, u.data, u.account_seq, u.ord
-    FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(device_seq, time, data, account_seq, ord)
+  WITH block AS MATERIALIZED (
+    SELECT nextval('reading_seq') AS first
+  ), batch AS MATERIALIZED (
+    SELECT block.first + u.ord - 1 AS seq, u.device_seq, u.time, u.data, u.account_seq, u.ord
+    FROM block, unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(device_seq, time, data, account_seq, ord)
   ), inserted AS (
     INSERT INTO readings (device_seq, time, seq, data) SELECT device_seq, time, seq, data FROM batch
   ), counted AS (
@@ -65,12 +68,18 @@ const TRANSIENT = /^(53|08)|^(57P0[1-3]|57014|25006|40001|40P01|55P03)$/;
 const isMissingPartition = (err: unknown) =>
   (err as { code?: string }).code === '23514' && /no partition of relation/.test((err as Error).message);
 
+/** Batches a writer has in flight at most: one being committed while the next is sent. */
+const MAX_IN_FLIGHT = 2;
+
 /**
  * Group commit on PostgreSQL, the contract of the SQLite ReadingWriter (src/storage/readingWriter.ts):
- * readings appended while no batch is being written go out together as one INSERT_BATCH
+ * readings appended in one pass of the event loop go out together as one INSERT_BATCH
  * statement, and each caller's promise settles after that statement's transaction has
- * committed. While a batch is in flight, new readings queue and form the next batch: one
- * statement in flight per writer, so a slow commit makes batches larger, not more numerous.
+ * committed. Up to MAX_IN_FLIGHT statements are in flight at once, so the server parses and
+ * answers the next readings while PostgreSQL commits the last; with both slots busy new
+ * readings queue and form the next batch, so a slow commit makes batches larger, not more
+ * numerous. Batches in flight together may commit in either order (as batches of two nodes
+ * do): nothing downstream takes commit order for arrival order.
  *
  * When the database cannot be reached, or cannot take the write now (disk full, a standby
  * after a failover, shutting down), every reading of the batch is rejected with a 503
@@ -83,7 +92,8 @@ const isMissingPartition = (err: unknown) =>
 export class PostgresReadingWriter {
   private queue: Waiting[] = [];
   private scheduled = false;
-  private inFlight: Promise<void> | null = null;
+  /** The batches being written. */
+  private readonly inFlight = new Set<Promise<void>>();
   private closed = false;
   /** Weeks whose readings partition this writer created or found (migrations, readingPartitions). */
   private readonly weeks = new Set<number>();
@@ -106,6 +116,7 @@ export class PostgresReadingWriter {
     /** Told of each committed batch before its callers are answered (readings.committed: the rollups' live minutes). */
     private readonly onCommitted: ((batch: readonly PendingReading[]) => void) | null = null,
   ) {
+    if (maxBatchSize > READING_ID_BLOCK) throw new Error(`a batch takes at most ${READING_ID_BLOCK} reading ids`);
     this.database = parseDatabaseUrl(databaseUrl);
     let node: string | null = null;
     try {
@@ -144,50 +155,50 @@ export class PostgresReadingWriter {
     });
   }
 
-  /** A flush at the end of this event-loop pass, unless one is queued or a batch is in flight (it flushes after). */
+  /** A flush at the end of this event-loop pass, unless one is queued or every slot is busy (a batch's end schedules one). */
   private schedule(): void {
-    if (this.scheduled || this.inFlight) return;
+    if (this.scheduled || this.inFlight.size >= MAX_IN_FLIGHT) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
-      void this.startDrain();
+      this.flush();
     });
   }
 
-  /** The batches in flight, started if none are. */
-  private startDrain(): Promise<void> {
-    this.inFlight ??= this.drain().finally(() => {
-      this.inFlight = null;
-      // Readings that arrived after drain's last look at the queue (from its callers' callbacks).
+  /** Sends what is queued as one batch, if a slot is free. */
+  private flush(): void {
+    if (this.queue.length === 0 || this.inFlight.size >= MAX_IN_FLIGHT) return;
+    const batch = this.queue.splice(0, this.maxBatchSize);
+    const written = this.writeBatch(batch).finally(() => {
+      this.inFlight.delete(written);
+      // Readings that arrived while the slots were busy, or more than one batch takes.
       if (this.queue.length > 0) this.schedule();
     });
-    return this.inFlight;
+    this.inFlight.add(written);
+    if (this.queue.length > 0) this.schedule();
   }
 
-  /** Writes batches until the queue is empty. */
-  private async drain(): Promise<void> {
-    while (this.queue.length > 0) {
-      const batch = this.queue.splice(0, this.maxBatchSize);
-      this.maxBatch = Math.max(this.maxBatch, batch.length);
-      let seqs: number[];
-      try {
-        seqs = await this.write(batch);
-      } catch (err) {
-        const failure = this.commits ? this.commits.commitFailed(this.failure(err), batch.length) : this.failure(err);
-        for (const w of batch) w.reject(failure);
-        continue;
-      }
-      if (this.commits && this.commits.commitFailure !== null) this.commits.commitSucceeded();
-      this.committed += batch.length;
-      if (this.onCommitted) {
-        try {
-          this.onCommitted(batch);
-        } catch {
-          // An observer's bug must not turn committed readings into errors.
-        }
-      }
-      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
+  /** Writes one batch and settles its callers' promises; never rejects. */
+  private async writeBatch(batch: Waiting[]): Promise<void> {
+    this.maxBatch = Math.max(this.maxBatch, batch.length);
+    let seqs: number[];
+    try {
+      seqs = await this.write(batch);
+    } catch (err) {
+      const failure = this.commits ? this.commits.commitFailed(this.failure(err), batch.length) : this.failure(err);
+      for (const w of batch) w.reject(failure);
+      return;
     }
+    if (this.commits && this.commits.commitFailure !== null) this.commits.commitSucceeded();
+    this.committed += batch.length;
+    if (this.onCommitted) {
+      try {
+        this.onCommitted(batch);
+      } catch {
+        // An observer's bug must not turn committed readings into errors.
+      }
+    }
+    for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
   }
 
   private async write(batch: Waiting[]): Promise<number[]> {
@@ -268,9 +279,11 @@ export class PostgresReadingWriter {
   /** Writes what is queued and refuses anything new (clean shutdown). */
   async close(): Promise<void> {
     this.closed = true;
-    while (this.inFlight || this.scheduled || this.queue.length > 0) {
-      if (this.scheduled) await new Promise<void>((resolve) => setImmediate(resolve));
-      else await this.startDrain();
+    for (;;) {
+      if (this.queue.length > 0 && this.inFlight.size < MAX_IN_FLIGHT) this.flush();
+      else if (this.inFlight.size > 0) await Promise.race(this.inFlight);
+      else if (this.scheduled) await new Promise<void>((resolve) => setImmediate(resolve));
+      else return;
     }
   }
 }
