@@ -413,6 +413,9 @@ function canConnect(port) {
  * not depend on how fast the baseline happened to run.
  */
 const cpuUsPerOp = (part, opsPerS) => (part.server_cpu_s == null || !opsPerS ? null : (part.server_cpu_s / part.seconds / opsPerS) * 1e6);
+/** A round's server CPU µs per reading, telemetryd against the baseline: the figure a slow baseline does not move. */
+const cpuNote = (t, b) =>
+  t == null || b == null ? '' : `, CPU ${t.toFixed(1)} µs/reading vs ${b.toFixed(1)}, ${(t - b).toFixed(1)} above`;
 
 function ingestBodies(meta) {
   return meta.devices.map((d, i) =>
@@ -454,7 +457,7 @@ async function httpIngest() {
     }
     okTotal += t.ok;
     log(
-      `HTTP round ${r + 1}: bare fastify ${b.rps.toFixed(0)} req/s, telemetryd ${t.rps.toFixed(0)} req/s (ratio ${(t.rps / b.rps).toFixed(2)}, p99 ${t.p99_ms} ms, non-2xx ${t.non2xx}, errors ${t.errors})`,
+      `HTTP round ${r + 1}: bare fastify ${b.rps.toFixed(0)} req/s, telemetryd ${t.rps.toFixed(0)} req/s (ratio ${(t.rps / b.rps).toFixed(2)}, p99 ${t.p99_ms} ms, non-2xx ${t.non2xx}, errors ${t.errors}${cpuNote(cpuUsPerOp(t, t.rps), cpuUsPerOp(b, b.rps))})`,
     );
     if (t.non2xx > 0 || t.errors > 0)
       results.notes.push(`HTTP round ${r + 1}: telemetryd answered ${t.non2xx} non-2xx and ${t.errors} errors`);
@@ -560,7 +563,7 @@ async function mqttIngest() {
     }
     const { b, t, m } = round_;
     log(
-      `MQTT round ${r + 1}: bare aedes ${b.mps.toFixed(0)} msg/s, telemetryd ${t.mps.toFixed(0)} msg/s (ratio ${(t.mps / b.mps).toFixed(2)}, failed ${t.failed})${m ? `, mosquitto ${m.mps.toFixed(0)} msg/s (telemetryd ÷ mosquitto ${(t.mps / m.mps).toFixed(2)})` : ''}`,
+      `MQTT round ${r + 1}: bare aedes ${b.mps.toFixed(0)} msg/s, telemetryd ${t.mps.toFixed(0)} msg/s (ratio ${(t.mps / b.mps).toFixed(2)}, failed ${t.failed}${cpuNote(t.cpu_us, b.cpu_us)})${m ? `, mosquitto ${m.mps.toFixed(0)} msg/s (telemetryd ÷ mosquitto ${(t.mps / m.mps).toFixed(2)})` : ''}`,
     );
     if (t.failed > 0) results.notes.push(`MQTT round ${r + 1}: ${t.failed} publishes failed`);
     rounds.push(round_);
