@@ -79,7 +79,7 @@ const MAX_IN_FLIGHT = 2;
  * answers the next readings while PostgreSQL commits the last; with both slots busy new
  * readings queue and form the next batch, so a slow commit makes batches larger, not more
  * numerous. Batches in flight together may commit in either order (as batches of two nodes
- * do): nothing downstream takes commit order for arrival order.
+ * do), but each batch's callers are answered after the batch before it (writeBatch).
  *
  * When the database cannot be reached, or cannot take the write now (disk full, a standby
  * after a failover, shutting down), every reading of the batch is rejected with a 503
@@ -94,6 +94,8 @@ export class PostgresReadingWriter {
   private scheduled = false;
   /** The batches being written. */
   private readonly inFlight = new Set<Promise<void>>();
+  /** The last batch sent, settled once its callers are answered: the next one answers after it. */
+  private lastSettled: Promise<void> = Promise.resolve();
   private closed = false;
   /** Weeks whose readings partition this writer created or found (migrations, readingPartitions). */
   private readonly weeks = new Set<number>();
@@ -169,26 +171,35 @@ export class PostgresReadingWriter {
   private flush(): void {
     if (this.queue.length === 0 || this.inFlight.size >= MAX_IN_FLIGHT) return;
     const batch = this.queue.splice(0, this.maxBatchSize);
-    const written = this.writeBatch(batch).finally(() => {
+    const written = this.writeBatch(batch, this.lastSettled).finally(() => {
       this.inFlight.delete(written);
       // Readings that arrived while the slots were busy, or more than one batch takes.
       if (this.queue.length > 0) this.schedule();
     });
     this.inFlight.add(written);
+    this.lastSettled = written;
     if (this.queue.length > 0) this.schedule();
   }
 
-  /** Writes one batch and settles its callers' promises; never rejects. */
-  private async writeBatch(batch: Waiting[]): Promise<void> {
+  /**
+   * Writes one batch and settles its callers' promises once `previous` (the batch sent before
+   * it) has settled its own; never rejects. The two may commit in either order, but callers
+   * are answered, and observers told, in arrival order: a device's readings reach the alert
+   * evaluation oldest first, as on SQLite, so the first of them to meet a condition is the
+   * one that triggers.
+   */
+  private async writeBatch(batch: Waiting[], previous: Promise<void>): Promise<void> {
     this.maxBatch = Math.max(this.maxBatch, batch.length);
     let seqs: number[];
     try {
       seqs = await this.write(batch);
     } catch (err) {
+      await previous;
       const failure = this.commits ? this.commits.commitFailed(this.failure(err), batch.length) : this.failure(err);
       for (const w of batch) w.reject(failure);
       return;
     }
+    await previous;
     if (this.commits && this.commits.commitFailure !== null) this.commits.commitSucceeded();
     this.committed += batch.length;
     if (this.onCommitted) {
