@@ -20,26 +20,44 @@ export class AuthCache {
     this.generation++;
   }
 
-  /** A lookup by key cached until the next `invalidate()`; misses (null) are not cached. */
+  /**
+   * A lookup by key cached until the next `invalidate()`; misses (null) are not cached. Misses
+   * of one key while its look-up runs share it: a burst of readings from a device not cached
+   * yet costs one query, and they go on in the order they came.
+   */
   cached<K, V>(lookup: (key: K) => Promise<V | null>, maxEntries = 50_000): (key: K) => Awaitable<V | null> {
     const cache = new Map<K, V>();
+    const running = new Map<K, Promise<V | null>>();
     let seen = this.generation;
     return (key: K) => {
       if (this.generation !== seen) {
         cache.clear();
+        // Look-ups started before the change may read what it changed: not shared any more.
+        running.clear();
         seen = this.generation;
       }
       const hit = cache.get(key);
       if (hit !== undefined) return hit;
+      const shared = running.get(key);
+      if (shared) return shared;
       const started = this.generation;
-      return lookup(key).then((value) => {
-        // A write that ended while this look-up was running may have changed what it read.
-        if (value !== null && this.generation === started) {
-          if (cache.size >= maxEntries) cache.clear();
-          cache.set(key, value);
-        }
-        return value;
-      });
+      const look = lookup(key).then(
+        (value) => {
+          if (running.get(key) === look) running.delete(key);
+          // A write that ended while this look-up was running may have changed what it read.
+          if (value !== null && this.generation === started) {
+            if (cache.size >= maxEntries) cache.clear();
+            cache.set(key, value);
+          }
+          return value;
+        },
+        (err: unknown) => {
+          if (running.get(key) === look) running.delete(key);
+          throw err;
+        },
+      );
+      running.set(key, look);
+      return look;
     };
   }
 
