@@ -50,6 +50,9 @@ export function leaderJobs(leadership: Leadership, jobs: readonly BackgroundJob[
       stopping = false;
       unfollow = leadership.follow(
         (lead) => {
+          // A lead taken while stopping is given up with the follow: starting the jobs now
+          // would leave them running after stop() returned.
+          if (lead && stopping) return;
           leading = lead;
           if (lead) log.leading?.();
           else if (!stopping) log.lost?.();
