@@ -113,6 +113,26 @@ describe('PostgreSQL reading writer', () => {
     expect((await observer.query('SELECT data FROM readings WHERE seq = $1', [seq])).rows).toEqual([{ data }]);
   });
 
+  it('keeps every text of a batch apart, escapes, braces and commas included', async () => {
+    // The texts travel joined by U+001E; JSON holds that character only escaped.
+    const texts = [
+      '{"s":"a\\u001eb"}',
+      JSON.stringify({ s: 'sep \u001e inside', q: '"{,}"', b: '\\' }),
+      '{"list":[1,2,{"x":"}{"}],"null":null}',
+      '{}',
+      '{"emoji":"😀","nl":"line\\nnext"}',
+    ];
+    const seqs = await Promise.all(
+      texts.map((data, i) => writer.append({ deviceSeq: devices[i % devices.length]!, accountSeq, time: NOW + i, data })),
+    );
+    const { rows } = await observer.query<{ seq: number; data: string }>(
+      'SELECT seq, data FROM readings WHERE seq = ANY($1) ORDER BY seq',
+      [seqs],
+    );
+    expect(rows.map((r) => r.data)).toEqual(texts);
+    expect(texts[1]).toContain('\\u001e');
+  });
+
   it('counts usage per account and minute in the same transaction, looking up accounts it was not given', async () => {
     const deleted = (
       await pool.query(

@@ -13,7 +13,7 @@ interface Waiting extends PendingReading {
 
 /**
  * One statement per batch, so one transaction (autocommit) and one round trip: the batch
- * comes as four arrays, takes one block of ids from reading_seq (migration 6) and numbers
+ * comes as three arrays and the readings' JSON texts joined by DATA_SEPARATOR, takes one block of ids from reading_seq (migration 6) and numbers
  * its readings from it in arrival order, so its ids are one range, lands in readings,
  * and adds its usage counts per account and UTC minute (the account looked up where the
  * caller did not have it; a device deleted meanwhile is not counted). A reading older than $5
@@ -34,7 +34,7 @@ const INSERT_BATCH = `
     SELECT nextval('reading_seq') AS first
   ), batch AS MATERIALIZED (
     SELECT block.first + u.ord - 1 AS seq, u.device_seq, u.time, u.data, u.account_seq, u.ord
-    FROM block, unnest($1::bigint[], $2::bigint[], $3::text[], $4::bigint[]) WITH ORDINALITY AS u(device_seq, time, data, account_seq, ord)
+    FROM block, unnest($1::bigint[], $2::bigint[], string_to_array($3::text, chr(30)), $4::bigint[]) WITH ORDINALITY AS u(device_seq, time, data, account_seq, ord)
   ), inserted AS (
     INSERT INTO readings (device_seq, time, seq, data) SELECT device_seq, time, seq, data FROM batch
   ), counted AS (
@@ -57,6 +57,17 @@ const INSERT_BATCH = `
         || (SELECT min(seq) || ' ' || max(seq) FROM batch) || ' ' || split_part($6, ' ', 2))
     END
   ) notified ORDER BY b.ord`;
+
+/**
+ * Between the readings' JSON texts in INSERT_BATCH's $3 (U+001E, chr(30) there). JSON text
+ * cannot hold it raw (a control character inside a string must be escaped, and outside one
+ * only whitespace may appear), so splitting gives the texts back. One string instead of a
+ * text[] parameter: node-pg escapes every element of an array literal and PostgreSQL parses it
+ * back character by character, which cost about 2.4 µs of the node's CPU and 0.9 µs of
+ * PostgreSQL's per reading. A text that did hold one would shift the rows and fail the
+ * statement (NOT NULL), not store anything wrong.
+ */
+const DATA_SEPARATOR = '\x1e';
 
 /** Devices listed in a batch's notification at most (8,000 bytes per payload); more are sent as '*'. */
 const MAX_NOTIFIED_DEVICES = 500;
@@ -243,7 +254,7 @@ export class PostgresReadingWriter {
       values: [
         devices,
         times,
-        data,
+        data.join(DATA_SEPARATOR),
         accounts,
         this.lateBefore?.() ?? null,
         this.node === null ? null : `${this.node} ${notified.size > MAX_NOTIFIED_DEVICES ? '*' : [...notified].join(',')}`,
