@@ -375,8 +375,7 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
     // Reading ids in blocks: the writer takes one value per batch and numbers the batch's
     // readings from it, so a batch's ids are one unbroken range however many batches (of
     // this node or of others) are in flight together. Other nodes' live views fetch a batch
-    // by that range (cluster.ts); with an id per row from nextval, concurrent batches
-    // interleaved and a range could take in readings of another batch.
+    // by that range (cluster.ts), which must never take in readings of another batch.
     version: 6,
     name: 'reading ids in blocks',
     sql: `ALTER SEQUENCE reading_seq INCREMENT BY ${READING_ID_BLOCK}`,

@@ -13,8 +13,9 @@ interface Waiting extends PendingReading {
 
 /**
  * One statement per batch, so one transaction (autocommit) and one round trip: the batch
- * comes as three arrays and the readings' JSON texts joined by DATA_SEPARATOR, takes one block of ids from reading_seq (migration 6) and numbers
- * its readings from it in arrival order, so its ids are one range, lands in readings,
+ * comes as three arrays and the readings' JSON texts joined by DATA_SEPARATOR, takes one
+ * block of ids from reading_seq (migration 6) and numbers its readings from it in arrival
+ * order, so its ids are one range, lands in readings,
  * and adds its usage counts per account and UTC minute (the account looked up where the
  * caller did not have it; a device deleted meanwhile is not counted). A reading older than $5
  * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
@@ -61,11 +62,10 @@ const INSERT_BATCH = `
 /**
  * Between the readings' JSON texts in INSERT_BATCH's $3 (U+001E, chr(30) there). JSON text
  * cannot hold it raw (a control character inside a string must be escaped, and outside one
- * only whitespace may appear), so splitting gives the texts back. One string instead of a
- * text[] parameter: node-pg escapes every element of an array literal and PostgreSQL parses it
- * back character by character, which cost about 2.4 µs of the node's CPU and 0.9 µs of
- * PostgreSQL's per reading. A text that did hold one would shift the rows and fail the
- * statement (NOT NULL), not store anything wrong.
+ * only whitespace may appear), so splitting gives the texts back. One string rather than a
+ * text[] parameter, which node-pg escapes element by element and PostgreSQL parses back
+ * character by character (BENCHMARKS.md, PostgreSQL). A text that did hold one would shift
+ * the rows and fail the statement (NOT NULL), not store anything wrong.
  */
 const DATA_SEPARATOR = '\x1e';
 
