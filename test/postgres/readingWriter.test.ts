@@ -107,6 +107,33 @@ describe('PostgreSQL reading writer', () => {
     expect(new Set(seqs).size).toBe(110);
   });
 
+  it('answers the callers of a batch that commits first only after those of the batch sent before it', async () => {
+    // Hold the usage row of the first reading's minute, so its batch waits for the lock
+    // while the next batch, of another minute, commits.
+    const blocker = await observer.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('INSERT INTO reading_counts (account_seq, minute, n) VALUES ($1, $2, 0)', [accountSeq, Math.floor(NOW / 60_000)]);
+      const answered: string[] = [];
+      const first = writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{"n":1}' }).then(() => answered.push('first'));
+      await new Promise((resolve) => setImmediate(resolve));
+      const second = writer
+        .append({ deviceSeq: devices[1]!, accountSeq, time: NOW + 5 * 60_000, data: '{"n":2}' })
+        .then(() => answered.push('second'));
+      // The second batch commits (another connection sees it) but is not answered yet.
+      for (let i = 0; i < 200 && (await count()) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(await count()).toBe(1);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(answered).toEqual([]);
+      await blocker.query('COMMIT');
+      await Promise.all([first, second]);
+      expect(answered).toEqual(['first', 'second']);
+    } finally {
+      await blocker.query('ROLLBACK').catch(() => {});
+      blocker.release();
+    }
+  });
+
   it('keeps data byte for byte', async () => {
     const data = '{ "t" : 21.50, "note":"Grüße \\u00e9 \\"x\\"",  "z":1e3 }';
     const seq = await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data });
