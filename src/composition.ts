@@ -40,7 +40,7 @@ import { postgresClusterSettings, postgresPeerChannel, postgresRateCounts } from
 import { connectPostgres, poolNode } from './storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from './storage/postgres/index.js';
 import { migratePostgres } from './storage/postgres/migrations.js';
-import { PostgresReadingWriter } from './storage/postgres/readingWriter.js';
+import { MAX_IN_FLIGHT, PostgresReadingWriter } from './storage/postgres/readingWriter.js';
 import { postgresStorageProbes } from './storage/postgres/storageProbes.js';
 import { ReadingWriter } from './storage/readingWriter.js';
 import type { SharedRateCounts } from './storage/repositories.js';
@@ -260,14 +260,22 @@ async function composePostgres(
   options: ServiceOptions & { snapshotsDir: string },
 ): Promise<Composition<PostgresStorage>> {
   const pool = await connectPostgres(databaseUrl);
+  let writerPool: Pool | null = null;
   try {
     await migratePostgres(pool);
+    // The writer's own connections, one per batch in flight, plan its statement once (genericPlans).
+    writerPool = await connectPostgres(databaseUrl, {
+      max: MAX_IN_FLIGHT,
+      node: poolNode(pool),
+      applicationName: 'telemetryd writer',
+      genericPlans: true,
+    });
     const repos = await createPostgresRepositories(pool);
     const clock = options.clock ?? systemClock;
     const events = new DomainEvents(options.onListenerError);
     const files = snapshotFiles(path.resolve(options.snapshotsDir));
     // Late readings mark their hour for the rollups; each commit feeds the rollups' live minutes.
-    const writer = new PostgresReadingWriter(pool, databaseUrl, undefined, repos.rollups.lateBefore, repos.readings.committed);
+    const writer = new PostgresReadingWriter(writerPool, databaseUrl, undefined, repos.rollups.lateBefore, repos.readings.committed);
     const storageStatus = new StorageStatus({
       // The database's disk is its server's: only the snapshot files' is watched here.
       dirs: { database: null, snapshots: files.root },
@@ -300,12 +308,14 @@ async function composePostgres(
           await repos.externalCommits.close();
           // Last: deliveries this node leaves pending are adopted by another once this ends.
           await repos.leadership.close();
+          await writerPool?.end();
           await pool.end();
         })();
         return closing;
       },
     };
   } catch (err) {
+    await writerPool?.end().catch(() => {});
     await pool.end().catch(() => {});
     throw err;
   }

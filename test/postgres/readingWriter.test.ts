@@ -297,4 +297,27 @@ describe('PostgreSQL reading writer', () => {
     for (const [seq, data] of acknowledged) expect(stored.get(seq)).toBe(data);
     expect(acknowledged.size + rejections.length).toBe(sent);
   });
+  it('plans its statement once on a pool that asks for generic plans, where by default small batches are planned each time', async () => {
+    // One connection per pool: pg_prepared_statements shows that session's statements.
+    const plans = async (genericPlans: boolean) => {
+      const own = await connectPostgres(url, { max: 1, genericPlans });
+      const single = new PostgresReadingWriter(own, url);
+      try {
+        // Each append awaited alone: eight batches of one reading.
+        for (let i = 0; i < 8; i++) await single.append({ deviceSeq: devices[0]!, accountSeq, time: NOW + i, data: `{"i":${i}}` });
+        await single.close();
+        const { rows } = await own.query<{ generic_plans: number; custom_plans: number }>(
+          "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = 'telemetryd-insert-readings'",
+        );
+        return rows[0];
+      } finally {
+        await single.close();
+        await own.end();
+      }
+    };
+    expect(await plans(true)).toEqual({ generic_plans: 8, custom_plans: 0 });
+    const byDefault = await plans(false);
+    expect(byDefault!.custom_plans).toBeGreaterThanOrEqual(5);
+    expect(await count()).toBe(16);
+  });
 });

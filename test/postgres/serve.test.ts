@@ -81,6 +81,11 @@ describe('serve on PostgreSQL', () => {
       [s.device.id],
     );
     expect(stored.rows.map((r) => JSON.parse(r.data).temp)).toEqual([20, 21, 22, 23, 24]);
+    // They came through the writer's own connections (generic plans: src/storage/postgres/connect.ts).
+    const writers = await observer.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'telemetryd writer'",
+    );
+    expect(writers.rows[0]!.n).toBeGreaterThanOrEqual(1);
 
     const latest = await server.request(`/v1/devices/${s.device.id}/telemetry/latest`, { key: s.key });
     expect(latest.status).toBe(200);

@@ -158,6 +158,17 @@ export interface PostgresPoolOptions {
    * connection, read by the notifying trigger, migration 3), so it can skip its own.
    */
   node?: string;
+  /** The connections' application_name in pg_stat_activity (default `telemetryd`). */
+  applicationName?: string;
+  /**
+   * Plan each named statement once for any parameters (plan_cache_mode=force_generic_plan).
+   * For the reading writer's pool: its statement's best plan does not depend on the batch,
+   * but PostgreSQL's default judges by the first executions' estimates and, when those
+   * batches were small (HTTP ingest: tens of readings), plans every later batch again, at
+   * about twice the server CPU per reading. Never for the main pool: its unnamed statements
+   * (every read) would lose their plans for the actual values.
+   */
+  genericPlans?: boolean;
 }
 
 const nodes = new WeakMap<Pool, string>();
@@ -196,9 +207,9 @@ export async function connectPostgres(url: string, options: PostgresPoolOptions 
     max: options.max ?? 10,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     keepAlive: true,
-    application_name: 'telemetryd',
+    application_name: options.applicationName ?? 'telemetryd',
     types,
-    options: `-c telemetryd.node=${node}`,
+    options: `-c telemetryd.node=${node}${options.genericPlans ? ' -c plan_cache_mode=force_generic_plan' : ''}`,
   };
   const pool = new pg.Pool(config);
   // Without a listener, an idle connection dropped by the server would crash the process.

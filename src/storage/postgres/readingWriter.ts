@@ -80,7 +80,7 @@ const isMissingPartition = (err: unknown) =>
   (err as { code?: string }).code === '23514' && /no partition of relation/.test((err as Error).message);
 
 /** Batches a writer has in flight at most: one being committed while the next is sent. */
-const MAX_IN_FLIGHT = 2;
+export const MAX_IN_FLIGHT = 2;
 
 /**
  * Group commit on PostgreSQL, the contract of the SQLite ReadingWriter (src/storage/readingWriter.ts):
