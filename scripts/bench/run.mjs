@@ -303,6 +303,22 @@ async function restoreIntoPostgres(datasetDir, dataDir) {
   databaseOf.set(dataDir, url);
 }
 
+/**
+ * Runs `load` against the server of a data dir and adds, with --backend postgres, the readings
+ * per committed transaction over the call (group commit's batch size, with the few commits
+ * of background jobs among them): PostgreSQL's CPU per reading falls as batches grow.
+ */
+async function withReadingsPerCommit(dataDir, load) {
+  if (!POSTGRES) return load();
+  const sql =
+    "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || (SELECT coalesce(sum(n), 0) FROM reading_counts)";
+  const [commits0, readings0] = (await pgValue(dataDir, sql)).split(' ').map(Number);
+  const result = await load();
+  const [commits1, readings1] = (await pgValue(dataDir, sql)).split(' ').map(Number);
+  return { ...result, readings_per_commit: commits1 > commits0 ? (readings1 - readings0) / (commits1 - commits0) : null };
+}
+const commitNote = (perCommit) => (perCommit == null ? '' : `, ${perCommit.toFixed(1)} readings per commit`);
+
 /** One value of a query on the database of a data dir (--backend postgres). */
 async function pgValue(dataDir, sql) {
   const name = decodeURIComponent(new URL(databaseOf.get(dataDir)).pathname.slice(1));
@@ -416,6 +432,18 @@ const cpuUsPerOp = (part, opsPerS) => (part.server_cpu_s == null || !opsPerS ? n
 /** A round's server CPU µs per reading, telemetryd against the baseline: the figure a slow baseline does not move. */
 const cpuNote = (t, b) =>
   t == null || b == null ? '' : `, CPU ${t.toFixed(1)} µs/reading vs ${b.toFixed(1)}, ${(t - b).toFixed(1)} above`;
+/** PostgreSQL's CPU (postmaster and backends) per reading over a load generator's window, with --backend postgres. */
+const dbCpuUsPerOp = (part, opsPerS) => (part.db_cpu_s == null || !opsPerS ? null : (part.db_cpu_s / part.seconds / opsPerS) * 1e6);
+const dbCpuNote = (us) => (us == null ? '' : `, PostgreSQL ${us.toFixed(1)} µs/reading`);
+/** The medians of the rounds' PostgreSQL CPU per reading and readings per commit, or nothing on SQLite. */
+const dbFigures = (rounds) => {
+  const cpu = rounds.map((x) => x.db_cpu_us).filter((v) => v != null);
+  const perCommit = rounds.map((x) => x.readings_per_commit).filter((v) => v != null);
+  return {
+    ...(cpu.length === 0 ? {} : { postgres_cpu_us: round(median(cpu), 1) }),
+    ...(perCommit.length === 0 ? {} : { readings_per_commit: round(median(perCommit), 1) }),
+  };
+};
 
 function ingestBodies(meta) {
   return meta.devices.map((d, i) =>
@@ -429,9 +457,10 @@ const results = { notes: [] };
 async function httpIngest() {
   const small = await dataset(0);
   const { dir, meta } = await copyDataset(small);
-  const load = ({ httpPort: port, child }) =>
+  const load = ({ httpPort: port, child }, telemetryd = false) =>
     runNodeJson(path.join(ROOT, 'scripts', 'bench', 'httpLoad.mjs'), {
       serverPid: child.pid,
+      dbPid: POSTGRES && telemetryd ? postmasterPid() : null,
       url: `http://127.0.0.1:${port}`,
       connections: HTTP_CONNECTIONS,
       durationS: P.httpS,
@@ -450,14 +479,14 @@ async function httpIngest() {
     let t;
     if (r % 2 === 0) {
       b = await load(base);
-      t = await load(srv);
+      t = await withReadingsPerCommit(dir, () => load(srv, true));
     } else {
-      t = await load(srv);
+      t = await withReadingsPerCommit(dir, () => load(srv, true));
       b = await load(base);
     }
     okTotal += t.ok;
     log(
-      `HTTP round ${r + 1}: bare fastify ${b.rps.toFixed(0)} req/s, telemetryd ${t.rps.toFixed(0)} req/s (ratio ${(t.rps / b.rps).toFixed(2)}, p99 ${t.p99_ms} ms, non-2xx ${t.non2xx}, errors ${t.errors}${cpuNote(cpuUsPerOp(t, t.rps), cpuUsPerOp(b, b.rps))})`,
+      `HTTP round ${r + 1}: bare fastify ${b.rps.toFixed(0)} req/s, telemetryd ${t.rps.toFixed(0)} req/s (ratio ${(t.rps / b.rps).toFixed(2)}, p99 ${t.p99_ms} ms, non-2xx ${t.non2xx}, errors ${t.errors}${cpuNote(cpuUsPerOp(t, t.rps), cpuUsPerOp(b, b.rps))}${dbCpuNote(dbCpuUsPerOp(t, t.rps))}${commitNote(t.readings_per_commit)})`,
     );
     if (t.non2xx > 0 || t.errors > 0)
       results.notes.push(`HTTP round ${r + 1}: telemetryd answered ${t.non2xx} non-2xx and ${t.errors} errors`);
@@ -476,6 +505,7 @@ async function httpIngest() {
     rps: round(median(rounds.map((x) => x.t.rps)), 0),
     ratio: round(median(rounds.map((x) => x.t.rps / x.b.rps)), 3),
     ...cpuFigures(rounds.map((x) => [cpuUsPerOp(x.t, x.t.rps), cpuUsPerOp(x.b, x.b.rps)])),
+    ...dbFigures(rounds.map((x) => ({ ...x.t, db_cpu_us: dbCpuUsPerOp(x.t, x.t.rps) }))),
     p99_ms: median(rounds.map((x) => x.t.p99_ms)),
     baseline_p99_ms: median(rounds.map((x) => x.b.p99_ms)),
     connections: HTTP_CONNECTIONS,
@@ -510,12 +540,13 @@ async function mqttIngest() {
     uptime_s: 86400,
     env: { t: 1 },
   });
-  const load = async ({ mqttPort: port, child }, devices) => {
+  const load = async ({ mqttPort: port, child }, devices, telemetryd = false) => {
     const per = Math.ceil(MQTT_CLIENTS / MQTT_PROCS);
     const parts = await Promise.all(
       Array.from({ length: MQTT_PROCS }, (_, i) =>
         runNodeJson(path.join(ROOT, 'scripts', 'bench', 'mqttLoad.mjs'), {
           serverPid: child.pid,
+          dbPid: POSTGRES && telemetryd && i === 0 ? postmasterPid() : null,
           port,
           clients: devices.slice(i * per, (i + 1) * per),
           inflight: MQTT_INFLIGHT,
@@ -527,7 +558,12 @@ async function mqttIngest() {
     );
     const mps = parts.reduce((s, p) => s + p.mps, 0);
     // The generators' windows overlap almost wholly: the first one's server CPU stands for all.
-    return { mps, failed: parts.reduce((s, p) => s + p.failed, 0), cpu_us: cpuUsPerOp(parts[0], mps) };
+    return {
+      mps,
+      failed: parts.reduce((s, p) => s + p.failed, 0),
+      cpu_us: cpuUsPerOp(parts[0], mps),
+      db_cpu_us: dbCpuUsPerOp(parts[0], mps),
+    };
   };
   const { dir, meta } = await copyDataset(small);
   const devices = meta.devices.slice(0, MQTT_CLIENTS);
@@ -559,11 +595,11 @@ async function mqttIngest() {
     const round_ = {};
     for (let i = 0; i < order.length; i++) {
       const [name, proc] = order[(i + r) % order.length];
-      round_[name] = await load(proc, devices);
+      round_[name] = name === 't' ? await withReadingsPerCommit(dir, () => load(proc, devices, true)) : await load(proc, devices);
     }
     const { b, t, m } = round_;
     log(
-      `MQTT round ${r + 1}: bare aedes ${b.mps.toFixed(0)} msg/s, telemetryd ${t.mps.toFixed(0)} msg/s (ratio ${(t.mps / b.mps).toFixed(2)}, failed ${t.failed}${cpuNote(t.cpu_us, b.cpu_us)})${m ? `, mosquitto ${m.mps.toFixed(0)} msg/s (telemetryd ÷ mosquitto ${(t.mps / m.mps).toFixed(2)})` : ''}`,
+      `MQTT round ${r + 1}: bare aedes ${b.mps.toFixed(0)} msg/s, telemetryd ${t.mps.toFixed(0)} msg/s (ratio ${(t.mps / b.mps).toFixed(2)}, failed ${t.failed}${cpuNote(t.cpu_us, b.cpu_us)}${dbCpuNote(t.db_cpu_us)}${commitNote(t.readings_per_commit)})${m ? `, mosquitto ${m.mps.toFixed(0)} msg/s (telemetryd ÷ mosquitto ${(t.mps / m.mps).toFixed(2)})` : ''}`,
     );
     if (t.failed > 0) results.notes.push(`MQTT round ${r + 1}: ${t.failed} publishes failed`);
     rounds.push(round_);
@@ -576,6 +612,7 @@ async function mqttIngest() {
     mps: round(median(rounds.map((x) => x.t.mps)), 0),
     ratio: round(median(rounds.map((x) => x.t.mps / x.b.mps)), 3),
     ...cpuFigures(rounds.map((x) => [x.t.cpu_us, x.b.cpu_us])),
+    ...dbFigures(rounds.map((x) => x.t)),
     mosquitto_mps: mosquitto ? round(median(rounds.map((x) => x.m.mps)), 0) : null,
     ratio_to_mosquitto: mosquitto ? round(median(rounds.map((x) => x.t.mps / x.m.mps)), 3) : null,
     clients: MQTT_CLIENTS,
@@ -1031,7 +1068,7 @@ function writeReport(file, kind) {
   const cpu = (x) =>
     x.cpu_us_above_baseline == null
       ? ''
-      : `; server CPU ${x.cpu_us} µs per reading, ${x.cpu_us_above_baseline} µs above the baseline's ${x.baseline_cpu_us}`;
+      : `; server CPU ${x.cpu_us} µs per reading, ${x.cpu_us_above_baseline} µs above the baseline's ${x.baseline_cpu_us}${x.postgres_cpu_us == null ? '' : `; PostgreSQL CPU ${x.postgres_cpu_us} µs per reading`}${x.readings_per_commit == null ? '' : `, ${x.readings_per_commit} readings per commit`}`;
   const quiet = `1-minute load average ${r.machine.load_average_1m[0]} at start, ${r.machine.load_average_1m[1]} at end; ${r.machine.busy_processes[0]} other busy processes at start, ${r.machine.busy_processes[1]} at end${r.machine.quiet ? '' : ' (NOT quiet: not a reference)'}`;
   const head = [
     `Measured ${r.date} with \`${r.command}\` in ${r.duration_s} s on ${r.machine.nproc} cores (${r.machine.cores}), ${r.machine.memory_gb} GB, Node ${r.machine.node} (${r.machine.platform}); ${quiet}.`,
