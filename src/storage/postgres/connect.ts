@@ -165,7 +165,7 @@ export interface PostgresPoolOptions {
    * For the reading writer's pool: its statement's best plan does not depend on the batch,
    * but PostgreSQL's default judges by the first executions' estimates and, when those
    * batches were small (HTTP ingest: tens of readings), plans every later batch again, at
-   * about twice the server CPU per reading. Never for the main pool: its unnamed statements
+   * two to three times PostgreSQL's CPU per reading. Never for the main pool: its unnamed statements
    * (every read) would lose their plans for the actual values.
    */
   genericPlans?: boolean;
