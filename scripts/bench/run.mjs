@@ -62,6 +62,14 @@ const POSTGRES = backendArg === 'postgres' || CLUSTER > 0;
 if (POSTGRES && ONE_CORE) throw new Error('--backend postgres (or --cluster) and --cores 1 are separate runs');
 /** Above this 1-minute load average at start the machine is not quiet: the run is not a reference. */
 const QUIET_LOAD = 0.5;
+/**
+ * Above this ratio of the bare fastify's CPU per request to that of the report a run would
+ * replace (on a machine of the same cores and memory), the host itself has slowed (a busy
+ * neighbour, dearer system calls): that slows the bare baselines, mostly system calls, more
+ * than telemetryd and flatters every ratio, though the load average stays low.
+ */
+const SLOWER_HOST = 1.5;
+const ACCEPT_SLOWER_HOST = args.has('--accept-slower-host');
 const JSON_OUT = args.has('--json');
 const CACHE = path.join(ROOT, '.cache', 'bench');
 const DAY_MS = 86_400_000;
@@ -1049,9 +1057,20 @@ results.date = date;
 results.quick = QUICK;
 results.one_core = ONE_CORE;
 
+const kind = CLUSTER ? 'bench-cluster' : ONE_CORE ? 'bench-1core' : POSTGRES ? 'bench-postgres' : 'bench';
+const last = lastReport(kind);
+results.machine.baseline_cpu_vs_last_report =
+  last && last.nproc === results.machine.nproc && last.memory_gb === results.machine.memory_gb && results.http_ingest?.baseline_cpu_us
+    ? round(results.http_ingest.baseline_cpu_us / last.baseline_cpu_us, 2)
+    : null;
+results.machine.slower_host = results.machine.baseline_cpu_vs_last_report > SLOWER_HOST;
+if (results.machine.slower_host)
+  log(
+    `warning: bare fastify took ${results.http_ingest.baseline_cpu_us} µs of CPU per request, ${results.machine.baseline_cpu_vs_last_report}× the ${last.baseline_cpu_us} of the report this run would replace: the host is slower than then and every ratio is flattered${ACCEPT_SLOWER_HOST ? '' : '; BENCHMARKS.md is left alone (--accept-slower-host writes it)'}`,
+  );
+
 if (!ONLY) {
-  const kind = CLUSTER ? 'bench-cluster' : ONE_CORE ? 'bench-1core' : POSTGRES ? 'bench-postgres' : 'bench';
-  const committed = !QUICK && results.machine.quiet;
+  const committed = !QUICK && results.machine.quiet && (!results.machine.slower_host || ACCEPT_SLOWER_HOST);
   const file = committed
     ? path.join(ROOT, 'BENCHMARKS.md')
     : path.join(CACHE, `BENCHMARKS-${QUICK ? 'quick' : 'not-quiet'}${CLUSTER ? '-cluster' : POSTGRES ? '-postgres' : ''}.md`);
@@ -1062,6 +1081,20 @@ log(`done in ${results.duration_s} s`);
 if (JSON_OUT) process.stdout.write(`${JSON.stringify(results)}\n`);
 process.exit(0);
 
+/**
+ * The machine (cores, memory) and the bare fastify's CPU µs per request of the section `kind`
+ * of BENCHMARKS.md, as its generated text states them; null without one.
+ */
+function lastReport(kind) {
+  const file = path.join(ROOT, 'BENCHMARKS.md');
+  if (!existsSync(file)) return null;
+  const section = new RegExp(`<!-- ${kind}:begin[\\s\\S]*?<!-- ${kind}:end -->`).exec(readFileSync(file, 'utf8'))?.[0];
+  const machine = section && / on (\d+) cores \(.*?\), ([\d.]+) GB,/.exec(section);
+  const baseline = section && /\| HTTP ingest[^\n]*?the baseline's ([\d.]+)/.exec(section);
+  if (!machine || !baseline) return null;
+  return { nproc: Number(machine[1]), memory_gb: Number(machine[2]), baseline_cpu_us: Number(baseline[1]) };
+}
+
 function writeReport(file, kind) {
   const r = results;
   const mark = (ok) => (ok == null ? 'n/a' : ok ? 'met' : 'missed');
@@ -1069,7 +1102,7 @@ function writeReport(file, kind) {
     x.cpu_us_above_baseline == null
       ? ''
       : `; server CPU ${x.cpu_us} µs per reading, ${x.cpu_us_above_baseline} µs above the baseline's ${x.baseline_cpu_us}${x.postgres_cpu_us == null ? '' : `; PostgreSQL CPU ${x.postgres_cpu_us} µs per reading`}${x.readings_per_commit == null ? '' : `, ${x.readings_per_commit} readings per commit`}`;
-  const quiet = `1-minute load average ${r.machine.load_average_1m[0]} at start, ${r.machine.load_average_1m[1]} at end; ${r.machine.busy_processes[0]} other busy processes at start, ${r.machine.busy_processes[1]} at end${r.machine.quiet ? '' : ' (NOT quiet: not a reference)'}`;
+  const quiet = `1-minute load average ${r.machine.load_average_1m[0]} at start, ${r.machine.load_average_1m[1]} at end; ${r.machine.busy_processes[0]} other busy processes at start, ${r.machine.busy_processes[1]} at end${r.machine.quiet ? '' : ' (NOT quiet: not a reference)'}${r.machine.baseline_cpu_vs_last_report == null ? '' : `; bare fastify CPU per request ${r.machine.baseline_cpu_vs_last_report}× that of the previous report${r.machine.slower_host ? ' (a slower host: ratios flattered)' : ''}`}`;
   const head = [
     `Measured ${r.date} with \`${r.command}\` in ${r.duration_s} s on ${r.machine.nproc} cores (${r.machine.cores}), ${r.machine.memory_gb} GB, Node ${r.machine.node} (${r.machine.platform}); ${quiet}.`,
     `Server: ${r.executable}. Load generators: autocannon and mqtt.js in separate processes on 127.0.0.1.`,

@@ -42,6 +42,10 @@ describe('npm run bench -- --quick --json', () => {
     // The run says whether the machine was quiet, and by what it judged.
     expect(r.machine.quiet).toBe(r.machine.load_average_1m[0] <= 0.5);
     expect(r.machine.busy_processes).toHaveLength(2);
+    // And whether the host is slower than at the report a full run would replace (null: none to compare with).
+    const vsLast = r.machine.baseline_cpu_vs_last_report;
+    if (vsLast === null) expect(r.machine.slower_host).toBe(false);
+    else expect(r.machine.slower_host).toBe(vsLast > 1.5);
     expect(isFigure(r.sustained_rows_per_s)).toBe(true);
     expect(r.history.rows_in_db).toBeGreaterThanOrEqual(100_000);
     expect(r.history.rows_returned).toBeGreaterThan(0);
