@@ -25,7 +25,10 @@ interface Watcher {
  * The same connection LISTENs to the channels nodes of a cluster talk on (an MQTT client id
  * taken over, a batch of readings committed: migrations.ts), whose payloads start with the
  * sending node's name: onPeer() hears them, told whether this process sent it. One listening connection per
- * process, whatever the number of channels.
+ * process, whatever the number of channels. The readings channel is listened only while
+ * something here follows it (a live view is open): every node's every batch sends one
+ * notification there, and each listening connection costs PostgreSQL a wake-up and a
+ * delivery per batch, the sender's own included (BENCHMARKS.md, PostgreSQL).
  *
  * Notifications sent while the connection is down are lost, so a reconnect counts as
  * "everything changed". The connection is opened by the first watch() (the server); the admin
@@ -41,6 +44,8 @@ export class ChangeListener implements ExternalChanges {
   private retryTimer: NodeJS.Timeout | null = null;
   private notifyScheduled = false;
   private readonly peerHandlers = new Map<string, Set<(payload: string, own: boolean) => void>>();
+  /** Whether the current connection LISTENs on READINGS_CHANNEL. */
+  private readingsListened = false;
 
   constructor(
     private readonly pool: Pool,
@@ -81,7 +86,29 @@ export class ChangeListener implements ExternalChanges {
       this.peerHandlers.set(channel, set);
     }
     set.add(handler);
-    return () => set.delete(handler);
+    if (channel === READINGS_CHANNEL) this.followReadings();
+    return () => {
+      set.delete(handler);
+      if (channel === READINGS_CHANNEL) this.followReadings();
+    };
+  }
+
+  /**
+   * LISTENs on READINGS_CHANNEL while it has handlers and UNLISTENs once it has none, on the
+   * current connection (listen() does the same for the next one). Queued on the connection
+   * without waiting: a batch committed within about a round trip after the first handler
+   * came is not heard.
+   */
+  private followReadings(): void {
+    const client = this.client;
+    if (!client) return;
+    const wanted = (this.peerHandlers.get(READINGS_CHANNEL)?.size ?? 0) > 0;
+    if (wanted === this.readingsListened) return;
+    this.readingsListened = wanted;
+    // CHANGES_CHANNEL again (a no-op), so the connection still shows as `LISTEN telemetryd_changes`.
+    for (const sql of [`${wanted ? 'LISTEN' : 'UNLISTEN'} ${READINGS_CHANNEL}`, `LISTEN ${CHANGES_CHANNEL}`]) {
+      client.query(sql).catch((err: unknown) => this.lost(client, err));
+    }
   }
 
   /** Whether the listening connection is up (false before the first watch). */
@@ -99,7 +126,7 @@ export class ChangeListener implements ExternalChanges {
       const lost = (err?: unknown) => this.lost(client!, err ?? new Error('change notifications: connection ended'));
       client.on('error', lost);
       client.on('end', () => lost());
-      for (const channel of PEER_CHANNELS) await client.query(`LISTEN ${channel}`);
+      await client.query(`LISTEN ${MQTT_CLIENTS_CHANNEL}`);
       // Last, so the connection shows as `LISTEN telemetryd_changes` in pg_stat_activity (an operator's query finds it).
       await client.query(`LISTEN ${CHANGES_CHANNEL}`);
     } catch (err) {
@@ -114,6 +141,8 @@ export class ChangeListener implements ExternalChanges {
       return;
     }
     this.client = client;
+    this.readingsListened = false;
+    this.followReadings();
     this.failures = 0;
     // Whatever was committed before the LISTEN (or while the connection was down) was not heard.
     this.changed();
