@@ -165,8 +165,8 @@ export interface PostgresPoolOptions {
    * For the reading writer's pool: its statement's best plan does not depend on the batch,
    * but PostgreSQL's default judges by the first executions' estimates and, when those
    * batches were small (HTTP ingest: tens of readings), plans every later batch again, at
-   * two to three times PostgreSQL's CPU per reading. Never for the main pool: its unnamed statements
-   * (every read) would lose their plans for the actual values.
+   * two to three times PostgreSQL's CPU per reading. Never for the main pool: its unnamed
+   * statements (every read) would lose their plans for the actual values.
    */
   genericPlans?: boolean;
 }
