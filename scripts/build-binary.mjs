@@ -33,10 +33,9 @@ import { arch as hostArch } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
+import { baseNodeDir, NODE_VERSION } from './base-node.mjs';
 import { bundleOptions, LAZY_PACKAGES, lazyAssetName, lazyBundleOptions } from './bundle-options.mjs';
 
-/** The base Node of the executable: a current LTS, pinned exactly (the blob must match it). */
-const NODE_VERSION = '22.23.3';
 const SEA_FUSE = 'NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2';
 // Asset names: the same strings as SEA_ASSET in src/sea.ts.
 const ASSET_ADDON = 'better_sqlite3.node';
@@ -98,7 +97,7 @@ function cleanEnv(extra = {}) {
 
 /** The official Node binary and headers for one arch, from the npm package node-linux-<arch>. */
 function baseNode(nodeArch) {
-  const dir = path.join(cacheDir, `node-${NODE_VERSION}-linux-${nodeArch}`);
+  const dir = baseNodeDir(cacheDir, nodeArch);
   const pkgDir = path.join(dir, 'package');
   if (existsSync(path.join(pkgDir, 'bin', 'node')) && existsSync(path.join(pkgDir, 'include', 'node', 'node.h'))) return pkgDir;
   step(`fetching node-linux-${nodeArch}@${NODE_VERSION} with npm pack`);

@@ -37,8 +37,12 @@ describe('npm run bench -- --quick --json', () => {
       expect(typeof side.cpu_us_above_baseline).toBe('number');
     }
     expect(r.connections.sessions).toBe(300);
-    expect(r.connections.rss_after_mb).toBeGreaterThan(r.connections.rss_before_mb);
-    expect(isFigure(r.connections.kb_per_session)).toBe(true);
+    expect(r.connections.rss_settled_mb).toBeGreaterThan(r.connections.rss_before_mb);
+    // The same sessions on bare aedes over TLS (on the server's own Node) and on mosquitto.
+    for (const k of ['kb_per_session', 'kb_per_session_connected', 'baseline_kb_per_session', 'mosquitto_kb_per_session'])
+      expect(isFigure(r.connections[k]), `connections.${k} = ${r.connections[k]}`).toBe(true);
+    expect(r.connections.above_baseline_kb).toBeCloseTo(r.connections.kb_per_session - r.connections.baseline_kb_per_session, 0);
+    expect(r.connections.baseline).toMatch(/^bare aedes over TLS on Node \d+\.\d+\.\d+, OpenSSL /);
     // The run says whether the machine was quiet, and by what it judged.
     expect(r.machine.quiet).toBe(r.machine.load_average_1m[0] <= 0.5);
     expect(r.machine.busy_processes).toHaveLength(2);
