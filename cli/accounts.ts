@@ -25,6 +25,19 @@ export function accountsCommand(): Command {
     }),
   );
 
+  withCommonOptions(
+    accounts
+      .command('set-password')
+      .description("set an account's dashboard password, read from standard input; signs out its sessions")
+      .argument('<account>', 'account id or email')
+      .requiredOption('--password-stdin', 'read the password from standard input'),
+  ).action((account: string, _o, cmd: Command) =>
+    runAdmin(cmd, async ({ services, print }) => {
+      const shown = presentAccount(await services.sessions.resetPassword(account, await readStdin()));
+      print(shown, `password set for ${human(shown)}`);
+    }),
+  );
+
   withCommonOptions(accounts.command('list').description('list accounts')).action((_o, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
       const data = (await services.accounts.list()).map(presentAccount);

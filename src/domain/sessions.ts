@@ -133,6 +133,18 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       await repos.sessions.remove(session.idHash);
     },
 
+    /**
+     * The admin's reset (`accounts set-password`): a forgotten password, or an account made
+     * without one. Signs out every session of the account, as after a suspected compromise.
+     */
+    async resetPassword(idOrEmail: string, password: string): Promise<Account> {
+      const account = await accounts.resolve(idOrEmail);
+      await accounts.setPassword(account.seq, password);
+      // Session ids are hashed to hex: none equals the empty string, so none is kept.
+      await repos.sessions.removeOthers(account.seq, '');
+      return (await accounts.get(account.seq))!;
+    },
+
     /** Needs the current password; signs out every other session of the account. */
     async changePassword(resolved: ResolvedSession, current: string, next: string): Promise<void> {
       if (!(await verifyPassword(current ?? '', resolved.account.passwordHash))) throw badRequest('the current password is wrong');

@@ -281,4 +281,48 @@ describe('admin CLI against a running server', () => {
     await cli('devices', 'delete', dev.id, '--yes');
     expect((await send(regen.access_token)).status).toBe(401);
   });
+
+  it('accounts set-password lets an account made without a password sign in, and signs out its sessions', async () => {
+    const signIn = (password: string) =>
+      server.request('/ui/api/sign-in', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
+        body: JSON.stringify({ email: 'nopw@example.com', password }),
+      });
+    const sessionOf = (cookie: string) => server.request('/ui/api/session', { headers: { cookie } });
+    const setPassword = (password: string, ...more: string[]) =>
+      runCliAsync(['accounts', 'set-password', 'nopw@example.com', '--password-stdin', ...more], {
+        dataDir: server.dataDir,
+        input: `${password}\n`,
+      });
+
+    const created = (await cli('accounts', 'create', '--email', 'nopw@example.com', '--json')).json;
+    expect((await signIn('first password 1')).status).toBe(401);
+
+    const set = await setPassword('first password 1', '--json');
+    expect(set.status, set.stderr).toBe(0);
+    expect(set.json).toMatchObject({ id: created.id, email: 'nopw@example.com' });
+    const first = await signIn('first password 1');
+    expect(first.status).toBe(200);
+    const cookie = (first.headers.get('set-cookie') ?? '').split(';')[0]!;
+    expect((await sessionOf(cookie)).status).toBe(200);
+
+    // Too short: refused, and nothing changes.
+    const short = await setPassword('short');
+    expect(short.status).not.toBe(0);
+    expect(short.stderr).toMatch(/at least 8/);
+    expect((await sessionOf(cookie)).status).toBe(200);
+
+    expect((await setPassword('second password 2')).status).toBe(0);
+    expect((await sessionOf(cookie)).status).toBe(401);
+    expect((await signIn('first password 1')).status).toBe(401);
+    expect((await signIn('second password 2')).status).toBe(200);
+
+    const unknown = await runCliAsync(['accounts', 'set-password', 'nobody@example.com', '--password-stdin'], {
+      dataDir: server.dataDir,
+      input: 'whatever password\n',
+    });
+    expect(unknown.status).toBe(3);
+    expect(unknown.stderr).toMatch(/no account nobody@example.com/);
+  });
 });
