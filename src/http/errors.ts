@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { AppError } from '../errors.js';
+import { JSON_BODY_ERROR } from './jsonBody.js';
 
 /**
  * The one place where errors become HTTP responses. The Public API answers
@@ -30,11 +31,11 @@ function fromFastify(err: FastifyError, url: string): { status: number; message:
       return { status: 400, message: 'invalid content length' };
   }
   if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
-    // e.g. malformed JSON (secure-json-parse) or a __proto__ key.
-    return {
-      status: err.statusCode,
-      message: err.statusCode === 400 && /JSON|Unexpected|proto/i.test(err.message) ? `invalid JSON body: ${err.message}` : err.message,
-    };
+    // e.g. malformed JSON or a __proto__ key: parseJsonBody (./jsonBody.ts) names the body
+    // already; a parser error from anywhere else gets the same prefix.
+    const unnamedJsonError =
+      err.statusCode === 400 && !err.message.startsWith(JSON_BODY_ERROR) && /JSON|Unexpected|proto/i.test(err.message);
+    return { status: err.statusCode, message: unnamedJsonError ? `${JSON_BODY_ERROR}${err.message}` : err.message };
   }
   return { status: 500, message: 'internal server error' };
 }

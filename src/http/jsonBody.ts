@@ -8,6 +8,9 @@ import { jsonDepth, parseJsonRefusingProto } from '../jsonText.js';
  */
 const MAX_BODY_DEPTH = 64;
 
+/** How every error about a request body that is not acceptable JSON begins. */
+export const JSON_BODY_ERROR = 'invalid JSON body: ';
+
 /**
  * Parses a request body: refuses `__proto__` / `constructor.prototype` keys (prototype
  * poisoning, as fastify's own parser does) and nesting deeper than MAX_BODY_DEPTH. Errors
@@ -15,10 +18,10 @@ const MAX_BODY_DEPTH = 64;
  */
 export function parseJsonBody(text: string): unknown {
   if (jsonDepth(text) > MAX_BODY_DEPTH)
-    throw Object.assign(new Error(`invalid JSON body: nested deeper than ${MAX_BODY_DEPTH} levels`), { statusCode: 400 });
+    throw Object.assign(new Error(`${JSON_BODY_ERROR}nested deeper than ${MAX_BODY_DEPTH} levels`), { statusCode: 400 });
   try {
     return parseJsonRefusingProto(text);
   } catch (err) {
-    throw Object.assign(new Error(`invalid JSON body: ${(err as Error).message}`), { statusCode: 400 });
+    throw Object.assign(new Error(`${JSON_BODY_ERROR}${(err as Error).message}`), { statusCode: 400 });
   }
 }

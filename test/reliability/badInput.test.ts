@@ -307,6 +307,8 @@ describe('bad input sweep (HTTP)', () => {
         if (status >= 400) {
           const body = JSON.parse(text) as { error?: unknown };
           if (typeof body.error !== 'string') failures.push(`${c.name}: error body ${text.slice(0, 100)}`);
+          // Said once: no layer repeats what another already prefixed.
+          else if (/^(.{6,}?: )\1/.test(body.error)) failures.push(`${c.name}: repeated prefix in ${body.error.slice(0, 100)}`);
           if (/\bat \S+ \(/.test(text)) failures.push(`${c.name}: stack trace in the body`);
         }
       } catch (err) {
