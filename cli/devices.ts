@@ -111,8 +111,10 @@ export function devicesCommand(): Command {
       .option('--yes', 'confirm the deletion'),
   ).action((id: string, opts: { yes?: boolean }, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
+      // A device that does not exist is reported as such (exit 3), confirmed or not.
+      const device = await services.devices.getAny(id);
       if (!opts.yes) throw badRequest(`deleting ${id} removes all its data; repeat with --yes to confirm`);
-      await services.devices.remove(await services.devices.getAny(id));
+      await services.devices.remove(device);
       print({ deleted: id }, `deleted ${id}`);
     }),
   );

@@ -129,6 +129,12 @@ describe('admin CLI contract (docs/cli.md)', () => {
     expect(refused.stderr).toMatch(/--yes/);
     expect(cli('devices', 'delete', d.id, '--yes', '--json').json).toEqual({ deleted: d.id });
     expect(cli('devices', 'list', '--account', 'owner@example.com', '--json').json.data).toEqual([]);
+    // A device that is not there: "not found" (exit 3), with or without --yes.
+    for (const confirm of [[], ['--yes']]) {
+      const missing = cli('devices', 'delete', d.id, ...confirm);
+      expect(missing.status).toBe(3);
+      expect(missing.stderr.trim()).toBe(`telemetryd: no device ${d.id}`);
+    }
   });
 
   it('free plan: strict by default and at most 5 fields', () => {
