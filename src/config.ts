@@ -1,3 +1,4 @@
+import { createPrivateKey, type KeyObject, X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import path from 'node:path';
@@ -176,6 +177,43 @@ function port(name: string, value: unknown, allowOff: boolean): number | null {
   return n;
 }
 
+/** What setup links, snippets and the OpenAPI document are built from: an absolute http(s) URL. */
+function isWebAddress(url: string): boolean {
+  try {
+    const parsed = new URL(url);
+    return (parsed.protocol === 'http:' || parsed.protocol === 'https:') && parsed.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * A configured certificate and key are checked when the configuration is resolved, so a
+ * wrong path or file stops `serve` with a message naming the flag before anything listens.
+ */
+function checkTlsPair(certFile: string, keyFile: string): void {
+  const unreadable = (flag: string, file: string, what: string, err: unknown) => {
+    // A system error (the file) has a syscall; OpenSSL's (the contents) have codes of their own.
+    const { code, syscall } = err as NodeJS.ErrnoException;
+    if (!syscall) return new ConfigError(`${flag} ${file}: not a PEM ${what}`);
+    const why = { ENOENT: 'no such file', EACCES: 'permission denied' }[code ?? ''] ?? `cannot read it (${code})`;
+    return new ConfigError(`${flag} ${file}: ${why}`);
+  };
+  let cert: X509Certificate;
+  let key: KeyObject;
+  try {
+    cert = new X509Certificate(readFileSync(certFile));
+  } catch (err) {
+    throw unreadable('--tls-cert', certFile, 'certificate', err);
+  }
+  try {
+    key = createPrivateKey(readFileSync(keyFile));
+  } catch (err) {
+    throw unreadable('--tls-key', keyFile, 'private key', err);
+  }
+  if (!cert.checkPrivateKey(key)) throw new ConfigError(`--tls-key ${keyFile} is not the private key of --tls-cert ${certFile}`);
+}
+
 function str(value: unknown): string | null {
   if (value === undefined || value === null || value === '') return null;
   return String(value);
@@ -260,6 +298,7 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
   if ((tlsCert === null) !== (tlsKey === null)) {
     throw new ConfigError('--tls-cert and --tls-key go together');
   }
+  if (tlsCert !== null && tlsKey !== null) checkTlsPair(tlsCert, tlsKey);
   const smtpUrl = str(get('smtp-url'));
   if (smtpUrl !== null && !/^smtps?:\/\//.test(smtpUrl)) {
     throw new ConfigError('--smtp-url must start with smtp:// or smtps://');
@@ -271,6 +310,9 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
   }
   const publicHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
   const publicUrl = (str(get('public-url')) ?? `http://${publicHost}:${httpPort}`).replace(/\/+$/, '');
+  if (!isWebAddress(publicUrl)) {
+    throw new ConfigError(`--public-url must be an http:// or https:// address, got "${publicUrl}"`);
+  }
   return {
     ...buildStorageConfig(values),
     host,

@@ -1,6 +1,8 @@
 import { spawn } from 'node:child_process';
+import { generateKeyPairSync } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { generate } from 'selfsigned';
 import { describe, expect, it } from 'vitest';
 import { CLI, runCli } from '../helpers/cli.js';
 import { freePort, spawnServe } from '../helpers/process.js';
@@ -60,6 +62,37 @@ describe('telemetryd serve', () => {
     await expect(spawnServe(['--data-dir', dir, '--http-port', 'eighty'], { timeoutMs: 5_000 })).rejects.toThrow(
       /--http-port must be a port number/,
     );
+  });
+
+  it('refuses a public URL without a scheme and a certificate pair it cannot use, naming the flag, before listening', async () => {
+    const dir = tempDir();
+    const file = (name: string, contents: string) => {
+      writeFileSync(path.join(dir, name), contents);
+      return path.join(dir, name);
+    };
+    const notPem = file('not.pem', 'not a certificate\n');
+    const { cert } = await generate([{ name: 'commonName', value: 'elsewhere' }], { keyType: 'ec', curve: 'P-256' });
+    const certFile = file('cert.pem', cert);
+    const otherKey = file(
+      'other.key',
+      generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ type: 'pkcs8', format: 'pem' }) as string,
+    );
+    const cases: [string[], RegExp][] = [
+      [['--public-url', 'localhost:8080'], /^telemetryd: --public-url must be an http:\/\/ or https:\/\/ address, got "localhost:8080"$/],
+      [['--tls-cert', path.join(dir, 'missing.pem'), '--tls-key', otherKey], /^telemetryd: --tls-cert \S+missing\.pem: no such file$/],
+      [['--tls-cert', notPem, '--tls-key', otherKey], /^telemetryd: --tls-cert \S+not\.pem: not a PEM certificate$/],
+      [['--tls-cert', certFile, '--tls-key', notPem], /^telemetryd: --tls-key \S+not\.pem: not a PEM private key$/],
+      [
+        ['--tls-cert', certFile, '--tls-key', otherKey],
+        /^telemetryd: --tls-key \S+other\.key is not the private key of --tls-cert \S+cert\.pem$/,
+      ],
+    ];
+    for (const [args, message] of cases) {
+      const r = runCli(['serve', '--http-port', '0', '--mqtt-port', 'off', ...args], { dataDir: dir });
+      expect(r.status).not.toBe(0);
+      expect(r.stdout).not.toMatch(/listening/);
+      expect(r.stderr.trim()).toMatch(message);
+    }
   });
 
   describe('log lines', () => {
