@@ -13,7 +13,6 @@ export function buildProgram(): Command {
   const program = new Command('telemetryd')
     .description('Self-hosted IoT telemetry: HTTP and MQTT ingest, read-only Public API, web dashboard.')
     .version(VERSION, '-V, --version-flag', 'print the version number')
-    .showHelpAfterError()
     .enablePositionalOptions();
 
   program.addCommand(serveCommand());
@@ -27,7 +26,27 @@ export function buildProgram(): Command {
   withCommonOptions(program.command('version').description('print the version and build commit')).action((opts: { json?: boolean }) => {
     process.stdout.write(opts.json ? `${JSON.stringify({ version: VERSION, commit: COMMIT })}\n` : `telemetryd ${VERSION} (${COMMIT})\n`);
   });
+  oneLineUsageErrors(program);
   return program;
+}
+
+/**
+ * commander's usage errors (an unknown command or option, a missing argument) in the one-line
+ * form of every other failure (docs/cli.md, "Output and exit status"), pointing at the help
+ * of the command that was being parsed. Set on each command: added commands inherit nothing.
+ */
+function oneLineUsageErrors(cmd: Command, path: string[] = []): void {
+  const names = [...path, cmd.name()];
+  cmd.configureOutput({
+    outputError: (message, write) => {
+      const text = message
+        .replace(/^error: /, '')
+        .trim()
+        .replace(/\s*\n\s*/g, ' ');
+      write(`telemetryd: ${text} (see ${names.join(' ')} --help)\n`);
+    },
+  });
+  for (const sub of cmd.commands) oneLineUsageErrors(sub, names);
 }
 
 async function main() {

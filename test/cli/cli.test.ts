@@ -244,6 +244,22 @@ describe('admin CLI contract (docs/cli.md)', () => {
     const fromEnv = runCli(['accounts', 'list', '--json'], { env: { TELEMETRYD_DATA_DIR: dir } });
     expect(fromEnv.json.data.length).toBeGreaterThan(0);
   });
+
+  it('a usage error is one line like every other failure, pointing at the right help', () => {
+    const cases: [string[], string][] = [
+      [['frobnicate', '--json'], "telemetryd: unknown command 'frobnicate' (see telemetryd --help)"],
+      [['device', 'list'], "telemetryd: unknown command 'device' (Did you mean devices?) (see telemetryd --help)"],
+      [['devices', 'add'], "telemetryd: unknown command 'add' (see telemetryd devices --help)"],
+      [['devices', 'delete'], "telemetryd: missing required argument 'id' (see telemetryd devices delete --help)"],
+      [['serve', '--port', '9000'], "telemetryd: unknown option '--port' (Did you mean --host?) (see telemetryd serve --help)"],
+    ];
+    for (const [args, line] of cases) {
+      const r = runCli(args, { dataDir: dir });
+      expect(r.status, args.join(' ')).toBe(1);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toBe(`${line}\n`);
+    }
+  });
 });
 
 describe('admin CLI against a running server', () => {
