@@ -3,7 +3,7 @@ import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
-import { errorBody, handleError } from './errors.js';
+import { errorBody, formatValidationErrors, handleError } from './errors.js';
 import { parseJsonBody } from './jsonBody.js';
 import { createMetrics, installMetrics } from './metrics.js';
 import { dashboardRoutes } from './routes/dashboard.js';
@@ -68,6 +68,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     trustProxy: proxyTrust(config.trustProxy),
     schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer, buildValidator: buildLazyValidator } },
     ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false, validateSchema: false } },
+    schemaErrorFormatter: formatValidationErrors,
   });
 
   // fastify's JSON parser, plus a nesting limit (./jsonBody.ts); plugins may override it.

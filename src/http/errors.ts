@@ -1,4 +1,4 @@
-import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyError, FastifyReply, FastifyRequest, FastifySchemaValidationError } from 'fastify';
 import { AppError } from '../errors.js';
 import { JSON_BODY_ERROR } from './jsonBody.js';
 
@@ -38,6 +38,19 @@ function fromFastify(err: FastifyError, url: string): { status: number; message:
     return { status: err.statusCode, message: unnamedJsonError ? `${JSON_BODY_ERROR}${err.message}` : err.message };
   }
   return { status: 500, message: 'internal server error' };
+}
+
+/**
+ * Schema errors in fastify's own wording ("querystring/range must be …"), plus the allowed
+ * values when a value is not one of them, so the answer says what to send instead.
+ */
+export function formatValidationErrors(errors: FastifySchemaValidationError[], dataVar: string): Error {
+  const described = errors.map((e) => {
+    const allowed = e.params.allowedValues;
+    const choices = e.keyword === 'enum' && Array.isArray(allowed) ? `: ${allowed.join(', ')}` : '';
+    return `${dataVar}${e.instancePath || ''} ${e.message}${choices}`;
+  });
+  return new Error(described.join(', '));
 }
 
 export function handleError(err: FastifyError | AppError, request: FastifyRequest, reply: FastifyReply) {

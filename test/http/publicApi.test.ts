@@ -120,6 +120,8 @@ describe('Public API v1', () => {
     }
     const res = await server.request(`/v1/devices/${a.device.id}/telemetry?range=2d`, { key: a.key });
     expect(res.status).toBe(400);
+    // A value outside a fixed set: the answer lists the set.
+    expect((await res.json()).error).toBe('querystring/range must be equal to one of the allowed values: 1h, 6h, 24h, 7d, 30d');
     expect((await server.request('/v1/alerts?limit=0', { key: a.key })).status).toBe(400);
   });
 
