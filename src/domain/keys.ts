@@ -35,7 +35,7 @@ export function keyService(repos: Repositories, clock: Clock) {
      * revoked from the CLI is refused on its very next use (docs/api.md, "Authentication").
      */
     async authenticate(presented: string | undefined): Promise<{ account: Account; key: ApiKey }> {
-      if (!presented) throw unauthorized('missing API key');
+      if (!presented) throw unauthorized('missing API key (send Authorization: Bearer <key>)');
       if (!presented.startsWith(API_KEY_PREFIX)) throw unauthorized('invalid API key');
       const key = await repos.apiKeys.findByHash(hashSecret(presented));
       if (!key || key.revokedAt !== null) throw unauthorized('invalid API key');

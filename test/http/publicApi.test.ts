@@ -14,17 +14,19 @@ describe('Public API v1', () => {
   afterAll(() => server.stop());
 
   it('401 without a key, with a malformed key and with an unknown key, body exactly {error}', async () => {
-    for (const headers of [
-      {} as Record<string, string>,
-      { authorization: 'Bearer ' },
-      { authorization: 'Basic abc' },
-      { authorization: 'Bearer tlm_nope' },
-    ]) {
+    const missing = 'missing API key (send Authorization: Bearer <key>)';
+    for (const [headers, error] of [
+      [{}, missing],
+      [{ authorization: 'Bearer ' }, missing],
+      [{ authorization: 'Basic abc' }, missing],
+      [{ authorization: a.key }, missing],
+      [{ authorization: 'Bearer tlm_nope' }, 'invalid API key'],
+    ] as [Record<string, string>, string][]) {
       const res = await server.request('/v1/devices', { headers });
       expect(res.status).toBe(401);
       const body = await res.json();
       expect(Object.keys(body)).toEqual(['error']);
-      expect(typeof body.error).toBe('string');
+      expect(body.error).toBe(error);
       expect(res.headers.get('x-ratelimit-limit')).toBeNull();
     }
   });
