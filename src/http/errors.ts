@@ -17,11 +17,14 @@ export function errorBody(url: string, message: string) {
 }
 
 /** fastify's own errors, turned into the documented statuses (docs/api.md, "Errors"). */
-function fromFastify(err: FastifyError, url: string): { status: number; message: string } {
+function fromFastify(err: FastifyError, request: FastifyRequest): { status: number; message: string } {
+  const { url } = request;
   if (err.validation) return { status: 400, message: err.message };
   switch (err.code) {
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return { status: 413, message: 'request body is too large' };
+    case 'FST_ERR_CTP_BODY_TOO_LARGE': {
+      const limit = request.routeOptions.bodyLimit;
+      return { status: 413, message: `request body is too large${limit ? ` (limit ${limit.toLocaleString('en')} bytes)` : ''}` };
+    }
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       // Ingest accepts any content type as JSON; this only reaches other routes.
       return { status: isDeviceApi(url) ? 400 : 415, message: 'unsupported content type' };
@@ -61,7 +64,7 @@ export function handleError(err: FastifyError | AppError, request: FastifyReques
     message = err.status === 500 ? 'internal server error' : err.message;
     if (err.retryAfter !== undefined) reply.header('Retry-After', String(err.retryAfter));
   } else {
-    ({ status, message } = fromFastify(err, request.url));
+    ({ status, message } = fromFastify(err, request));
   }
   // Storage refusals are logged by the storage status service, once per reason per 10 s: a
   // full disk must not also fill the log with a stack per request.

@@ -114,7 +114,7 @@ describe('HTTP ingest', () => {
     const over = JSON.stringify({ device_id: s.device.id, access_token: s.token, data: { pad: `${pad}x` } });
     const r = await ingest(server, over);
     expect(r.status).toBe(413);
-    expect(r.body.success).toBe(false);
+    expect(r.body).toEqual({ success: false, error: 'request body is too large (limit 65,536 bytes)' });
   });
 
   it('strict schema: unknown fields are 400 naming them, counted as rejected; declared fields pass', async () => {
