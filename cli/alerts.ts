@@ -113,6 +113,29 @@ export function alertsCommand(): Command {
     }),
   );
 
+  withCommonOptions(alerts.command('list').description("list a device's alerts").requiredOption('--device <id>', 'dev_… id')).action(
+    (opts: { device: string }, cmd: Command) =>
+      runAdmin(cmd, async ({ services, print }) => {
+        const data = (await services.alerts.listForDevice(await services.devices.getAny(opts.device))).map(presentAlertDetail);
+        print({ data }, data.length ? data.map(human).join('\n') : 'no alerts');
+      }),
+  );
+
+  withCommonOptions(
+    alerts
+      .command('delete')
+      .description('delete an alert and its trigger history, permanently')
+      .argument('<id>', 'alert_… id')
+      .option('--yes', 'confirm the deletion'),
+  ).action((id: string, opts: { yes?: boolean }, cmd: Command) =>
+    runAdmin(cmd, async ({ services, print }) => {
+      const alert = await services.alerts.getAny(id);
+      if (!opts.yes) throw badRequest(`deleting ${id} removes its trigger history; repeat with --yes to confirm`);
+      await services.alerts.remove(alert);
+      print({ deleted: id }, `deleted ${id}`);
+    }),
+  );
+
   for (const action of ['enable', 'disable'] as const) {
     withCommonOptions(alerts.command(action).description(`${action} an alert`).argument('<id>', 'alert_… id')).action(
       (id: string, _o, cmd: Command) =>

@@ -156,7 +156,7 @@ describe('admin CLI contract (docs/cli.md)', () => {
     expect(second.stderr).toMatch(/device limit/);
   });
 
-  it('alerts create / enable / disable with the documented defaults', () => {
+  it('alerts create / enable / disable / list / delete with the documented defaults', () => {
     const d = cli('devices', 'create', '--account', 'owner@example.com', '--name', 'therm', '--json').json;
     const a = cli(
       'alerts',
@@ -235,6 +235,19 @@ describe('admin CLI contract (docs/cli.md)', () => {
     expect(cli('alerts', 'create', '--device', d.id, '--name', 'w', '--field', 't', '--operator', '>', '--value', 'abc').status).not.toBe(
       0,
     );
+
+    // list, oldest first, each as create printed it; delete asks for --yes.
+    const listed = cli('alerts', 'list', '--device', d.id, '--json').json.data;
+    expect(listed.map((x: { id: string }) => x.id).slice(0, 2)).toEqual([a.id, neg.id]);
+    expect(Object.keys(listed[1]).sort()).toEqual(Object.keys(neg).sort());
+    expect(listed[1]).toMatchObject({ id: neg.id, enabled: false, severity: 'critical', condition: { value: -5.5 } });
+    const unconfirmed = cli('alerts', 'delete', neg.id);
+    expect(unconfirmed.status).toBe(1);
+    expect(unconfirmed.stderr).toMatch(/--yes/);
+    expect(cli('alerts', 'delete', neg.id, '--yes', '--json').json).toEqual({ deleted: neg.id });
+    expect(cli('alerts', 'list', '--device', d.id, '--json').json.data.map((x: { id: string }) => x.id)).not.toContain(neg.id);
+    expect(cli('alerts', 'delete', neg.id, '--yes').status).toBe(3);
+    expect(cli('alerts', 'list', '--device', 'dev_nope').status).toBe(3);
   });
 
   it('version, help and the data dir from TELEMETRYD_DATA_DIR', () => {
