@@ -1,4 +1,4 @@
-import { Command } from 'commander';
+import { Command, Option } from 'commander';
 import { COMMIT, VERSION } from '../src/version.js';
 import { accountsCommand } from './accounts.js';
 import { alertsCommand } from './alerts.js';
@@ -14,6 +14,13 @@ export function buildProgram(): Command {
     .description('Self-hosted IoT telemetry: HTTP and MQTT ingest, read-only Public API, web dashboard.')
     .version(VERSION, '-V, --version-flag', 'print the version number')
     .enablePositionalOptions();
+  // `--version` as most commands spell it, beside the documented `-V, --version-flag`
+  // (commander gives its version option one long name).
+  program.addOption(new Option('--version').hideHelp());
+  program.on('option:version', () => {
+    process.stdout.write(`${VERSION}\n`);
+    process.exit(0);
+  });
 
   program.addCommand(serveCommand());
   program.addCommand(accountsCommand());

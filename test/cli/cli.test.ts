@@ -251,7 +251,9 @@ describe('admin CLI contract (docs/cli.md)', () => {
   });
 
   it('version, help and the data dir from TELEMETRYD_DATA_DIR', () => {
-    expect(runCli(['version', '--json']).json).toEqual({ version: expect.stringMatching(/^\d+\.\d+\.\d+/), commit: expect.any(String) });
+    const version = runCli(['version', '--json']).json;
+    expect(version).toEqual({ version: expect.stringMatching(/^\d+\.\d+\.\d+/), commit: expect.any(String) });
+    for (const flag of ['-V', '--version-flag', '--version']) expect(runCli([flag]).stdout, flag).toBe(`${version.version}\n`);
     const help = runCli(['--help']);
     for (const c of ['serve', 'accounts', 'keys', 'devices', 'alerts', 'version']) expect(help.stdout).toContain(c);
     const fromEnv = runCli(['accounts', 'list', '--json'], { env: { TELEMETRYD_DATA_DIR: dir } });
