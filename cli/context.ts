@@ -1,3 +1,5 @@
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { type Command, Option } from 'commander';
 import { openStorage, type Services } from '../src/composition.js';
 import {
@@ -10,6 +12,7 @@ import {
   type StorageConfig,
 } from '../src/config.js';
 import { AppError } from '../src/errors.js';
+import { DB_FILE } from '../src/storage/db.js';
 
 /** Declares an option once: flag, TELEMETRYD_<FLAG> env var, and its default in the help. */
 export function addSpecOption(cmd: Command, spec: OptionSpec): Command {
@@ -59,8 +62,11 @@ export interface CommandContext {
 export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promise<void> | void): Promise<void> {
   const opts = cmd.opts() as { json?: boolean };
   const json = Boolean(opts.json);
+  let newDataDir: string | null = null;
   try {
-    const composition = await openStorage(storageOf(cmd));
+    const storage = storageOf(cmd);
+    if (!storage.databaseUrl && !existsSync(path.join(storage.dataDir, DB_FILE))) newDataDir = storage.dataDir;
+    const composition = await openStorage(storage);
     try {
       const { services } = composition;
       await fn({
@@ -74,7 +80,9 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
       await composition.close();
     }
   } catch (err) {
-    fail(err);
+    // Run from another directory, a command opens a new, empty ./telemetryd-data: say so
+    // rather than only that the account or device it names does not exist.
+    fail(err, newDataDir ? `${newDataDir} held no database: this command created an empty one; is --data-dir the server's?` : undefined);
   }
 }
 
@@ -83,10 +91,12 @@ export function storageOf(cmd: Command): StorageConfig {
   return buildStorageConfig(resolveRawOptions(cmd, STORAGE_OPTIONS));
 }
 
-export function fail(err: unknown): never {
+/** Prints the one-line failure and exits: 3 for something named that does not exist (with `notFoundHint` then), else 1. */
+export function fail(err: unknown, notFoundHint?: string): never {
   const message = err instanceof AppError ? err.message : err instanceof Error ? err.message : String(err);
-  process.stderr.write(`telemetryd: ${message}\n`);
-  process.exit(err instanceof AppError && err.status === 404 ? 3 : 1);
+  const notFound = err instanceof AppError && err.status === 404;
+  process.stderr.write(`telemetryd: ${message}${notFound && notFoundHint ? ` (${notFoundHint})` : ''}\n`);
+  process.exit(notFound ? 3 : 1);
 }
 
 /** Parses a whole non-negative number option, with a clear message. */

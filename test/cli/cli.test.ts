@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { onPostgres } from '../helpers/backend.js';
 import { runCli, runCliAsync } from '../helpers/cli.js';
 import { ingest, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
@@ -258,6 +259,18 @@ describe('admin CLI contract (docs/cli.md)', () => {
     for (const c of ['serve', 'accounts', 'keys', 'devices', 'alerts', 'version']) expect(help.stdout).toContain(c);
     const fromEnv = runCli(['accounts', 'list', '--json'], { env: { TELEMETRYD_DATA_DIR: dir } });
     expect(fromEnv.json.data.length).toBeGreaterThan(0);
+  });
+
+  // A PostgreSQL database is named by its URL, never created by a command in passing.
+  it.skipIf(onPostgres)('a command that names what a new, empty data dir cannot hold says the data dir was empty', () => {
+    const fresh = tempDir();
+    const first = runCli(['devices', 'list', '--account', 'me@example.com'], { dataDir: fresh });
+    expect(first.status).toBe(3);
+    expect(first.stderr).toBe(
+      `telemetryd: no account me@example.com (${fresh} held no database: this command created an empty one; is --data-dir the server's?)\n`,
+    );
+    const again = runCli(['devices', 'list', '--account', 'me@example.com'], { dataDir: fresh });
+    expect(again.stderr).toBe('telemetryd: no account me@example.com\n');
   });
 
   it('a usage error is one line like every other failure, pointing at the right help', () => {
