@@ -10,7 +10,8 @@
  *  - a write that failed for a storage reason (disk full, I/O error, database busy or
  *    read-only): refused as it happens, and the service stays degraded until a later write
  *    of the same kind succeeds. Writes are still attempted meanwhile: the next one that
- *    commits is what shows the fault is gone.
+ *    commits is what shows the fault is gone (or, for a database server that could not be
+ *    reached, its answer to a round trip: checkReachable).
  *
  * Either way the caller gets a 503 with Retry-After (an MQTT client: no PUBACK, disconnected),
  * /healthz says "degraded" with the reason, and the log gets one line per reason per 10 s.
@@ -48,6 +49,8 @@ export interface StorageProbes {
   databaseSizeBytes(): number;
   /** Throws when the database cannot be read. */
   checkDatabase(): void;
+  /** Resolves once the database answers a round trip; rejects while it cannot be reached. */
+  databaseAnswers(): Promise<void>;
 }
 
 export interface StorageStatusOptions {
@@ -76,6 +79,9 @@ interface StorageReport {
 }
 
 const AREA_NAMES: Record<StorageArea, string> = { database: 'data directory', snapshots: 'snapshots directory' };
+/** What the log calls an area: the database's is a database server when its directory is not this machine's. */
+const areaName = (area: StorageArea, dirs: StorageStatusOptions['dirs']) =>
+  area === 'database' && dirs.database === null ? 'database' : AREA_NAMES[area];
 
 const mb = (bytes: number) => `${(bytes / 1_048_576).toFixed(1)} MB`;
 
@@ -138,10 +144,29 @@ export class StorageStatus {
       if (this.timer) this.applyFreeSpace(database, snapshots);
     } catch (err) {
       this.reportProbeFailure(err);
+    }
+    try {
+      await this.checkReachable();
     } finally {
       this.checking = false;
       this.throttle.flush();
     }
+  }
+
+  /**
+   * A database server that could not be reached is marked degraded until a write commits.
+   * Behind a load balancer that checks /healthz, no write would reach this node again: so
+   * while it is marked unreachable the timer asks the server for a round trip, and an answer
+   * clears the mark (the next write still tells whether it takes writes).
+   */
+  private async checkReachable(): Promise<void> {
+    if (this.commitFailure?.kind !== 'unreachable') return;
+    try {
+      await this.options.probes.databaseAnswers();
+    } catch {
+      return;
+    }
+    if (this.timer && this.commitFailure?.kind === 'unreachable') this.writeSucceeded('database');
   }
 
   private applyFreeSpace(database: number | null, snapshots: number): void {
@@ -200,6 +225,21 @@ export class StorageStatus {
     this.writeSucceeded('database');
   }
 
+  /**
+   * Any request that failed because storage did (a read while the database server cannot be
+   * reached, a lookup on a busy database): the same 503 with Retry-After a refused write gets,
+   * logged throttled instead of once per request. Null for any other error (a 500).
+   */
+  unavailable(err: unknown): AppError | null {
+    // An AppError is answered as it is; an error with a status of its own (the HTTP layer's:
+    // a client that went away) is about the request, not storage.
+    if (err instanceof AppError || (err as { statusCode?: unknown } | null)?.statusCode !== undefined) return null;
+    const failure = this.options.probes.classify(err);
+    if (failure === null) return null;
+    this.logWarn(`request:${failure.kind}`, 'requests failed: storage unavailable', { reason: failure.reason });
+    return storageUnavailable(failure.reason, STORAGE_RETRY_AFTER_SECONDS);
+  }
+
   /** Whether `err` is storage failing (disk full, I/O error, busy, read-only), not a bug or bad input. */
   isStorageFailure(err: unknown): boolean {
     return (err instanceof AppError && err.code === 'storage_unavailable') || this.options.probes.classify(err) !== null;
@@ -219,7 +259,7 @@ export class StorageStatus {
     if (area === 'database' ? this.commitFailure === null : this.snapshotFileFailure === null) return;
     if (area === 'database') this.commitFailure = null;
     else this.snapshotFileFailure = null;
-    this.logInfo(`recovered:${area}`, `${AREA_NAMES[area]} takes writes again`, {});
+    this.logInfo(`recovered:${area}`, `${areaName(area, this.options.dirs)} takes writes again`, {});
   }
 
   /**

@@ -3,7 +3,7 @@ import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
-import { errorBody, formatValidationErrors, handleError } from './errors.js';
+import { errorBody, errorHandler, formatValidationErrors } from './errors.js';
 import { parseJsonBody } from './jsonBody.js';
 import { createMetrics, installMetrics } from './metrics.js';
 import { dashboardRoutes } from './routes/dashboard.js';
@@ -82,7 +82,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     }
   });
   for (const schema of SHARED_SCHEMAS) app.addSchema(schema);
-  app.setErrorHandler(handleError);
+  app.setErrorHandler(errorHandler((err) => services.storageStatus.unavailable(err)));
   installMetrics(app, createMetrics(services));
   app.setNotFoundHandler((request, reply) => reply.code(404).send(errorBody(request.url, 'not found')));
 

@@ -56,7 +56,15 @@ export function formatValidationErrors(errors: FastifySchemaValidationError[], d
   return new Error(described.join(', '));
 }
 
-export function handleError(err: FastifyError | AppError, request: FastifyRequest, reply: FastifyReply) {
+/**
+ * The error handler of the app: `storageFailure` turns an error of storage itself (the
+ * database server unreachable during a lookup, a busy database) into its 503.
+ */
+export const errorHandler =
+  (storageFailure: (err: unknown) => AppError | null) => (err: FastifyError | AppError, request: FastifyRequest, reply: FastifyReply) =>
+    handleError(storageFailure(err) ?? err, request, reply);
+
+function handleError(err: FastifyError | AppError, request: FastifyRequest, reply: FastifyReply) {
   let status: number;
   let message: string;
   if (err instanceof AppError) {

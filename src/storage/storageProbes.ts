@@ -9,6 +9,9 @@ import type { Db } from './db.js';
  * file system, the database's size and readability, and which errors are storage failures.
  */
 export function storageProbes(db: Db): StorageProbes {
+  // A real read of the schema (a read transaction on the file), not `SELECT 1`, which
+  // SQLite answers without touching the database.
+  const checkDatabase = () => void db.prepare('SELECT count(*) FROM sqlite_master').get();
   return {
     ...fileSystemProbes,
     classify: storageFailureOf,
@@ -18,11 +21,8 @@ export function storageProbes(db: Db): StorageProbes {
       const pageSize = db.pragma('page_size', { simple: true }) as number;
       return pages * pageSize;
     },
-    checkDatabase() {
-      // A real read of the schema (a read transaction on the file), not `SELECT 1`, which
-      // SQLite answers without touching the database.
-      db.prepare('SELECT count(*) FROM sqlite_master').get();
-    },
+    checkDatabase,
+    databaseAnswers: async () => checkDatabase(),
   };
 }
 

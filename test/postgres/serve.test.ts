@@ -446,4 +446,31 @@ describe('serve on PostgreSQL', () => {
     expect(missing).toEqual([]);
     expect(acknowledged.length).toBeGreaterThan(100);
   });
+
+  it('stopped with no load: every request is 503 while down, then healthy again without any write once it answers', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    // A device never seen by this node: its authentication needs the database.
+    const unseen = await server.services.devices.create(s.account, { name: 'not in the cache' });
+    expect((await ingest(server, { device_id: s.device.id, access_token: s.token, data: { n: 1 } })).status).toBe(200);
+    const health = async () => (await server.request('/healthz')).status;
+    expect(await health()).toBe(200);
+
+    await pg.kill();
+    const unavailable = { error: 'storage unavailable: database unreachable', retryAfter: '10' };
+    const cached = await ingest(server, { device_id: s.device.id, access_token: s.token, data: { n: 2 } });
+    const uncached = await ingest(server, { device_id: unseen.device.id, access_token: unseen.accessToken, data: { n: 3 } });
+    const read = await server.request(`/v1/devices/${s.device.id}/telemetry/latest`, { key: s.key });
+    for (const r of [
+      { status: cached.status, error: cached.body.error, retryAfter: cached.headers.get('retry-after') },
+      { status: uncached.status, error: uncached.body.error, retryAfter: uncached.headers.get('retry-after') },
+      { status: read.status, error: ((await read.json()) as { error: string }).error, retryAfter: read.headers.get('retry-after') },
+    ])
+      expect(r).toEqual({ status: 503, ...unavailable });
+    expect(await health()).toBe(503);
+
+    // Nothing is sent to the server from here on but /healthz, as from a load balancer's check.
+    await pg.start();
+    await expect.poll(health, { timeout: 10_000, interval: 250 }).toBe(200);
+    expect((await ingest(server, { device_id: unseen.device.id, access_token: unseen.accessToken, data: { n: 4 } })).status).toBe(200);
+  });
 });

@@ -42,7 +42,8 @@ function classify(err: unknown): StorageFailure | null {
  * watched for the snapshots folder only: the database's disk belongs to its server. The
  * database size is PostgreSQL's own figure, read in the background at most every 10 s
  * (/metrics asks synchronously). There is no synchronous read to check the database with:
- * failed writes are what make /healthz degraded, until the next commit.
+ * failed writes are what make /healthz degraded, until the next commit or, for an unreachable
+ * server, until it answers a round trip (`databaseAnswers`).
  */
 export function postgresStorageProbes(pool: Pool): StorageProbes {
   let size = 0;
@@ -74,5 +75,8 @@ export function postgresStorageProbes(pool: Pool): StorageProbes {
       return size;
     },
     checkDatabase() {},
+    async databaseAnswers() {
+      await pool.query('SELECT 1');
+    },
   };
 }
