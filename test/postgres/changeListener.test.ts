@@ -121,3 +121,33 @@ describe('PostgreSQL change listener: the readings channel on demand', () => {
     expect(counts.readings).toBe(after);
   });
 });
+
+describe('PostgreSQL change listener: what counts as a change', () => {
+  it("another node's use of an API key (last_used_at) empties no cache; a device change does", async () => {
+    const pg = await startPostgres();
+    const url = await createDatabase(pg);
+    const pool = await connectPostgres(url, { node: 'node-a' });
+    const sender = await connectPostgres(url, { max: 1, node: 'node-b' });
+    let external = 0;
+    const listener = new ChangeListener(pool, 'node-a', () => external++);
+    const stop = listener.watch(() => {}, 0);
+    try {
+      await migratePostgres(pool);
+      await waitFor('the listening connection', () => listener.listening);
+      await waitFor('the change counted for the first LISTEN', () => external > 0);
+      const before = external;
+      // What a key's use on node-b commits, then a device change as a fence (delivered in order).
+      await sender.query('SELECT pg_notify($1, $2)', [CHANGES_CHANNEL, 'api_keys node-b']);
+      await sender.query('SELECT pg_notify($1, $2)', [CHANGES_CHANNEL, 'devices node-b']);
+      await waitFor('the fence', () => external > before);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(external - before).toBe(1);
+    } finally {
+      stop();
+      await listener.close();
+      await pool.end();
+      await sender.end();
+      await pg.stop();
+    }
+  });
+});
