@@ -108,7 +108,9 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     leading: () => {
       if (storage.backend === 'postgres') app?.log.info('this node runs the background jobs (retention, silence checks, rollups)');
     },
-    lost: () => app?.log.warn('this node lost the lead of the background jobs; another node takes them over'),
+    // Lost with the connection that held it (the database restarted or unreachable): whichever
+    // node reaches the database first takes the lead, this one too when it is alone.
+    lost: () => app?.log.warn('this node lost the lead of the background jobs; the first node to reach the database takes it again'),
     error: (err) => app?.log.error({ err }, 'following the lead of the background jobs failed; retrying'),
   });
   let stopWatching: (() => void) | null = null;
