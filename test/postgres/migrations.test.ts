@@ -103,6 +103,20 @@ describe('PostgreSQL schema and migrations', () => {
     expect((await p.query('SELECT version, applied_at FROM schema_migrations ORDER BY version')).rows).toEqual(before);
   });
 
+  it("refuses another application's database and creates nothing in it", async () => {
+    const url = await createDatabase(pg);
+    const p = await pool(url);
+    await p.query('CREATE TABLE accounts (id int PRIMARY KEY, owner text)');
+    await p.query("INSERT INTO accounts VALUES (1, 'theirs')");
+    const db = new URL(url).pathname.slice(1);
+    await expect(migratePostgres(p)).rejects.toThrow(
+      `the PostgreSQL database "${db}" holds other tables (1) and no telemetryd schema: use an empty database`,
+    );
+    const tables = (await p.query<{ t: string }>("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public'")).rows.map((r) => r.t);
+    expect(tables).toEqual(['accounts']);
+    expect((await p.query('SELECT * FROM accounts')).rows).toEqual([{ id: 1, owner: 'theirs' }]);
+  });
+
   describe('readings partitions', () => {
     let p: Pool;
     beforeAll(async () => {

@@ -396,6 +396,7 @@ export async function migratePostgres(pool: Pool): Promise<number> {
   try {
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
     try {
+      await refuseAnotherApplications(client);
       await client.query(
         'CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())',
       );
@@ -420,6 +421,21 @@ export async function migratePostgres(pool: Pool): Promise<number> {
   } finally {
     client.release();
   }
+}
+
+/**
+ * A database with tables but no telemetryd schema belongs to another application: nothing is
+ * created in it (the first migration would stop half-way on a table name it uses, and leave
+ * telemetryd's bookkeeping table behind).
+ */
+async function refuseAnotherApplications(client: PoolClient): Promise<void> {
+  const { rows } = await client.query<{ ours: boolean; tables: number; db: string }>(
+    `SELECT to_regclass('schema_migrations') IS NOT NULL AS ours, current_database() AS db,
+            (SELECT count(*)::int FROM pg_tables WHERE schemaname = current_schema()) AS tables`,
+  );
+  const { ours, tables, db } = rows[0]!;
+  if (!ours && tables > 0)
+    throw new Error(`the PostgreSQL database "${db}" holds other tables (${tables}) and no telemetryd schema: use an empty database`);
 }
 
 async function appliedVersion(client: PoolClient): Promise<number> {
