@@ -136,9 +136,10 @@ describe('PostgreSQL change listener: what counts as a change', () => {
       await waitFor('the listening connection', () => listener.listening);
       await waitFor('the change counted for the first LISTEN', () => external > 0);
       const before = external;
-      // What a key's use on node-b commits, then a device change as a fence (delivered in order).
-      await sender.query('SELECT pg_notify($1, $2)', [CHANGES_CHANNEL, 'api_keys node-b']);
-      await sender.query('SELECT pg_notify($1, $2)', [CHANGES_CHANNEL, 'devices node-b']);
+      // What a key's use on node-b commits, then a device change as a fence (notices arrive in
+      // commit order). Both statement-level triggers fire on a statement that matches no row.
+      await sender.query('UPDATE api_keys SET last_used_at = 1');
+      await sender.query('UPDATE devices SET name = name');
       await waitFor('the fence', () => external > before);
       await new Promise((resolve) => setTimeout(resolve, 100));
       expect(external - before).toBe(1);

@@ -170,12 +170,8 @@ export class ChangeListener implements ExternalChanges {
   private notified(n: Notification): void {
     const payload = n.payload ?? '';
     if (n.channel === CHANGES_CHANNEL) {
-      const space = payload.indexOf(' ');
-      if (payload.slice(space + 1) === this.node) return;
-      // API keys are looked up in the database on every request and never cached here; a key
-      // used on another node (last_used_at, at most once a minute per key) must not empty
-      // this node's caches and re-check its MQTT sessions.
-      if (payload.slice(0, space) === 'api_keys') return;
+      const node = payload.slice(payload.indexOf(' ') + 1);
+      if (node === this.node) return;
       this.changed();
       return;
     }

@@ -21,8 +21,9 @@ import type { Pool, PoolClient } from 'pg';
 export const CHANGES_CHANNEL = 'telemetryd_changes';
 /**
  * Tables whose changes by another process a running server must see at once: device
- * authentication and MQTT sessions (devices, accounts), API keys, and the alerts the
- * evaluator caches. Readings, rollups and usage counts are read fresh and not listed.
+ * authentication and MQTT sessions (devices, accounts) and the alerts the evaluator caches.
+ * Readings, rollups and usage counts are read fresh and not listed; api_keys was, until
+ * migration 7 dropped its trigger.
  */
 const CHANGE_NOTIFYING_TABLES = ['accounts', 'api_keys', 'devices', 'alerts'] as const;
 /**
@@ -379,6 +380,14 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
     version: 6,
     name: 'reading ids in blocks',
     sql: `ALTER SEQUENCE reading_seq INCREMENT BY ${READING_ID_BLOCK}`,
+  },
+  {
+    // API keys are looked up in the database on every request and cached nowhere, while every
+    // use of a key writes its last_used_at (at most once a minute per key): its change notice
+    // only made every other node empty its caches and re-check its MQTT sessions.
+    version: 7,
+    name: 'no change notices for api_keys',
+    sql: 'DROP TRIGGER IF EXISTS api_keys_notify_change ON api_keys',
   },
 ];
 
