@@ -1,6 +1,5 @@
 import type { FastifyError, FastifyReply, FastifyRequest, FastifySchemaValidationError } from 'fastify';
 import { AppError } from '../errors.js';
-import { JSON_BODY_ERROR } from './jsonBody.js';
 
 /**
  * The one place where errors become HTTP responses. The Public API answers
@@ -34,11 +33,9 @@ function fromFastify(err: FastifyError, request: FastifyRequest): { status: numb
       return { status: 400, message: 'invalid content length' };
   }
   if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
-    // e.g. malformed JSON or a __proto__ key: parseJsonBody (./jsonBody.ts) names the body
-    // already; a parser error from anywhere else gets the same prefix.
-    const unnamedJsonError =
-      err.statusCode === 400 && !err.message.startsWith(JSON_BODY_ERROR) && /JSON|Unexpected|proto/i.test(err.message);
-    return { status: err.statusCode, message: unnamedJsonError ? `${JSON_BODY_ERROR}${err.message}` : err.message };
+    // e.g. malformed JSON or a __proto__ key: every body parser is parseJsonBody
+    // (./jsonBody.ts), whose message says what was wrong with the body.
+    return { status: err.statusCode, message: err.message };
   }
   return { status: 500, message: 'internal server error' };
 }

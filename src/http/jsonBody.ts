@@ -9,7 +9,7 @@ import { jsonDepth, parseJsonRefusingProto } from '../jsonText.js';
 const MAX_BODY_DEPTH = 64;
 
 /** How every error about a request body that is not acceptable JSON begins. */
-export const JSON_BODY_ERROR = 'invalid JSON body: ';
+const JSON_BODY_ERROR = 'invalid JSON body: ';
 
 /**
  * Parses a request body: refuses `__proto__` / `constructor.prototype` keys (prototype
