@@ -140,8 +140,7 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
     async resetPassword(idOrEmail: string, password: string): Promise<Account> {
       const account = await accounts.resolve(idOrEmail);
       await accounts.setPassword(account.seq, password);
-      // Session ids are hashed to hex: none equals the empty string, so none is kept.
-      await repos.sessions.removeOthers(account.seq, '');
+      await repos.sessions.removeOthers(account.seq, null);
       return (await accounts.get(account.seq))!;
     },
 

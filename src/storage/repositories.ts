@@ -455,8 +455,11 @@ export interface SessionsRepository {
   insert(s: SessionRecord): Awaitable<void>;
   touch(idHash: string, now: number, expiresAt: number): Awaitable<void>;
   remove(idHash: string): Awaitable<void>;
-  /** Signs out every other session of the account (after a password change); returns how many went. */
-  removeOthers(accountSeq: number, keepIdHash: string): Awaitable<number>;
+  /**
+   * Signs out every session of the account but `keepIdHash` (after a password change), or
+   * every one when it is null (an admin's reset); returns how many went.
+   */
+  removeOthers(accountSeq: number, keepIdHash: string | null): Awaitable<number>;
   /** Deletes sessions with expires_at <= now; returns how many went. */
   removeExpired(now: number): Awaitable<number>;
 }

@@ -29,7 +29,7 @@ export function sessionsRepo(db: Db) {
   );
   const touch = db.prepare('UPDATE sessions SET last_used_at = ?, expires_at = ? WHERE id_hash = ?');
   const remove = db.prepare('DELETE FROM sessions WHERE id_hash = ?');
-  const removeOthers = db.prepare('DELETE FROM sessions WHERE account_seq = ? AND id_hash != ?');
+  const removeOthers = db.prepare('DELETE FROM sessions WHERE account_seq = ? AND id_hash IS NOT ?');
   const removeExpired = db.prepare('DELETE FROM sessions WHERE expires_at <= ?');
 
   return {
@@ -37,8 +37,7 @@ export function sessionsRepo(db: Db) {
     insert: (s: SessionRecord) => void insert.run(s.idHash, s.accountSeq, s.csrfToken, s.createdAt, s.lastUsedAt, s.expiresAt),
     touch: (idHash: string, now: number, expiresAt: number) => void touch.run(now, expiresAt, idHash),
     remove: (idHash: string) => void remove.run(idHash),
-    /** Signs out every other session of the account (after a password change). */
-    removeOthers: (accountSeq: number, keepIdHash: string) => removeOthers.run(accountSeq, keepIdHash).changes,
+    removeOthers: (accountSeq: number, keepIdHash: string | null) => removeOthers.run(accountSeq, keepIdHash).changes,
     removeExpired: (now: number) => removeExpired.run(now).changes,
   };
 }

@@ -13,7 +13,7 @@ const insert = prepared(
 );
 const touch = prepared('session-touch', 'UPDATE sessions SET last_used_at = $2, expires_at = $3 WHERE id_hash = $1');
 const remove = prepared('session-remove', 'DELETE FROM sessions WHERE id_hash = $1');
-const removeOthers = prepared('sessions-remove-others', 'DELETE FROM sessions WHERE account_seq = $1 AND id_hash <> $2');
+const removeOthers = prepared('sessions-remove-others', 'DELETE FROM sessions WHERE account_seq = $1 AND id_hash IS DISTINCT FROM $2');
 const removeExpired = prepared('sessions-remove-expired', 'DELETE FROM sessions WHERE expires_at <= $1');
 
 /** Dashboard sessions on PostgreSQL (SessionsRepository, src/storage/repositories.ts). */
@@ -29,8 +29,7 @@ export function postgresSessionsRepo(pool: Pool): SessionsRepository {
     async remove(idHash: string): Promise<void> {
       await remove.run(pool, [idHash]);
     },
-    /** Signs out every other session of the account (after a password change). */
-    removeOthers: (accountSeq: number, keepIdHash: string): Promise<number> => removeOthers.run(pool, [accountSeq, keepIdHash]),
+    removeOthers: (accountSeq: number, keepIdHash: string | null): Promise<number> => removeOthers.run(pool, [accountSeq, keepIdHash]),
     removeExpired: (now: number): Promise<number> => removeExpired.run(pool, [now]),
   };
 }
