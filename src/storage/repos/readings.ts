@@ -6,6 +6,8 @@ import type { PendingReading } from '../repositories.js';
 import type { RollupsRepo } from './rollups.js';
 
 const ROWS_PER_INSERT = 32;
+/** Rows per INSERT statement, largest first: ROWS_PER_INSERT, then halves down to 1. */
+const INSERT_SIZES = [ROWS_PER_INSERT, 16, 8, 4, 2, 1];
 /** A batch with at least this many readings per distinct device skips the inbox. */
 export const DIRECT_READINGS_PER_DEVICE = 4;
 
@@ -46,17 +48,21 @@ const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.
  * read both: the clustered table by its key, the inbox by a scan of at most ~16,000 rows.
  */
 export function readingsRepo(db: Db, rollups: RollupsRepo) {
-  // Rows go in ROWS_PER_INSERT per statement where a batch has that many, then one by one:
-  // one step and one call into the addon instead of 32 (BENCHMARKS.md, "Design decisions").
-  const inserts = (table: string) => ({
-    one: db.prepare<[number, number, number, string]>(`INSERT INTO ${table} (device_seq, time, seq, data) VALUES (?, ?, ?, ?)`),
-    many: db.prepare<unknown[]>(
-      `INSERT INTO ${table} (device_seq, time, seq, data) VALUES ${Array(ROWS_PER_INSERT).fill('(?, ?, ?, ?)').join(', ')}`,
-    ),
-  });
+  // A batch's rows go in as few statements as its size allows: ROWS_PER_INSERT rows per
+  // statement, then the remainder in statements of 16, 8, 4, 2 and 1 rows (a remainder of 13
+  // takes three). One step and one call into the addon per statement, not per row, and at
+  // HTTP ingest's batch sizes (a dozen readings) the whole batch is such a remainder
+  // (BENCHMARKS.md, "Design decisions").
+  const inserts = (table: string) =>
+    INSERT_SIZES.map((rows) => ({
+      rows,
+      statement: db.prepare<unknown[]>(
+        `INSERT INTO ${table} (device_seq, time, seq, data) VALUES ${Array(rows).fill('(?, ?, ?, ?)').join(', ')}`,
+      ),
+      params: new Array<unknown>(4 * rows),
+    }));
   const insertInbox = inserts('readings_inbox');
   const insertByDevice = inserts('readings_by_device');
-  const rowParams: unknown[] = new Array(4 * ROWS_PER_INSERT);
   /**
    * Readings in the inbox as far as this connection knows: counted once at open (a server
    * stopped by a crash, or a restored backup, may have left some), then kept by its own
@@ -177,21 +183,22 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
     // A reading older than what the rollups already cover (a clock set back, a load of past
     // readings) marks its hour for recomputation in this same transaction (rollups repository).
     const late = rollups.lateBefore();
-    const grouped = batch.length - (batch.length % ROWS_PER_INSERT);
-    for (let i = 0; i < grouped; i += ROWS_PER_INSERT) {
-      for (let j = 0; j < ROWS_PER_INSERT; j++) {
-        const r = batch[i + j]!;
-        rowParams[4 * j] = r.deviceSeq;
-        rowParams[4 * j + 1] = r.time;
-        rowParams[4 * j + 2] = first + i + j;
-        rowParams[4 * j + 3] = r.data;
+    let next = 0;
+    for (const { rows, statement, params } of insert) {
+      for (; batch.length - next >= rows; next += rows) {
+        for (let j = 0; j < rows; j++) {
+          const r = batch[next + j]!;
+          params[4 * j] = r.deviceSeq;
+          params[4 * j + 1] = r.time;
+          params[4 * j + 2] = first + next + j;
+          params[4 * j + 3] = r.data;
+        }
+        statement.run(params);
       }
-      insert.many.run(rowParams);
     }
     for (let i = 0; i < batch.length; i++) {
       const r = batch[i]!;
       const seq = first + i;
-      if (i >= grouped) insert.one.run(r.deviceSeq, r.time, seq, r.data);
       seqs[i] = seq;
       if (r.time < late) rollups.markDirty(r.deviceSeq, r.time);
       const minute = Math.floor(r.time / MINUTE_MS);
