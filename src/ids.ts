@@ -28,10 +28,11 @@ export function hashSecret(secret: string): string {
 }
 
 /**
- * Constant-time comparison of two hex digests (their length is public: always 64). Compared
- * as strings: decoding both to Buffers for timingSafeEqual costs on every HTTP ingest.
+ * Whether two strings are equal, in a time that depends only on their lengths (not on where
+ * they first differ): for secrets and their digests, whose lengths are public. Compared as
+ * strings: decoding both to Buffers for timingSafeEqual costs on every HTTP ingest.
  */
-export function sameHash(a: string, b: string): boolean {
+export function sameText(a: string, b: string): boolean {
   if (a.length !== b.length) return false;
   let diff = 0;
   for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);

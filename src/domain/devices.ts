@@ -1,5 +1,5 @@
 import { badRequest, forbidden, notFound, unauthorized } from '../errors.js';
-import { hashSecret, newDeviceToken, newId, sameHash } from '../ids.js';
+import { hashSecret, newDeviceToken, newId, sameText } from '../ids.js';
 import { type Awaitable, type DeviceWithToken, isPromise, type Repositories } from '../storage/repositories.js';
 import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
@@ -103,8 +103,24 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
     return isPromise(account) ? account.then((a) => checkAccount(device, a)) : checkAccount(device, account);
   }
 
+  /**
+   * The last token that matched each cached device row. Hashing the token was the largest
+   * part of authenticating an HTTP reading; a device sends the same token every time, so a
+   * match against the one already verified skips the hash. Kept per row object: a row read
+   * again (the cache dropped on any change to devices, a new token among them) starts with
+   * nothing verified. Compared in constant time like the hashes, so a wrong guess learns
+   * nothing from the time taken. The token lives only in this process's memory, as it does
+   * in every request that carries it; the database keeps only its hash.
+   */
+  const verifiedTokens = new WeakMap<DeviceWithToken, string>();
+
   function checkCredentials(device: DeviceWithToken | null, token: string): Awaitable<Authenticated> {
-    if (!device || !sameHash(device.tokenHash, hashSecret(token))) throw unauthorized('invalid device id or access token');
+    if (!device) throw unauthorized('invalid device id or access token');
+    const verified = verifiedTokens.get(device);
+    if (verified === undefined || !sameText(verified, token)) {
+      if (!sameText(device.tokenHash, hashSecret(token))) throw unauthorized('invalid device id or access token');
+      verifiedTokens.set(device, token);
+    }
     return checkActive(device);
   }
 

@@ -5,7 +5,7 @@
  */
 
 import { badRequest, rateLimited, unauthorized } from '../errors.js';
-import { hashSecret, randomBase62, sameHash } from '../ids.js';
+import { hashSecret, randomBase62, sameText } from '../ids.js';
 import type { Repositories, SessionRecord } from '../storage/repositories.js';
 import { type Clock, DAY_MS, HOUR_MS, MINUTE_MS } from '../time.js';
 import type { AccountService } from './accounts.js';
@@ -159,7 +159,7 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       if (
         !expectedToken ||
         !presentedToken ||
-        !sameHash(hashSecret(presentedToken), hashSecret(expectedToken)) ||
+        !sameText(hashSecret(presentedToken), hashSecret(expectedToken)) ||
         (await accounts.count()) > 0
       ) {
         throw unauthorized('this setup link is no longer valid');

@@ -52,6 +52,16 @@ describe.skipIf(onPostgres)('cached device authentication', () => {
     expect(second.account).toBe(first.account);
   });
 
+  it('accepts only the very token that matched once: any other, of the same length or not, is refused', async () => {
+    const { services, device, token } = await setup();
+    await services.devices.authenticate(device.id, token);
+    const last = token.at(-1) === 'a' ? 'b' : 'a';
+    for (const wrong of [token.slice(0, -1) + last, last + token.slice(1), token.slice(0, -1), `${token}x`, '']) {
+      expect(() => services.devices.authenticate(device.id, wrong)).toThrow(/invalid device id or access token/);
+    }
+    expect((await services.devices.authenticate(device.id, token)).device.id).toBe(device.id);
+  });
+
   it('sees a pause, a resume and a token change made by another connection at once', async () => {
     const { services, device, token } = await setup();
     await services.devices.authenticate(device.id, token);

@@ -4,7 +4,7 @@ import type { ServerConfig } from '../../config.js';
 import { SHARED_VALUES } from '../../domain/cluster.js';
 import { presentAccount } from '../../domain/presenters.js';
 import { unauthorized } from '../../errors.js';
-import { hashSecret, sameHash } from '../../ids.js';
+import { hashSecret, sameText } from '../../ids.js';
 import type { MqttCertificate } from '../app.js';
 import { clearSessionCookie, setSessionCookie } from '../dashboardSession.js';
 
@@ -64,7 +64,7 @@ export async function dashboardAuthRoutes(
     // Compared as hashes in constant time, like every secret (docs/reliability.md "Security").
     const valid =
       !!setup.token &&
-      sameHash(hashSecret(String(request.query.token ?? '')), hashSecret(setup.token)) &&
+      sameText(hashSecret(String(request.query.token ?? '')), hashSecret(setup.token)) &&
       (await services.accounts.count()) === 0;
     return { valid };
   });
