@@ -43,4 +43,31 @@ describe.skipIf(onPostgres)('reading seqs (migration 1: reading_seq)', () => {
     expect(repos.readings.deleteOlderBatch(a.seq, t + 1, 10)).toBe(1);
     expect([...repos.readings.iterateRange(a.seq, 0, t + 2)].map((r) => r.data)).toEqual(['{"n":4}']);
   });
+
+  it('are never issued twice by two connections, even after a batch that rolled back', async () => {
+    const dir = temp.dir();
+    const db = temp.open(dir);
+    const services = composeServices(db).services;
+    const account = await services.accounts.create({ email: 'r@example.com', plan: 'business' });
+    const a = (await services.devices.create(account, { name: 'a' })).device;
+    // Two connections stand for two processes writing readings to one file.
+    const one = createRepositories(db);
+    const two = createRepositories(temp.open(dir));
+    const reading = (n: number) => ({ deviceSeq: a.seq, time: Date.now(), data: `{"n":${n}}` });
+    // A batch that fails (data is NOT NULL) rolls back with whatever seqs it reserved.
+    expect(() => one.readings.insertBatch([reading(1), { deviceSeq: a.seq, time: Date.now(), data: null as unknown as string }])).toThrow(
+      /NOT NULL/,
+    );
+    const issued: number[] = [];
+    for (let i = 0; i < 20; i++) {
+      issued.push(...two.readings.insertBatch([reading(i), reading(i)]));
+      issued.push(...one.readings.insertBatch([reading(i)]));
+    }
+    expect(new Set(issued).size).toBe(issued.length);
+    const stored = db.prepare('SELECT seq FROM readings ORDER BY seq').pluck().all() as number[];
+    expect(stored).toEqual([...issued].sort((x, y) => x - y));
+    // reading_seq stays at or past every seq issued, so a restart issues only new ones.
+    const last = db.prepare('SELECT last FROM reading_seq').pluck().get() as number;
+    expect(last).toBeGreaterThanOrEqual(Math.max(...issued));
+  });
 });
