@@ -1,4 +1,4 @@
-import { jsonDepth, parseJsonRefusingProto } from '../jsonText.js';
+import { type JsonScan, parseJsonRefusingProto, scanJson } from '../jsonText.js';
 
 /**
  * Deepest nesting accepted in any JSON request body. JSON.parse copes with any depth, but
@@ -17,7 +17,24 @@ const JSON_BODY_ERROR = 'invalid JSON body: ';
  * carry statusCode 400 for the error handler.
  */
 export function parseJsonBody(text: string): unknown {
-  if (jsonDepth(text) > MAX_BODY_DEPTH)
+  return parseScanned(text, scanJson(text));
+}
+
+/** An HTTP ingest body: its parsed value, and the text its `data` member was spelled with. */
+export interface IngestBody {
+  value: unknown;
+  /** See JsonScan.memberText; the pipeline stores it as sent when it holds the parsed data. */
+  dataText: string | undefined;
+}
+
+/** parseJsonBody for the ingest route, which also keeps the `data` member's text (one scan for both). */
+export function parseIngestBody(text: string): IngestBody {
+  const scan = scanJson(text, 'data');
+  return { value: parseScanned(text, scan), dataText: scan.memberText };
+}
+
+function parseScanned(text: string, scan: JsonScan): unknown {
+  if (scan.depth > MAX_BODY_DEPTH)
     throw Object.assign(new Error(`${JSON_BODY_ERROR}nested deeper than ${MAX_BODY_DEPTH} levels`), { statusCode: 400 });
   try {
     return parseJsonRefusingProto(text);

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { countAllReadings } from '../helpers/backend.js';
+import { countAllReadings, storedRows } from '../helpers/backend.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 describe('HTTP ingest', () => {
@@ -40,6 +40,25 @@ describe('HTTP ingest', () => {
     );
     expect(results.every((r) => r.status === 200)).toBe(true);
     expect(await count()).toBe(n + 50);
+  });
+
+  it('stores data as sent when the body spells it plainly, re-serialized when it holds a duplicate key or an escape', async () => {
+    const { device, token, key } = await seedAccount(server, { email: 'as-sent@example.com' });
+    const send = (body: string, type = 'application/json') =>
+      server.request('/api/devices/ingest', { method: 'POST', headers: { 'content-type': type }, body });
+    const bodies = [
+      `{ "device_id": "${device.id}", "data" : { "t" : 1.50, "s": "a,b}" } , "access_token": "${token}" }`,
+      `{"device_id":"${device.id}","access_token":"${token}","data":{"t":1,"t":2}}`,
+      `{"device_id":"${device.id}","access_token":"${token}","data":{"s":"\u0041"}}`,
+    ];
+    for (const body of bodies) expect((await send(body)).status).toBe(200);
+    expect((await send(`{"data":[1, 2] ,"device_id":"${device.id}","access_token":"${token}"}`, 'text/plain')).status).toBe(400);
+    expect((await send(`{"data":{"n": 7e0},"device_id":"${device.id}","access_token":"${token}"}`, 'text/plain')).status).toBe(200);
+    const stored = (await storedRows(server.storage, device.seq)).map((r) => r.data);
+    expect(stored).toEqual(['{ "t" : 1.50, "s": "a,b}" }', '{"t":2}', '{"s":"A"}', '{"n": 7e0}']);
+    // The API serves the values, whatever their spelling.
+    const history = await (await server.request(`/v1/devices/${device.id}/telemetry?limit=10`, { key })).json();
+    expect(history.data.map((r: { data: unknown }) => r.data)).toEqual([{ n: 7 }, { s: 'A' }, { t: 2 }, { t: 1.5, s: 'a,b}' }]);
   });
 
   it('400 when device_id, access_token or data is missing, with {success:false, error}', async () => {

@@ -4,8 +4,8 @@
  *   authorizeDevice → data → checkSchema → (storage gate) → store → afterStore
  *
  * where the data step is, for a raw payload (MQTT), payloadText → parsePayloadText →
- * requireObject → checkShape, and for data already parsed (the HTTP body), validateData
- * (requireObject → checkShape).
+ * requireObject → checkShape, and for data already parsed (the HTTP body), requireObject →
+ * checkShape.
  *
  * Authorization comes first so that a refused payload is counted against the device that
  * sent it (its rejected count and last reason, shown by `devices list` and the dashboard).
@@ -55,6 +55,11 @@ export interface IngestRequest {
   token?: unknown;
   /** The reading: a parsed value (HTTP) or the raw payload bytes (MQTT). */
   data: unknown;
+  /**
+   * The JSON text a parsed `data` was read from, when the transport kept it (the HTTP body's
+   * `data` member): stored as sent, like an MQTT payload, when it spells each key once.
+   */
+  dataText?: string;
 }
 
 /** The payload as text, refused when larger than MAX_INGEST_BYTES. */
@@ -126,12 +131,6 @@ function requireObject(data: unknown): Record<string, unknown> {
   return data as Record<string, unknown>;
 }
 
-function validateData(data: unknown): Record<string, unknown> {
-  const object = requireObject(data);
-  checkShape(object);
-  return object;
-}
-
 /**
  * Strict mode: every top-level key must be a declared field. Flexible mode: at most the
  * plan's field limit of top-level keys (docs/api.md, "Schema modes").
@@ -166,10 +165,11 @@ export function ingestPipeline(deps: {
   }
 
   /**
-   * `text`, when given, is the JSON text `data` was parsed from (an MQTT payload): it is
-   * stored as sent instead of re-serializing the parsed object, whose JSON.stringify was a
-   * measurable share of MQTT ingest CPU (BENCHMARKS.md, "Design decisions"). It is valid JSON of the same object (it
-   * parsed to `data`, which validateData and checkShape accepted); only whitespace, number
+   * `text`, when given, is the JSON text `data` was parsed from (an MQTT payload, or the
+   * `data` member of an HTTP body): it is stored as sent instead of re-serializing the parsed
+   * object, whose JSON.stringify was a measurable share of ingest CPU (BENCHMARKS.md, "Design
+   * decisions"). It is valid JSON of the same object (it
+   * parsed to `data`, which requireObject and checkShape accepted); only whitespace, number
    * spelling (1.50 vs 1.5) and escapes may differ, and every reader JSON.parses it.
    * Duplicate keys are the one way the text could hold more than the object (JSON.parse
    * keeps the last, and the hidden value escaped checkShape): such a text is re-serialized
@@ -230,7 +230,9 @@ export function ingestPipeline(deps: {
         data = requireObject(parsePayloadText(payload));
         if (spellsEachKeyOnce(payload, checkShape(data))) text = payload;
       } else {
-        data = validateData(req.data);
+        data = requireObject(req.data);
+        const keys = checkShape(data);
+        if (req.dataText !== undefined && spellsEachKeyOnce(req.dataText, keys)) text = req.dataText;
       }
       checkSchema(device, account, data);
     } catch (err) {
