@@ -11,7 +11,8 @@
  *    read-only): refused as it happens, and the service stays degraded until a later write
  *    of the same kind succeeds. Writes are still attempted meanwhile: the next one that
  *    commits is what shows the fault is gone (or, for a database server that could not be
- *    reached, its answer to a round trip: checkReachable).
+ *    reached, its answer to a round trip: checkReachable). A read that could not reach the
+ *    database server marks it the same way.
  *
  * Either way the caller gets a 503 with Retry-After (an MQTT client: no PUBACK, disconnected),
  * /healthz says "degraded" with the reason, and the log gets one line per reason per 10 s.
@@ -236,6 +237,11 @@ export class StorageStatus {
     if (err instanceof AppError || (err as { statusCode?: unknown } | null)?.statusCode !== undefined) return null;
     const failure = this.options.probes.classify(err);
     if (failure === null) return null;
+    // A database server that a read could not reach cannot take writes either: degraded
+    // until it answers again (checkReachable), as after a write that could not reach it. A
+    // node whose requests all failed on reads (the device cache cold) would otherwise look
+    // healthy to a load balancer.
+    if (failure.kind === 'unreachable' && this.commitFailure === null) this.markFailed('database', failure);
     this.logWarn(`request:${failure.kind}`, 'requests failed: storage unavailable', { reason: failure.reason });
     return storageUnavailable(failure.reason, STORAGE_RETRY_AFTER_SECONDS);
   }

@@ -442,6 +442,18 @@ describe('serve on PostgreSQL', () => {
     expect(acknowledged.length).toBeGreaterThan(100);
   });
 
+  it('a read that cannot reach the database makes /healthz degraded until the database answers again', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    const health = async () => (await server.request('/healthz')).status;
+    expect(await health()).toBe(200);
+    await pg.kill();
+    const read = await server.request(`/v1/devices/${s.device.id}/telemetry/latest`, { key: s.key });
+    expect(read.status).toBe(503);
+    expect(await health()).toBe(503);
+    await pg.start();
+    await expect.poll(health, { timeout: 10_000, interval: 250 }).toBe(200);
+  });
+
   it('stopped with no load: every request is 503 while down, then healthy again without any write once it answers', async () => {
     const s = await seedAccount(server, { plan: 'business' });
     // A device never seen by this node: its authentication needs the database.
