@@ -54,11 +54,13 @@ describe('HTTP ingest', () => {
     for (const body of bodies) expect((await send(body)).status).toBe(200);
     expect((await send(`{"data":[1, 2] ,"device_id":"${device.id}","access_token":"${token}"}`, 'text/plain')).status).toBe(400);
     expect((await send(`{"data":{"n": 7e0},"device_id":"${device.id}","access_token":"${token}"}`, 'text/plain')).status).toBe(200);
+    const charset = 'application/json; charset=utf-8';
+    expect((await send(`{"data":{"u": 1.0},"device_id":"${device.id}","access_token":"${token}"}`, charset)).status).toBe(200);
     const stored = (await storedRows(server.storage, device.seq)).map((r) => r.data);
-    expect(stored).toEqual(['{ "t" : 1.50, "s": "a,b}" }', '{"t":2}', '{"s":"A"}', '{"n": 7e0}']);
+    expect(stored).toEqual(['{ "t" : 1.50, "s": "a,b}" }', '{"t":2}', '{"s":"A"}', '{"n": 7e0}', '{"u": 1.0}']);
     // The API serves the values, whatever their spelling.
     const history = await (await server.request(`/v1/devices/${device.id}/telemetry?limit=10`, { key })).json();
-    expect(history.data.map((r: { data: unknown }) => r.data)).toEqual([{ n: 7 }, { s: 'A' }, { t: 2 }, { t: 1.5, s: 'a,b}' }]);
+    expect(history.data.map((r: { data: unknown }) => r.data)).toEqual([{ u: 1 }, { n: 7 }, { s: 'A' }, { t: 2 }, { t: 1.5, s: 'a,b}' }]);
   });
 
   it('400 when device_id, access_token or data is missing, with {success:false, error}', async () => {
