@@ -3,7 +3,7 @@ import type { AlertInput } from '../src/domain/alerts.js';
 import { presentAlertDetail } from '../src/domain/presenters.js';
 import { ALERT_ACTIONS, ALERT_OPERATORS, ALERT_SEVERITIES, NO_DATA_MAX_SECONDS, NO_DATA_MIN_SECONDS } from '../src/domain/types.js';
 import { badRequest } from '../src/errors.js';
-import { collect, intOption, runAdmin, withCommonOptions } from './context.js';
+import { collect, deleteCommand, intOption, runAdmin, withCommonOptions } from './context.js';
 
 const human = (a: ReturnType<typeof presentAlertDetail>) =>
   `${a.id}  ${a.name}  ${a.device_id}  ${
@@ -121,20 +121,13 @@ export function alertsCommand(): Command {
       }),
   );
 
-  withCommonOptions(
-    alerts
-      .command('delete')
-      .description('delete an alert and its trigger history, permanently')
-      .argument('<id>', 'alert_… id')
-      .option('--yes', 'confirm the deletion'),
-  ).action((id: string, opts: { yes?: boolean }, cmd: Command) =>
-    runAdmin(cmd, async ({ services, print }) => {
-      const alert = await services.alerts.getAny(id);
-      if (!opts.yes) throw badRequest(`deleting ${id} removes its trigger history; repeat with --yes to confirm`);
-      await services.alerts.remove(alert);
-      print({ deleted: id }, `deleted ${id}`);
-    }),
-  );
+  deleteCommand(alerts, {
+    what: 'an alert and its trigger history',
+    idHint: 'alert_… id',
+    loses: 'its trigger history',
+    find: (services, id) => services.alerts.getAny(id),
+    remove: (services, alert) => services.alerts.remove(alert),
+  });
 
   for (const action of ['enable', 'disable'] as const) {
     withCommonOptions(alerts.command(action).description(`${action} an alert`).argument('<id>', 'alert_… id')).action(

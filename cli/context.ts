@@ -11,7 +11,7 @@ import {
   STORAGE_OPTIONS,
   type StorageConfig,
 } from '../src/config.js';
-import { AppError } from '../src/errors.js';
+import { AppError, badRequest } from '../src/errors.js';
 import { DB_FILE } from '../src/storage/db.js';
 
 /** Declares an option once: flag, TELEMETRYD_<FLAG> env var, and its default in the help. */
@@ -84,6 +84,37 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
     // rather than only that the account or device it names does not exist.
     fail(err, newDataDir ? `${newDataDir} held no database: this command created an empty one; is --data-dir the server's?` : undefined);
   }
+}
+
+/**
+ * `<group> delete <id> --yes`: a permanent deletion. The thing is looked up first, so one
+ * that does not exist is reported as such (exit 3), confirmed or not; without --yes nothing
+ * is deleted and the error says what would go.
+ */
+export function deleteCommand<T>(
+  group: Command,
+  spec: {
+    what: string;
+    idHint: string;
+    loses: string;
+    find: (services: Services, id: string) => Promise<T>;
+    remove: (services: Services, found: T) => Promise<void>;
+  },
+): void {
+  withCommonOptions(
+    group
+      .command('delete')
+      .description(`delete ${spec.what}, permanently`)
+      .argument('<id>', spec.idHint)
+      .option('--yes', 'confirm the deletion'),
+  ).action((id: string, opts: { yes?: boolean }, cmd: Command) =>
+    runAdmin(cmd, async ({ services, print }) => {
+      const found = await spec.find(services, id);
+      if (!opts.yes) throw badRequest(`deleting ${id} removes ${spec.loses}; repeat with --yes to confirm`);
+      await spec.remove(services, found);
+      print({ deleted: id }, `deleted ${id}`);
+    }),
+  );
 }
 
 /** Where a command's data is (data dir, snapshots dir, database URL): flag > env > config file > default. */

@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import { presentDeviceDetail } from '../src/domain/presenters.js';
 import { DEVICE_TYPES } from '../src/domain/types.js';
 import { badRequest } from '../src/errors.js';
-import { collect, runAdmin, withCommonOptions } from './context.js';
+import { collect, deleteCommand, runAdmin, withCommonOptions } from './context.js';
 
 const human = (d: ReturnType<typeof presentDeviceDetail>) =>
   `${d.id}  ${d.name}  ${d.type}  ${d.status}  last seen ${d.last_seen ?? 'never'}  rejected ${d.rejected_count}${d.last_rejection_reason ? ` (last: ${d.last_rejection_reason})` : ''}`;
@@ -103,21 +103,13 @@ export function devicesCommand(): Command {
     );
   }
 
-  withCommonOptions(
-    devices
-      .command('delete')
-      .description('delete a device and all its data, permanently')
-      .argument('<id>', 'dev_… id')
-      .option('--yes', 'confirm the deletion'),
-  ).action((id: string, opts: { yes?: boolean }, cmd: Command) =>
-    runAdmin(cmd, async ({ services, print }) => {
-      // A device that does not exist is reported as such (exit 3), confirmed or not.
-      const device = await services.devices.getAny(id);
-      if (!opts.yes) throw badRequest(`deleting ${id} removes all its data; repeat with --yes to confirm`);
-      await services.devices.remove(device);
-      print({ deleted: id }, `deleted ${id}`);
-    }),
-  );
+  deleteCommand(devices, {
+    what: 'a device and all its data',
+    idHint: 'dev_… id',
+    loses: 'all its data',
+    find: (services, id) => services.devices.getAny(id),
+    remove: (services, device) => services.devices.remove(device),
+  });
 
   withCommonOptions(
     devices

@@ -180,9 +180,9 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
 
   /**
    * One transaction for a whole batch (group commit); returns the new seqs in order. The
-   * seqs come from the block this connection reserved (takeSeqs), and the usage counts (migration 4) take one
-   * statement for the batch, aggregated here per device and minute: the only place readings
-   * are inserted, so they stay exact.
+   * seqs come from the block this connection reserved (takeSeqs), and the usage counts
+   * (migration 4) take one statement for the batch, aggregated here per device and minute:
+   * the only place readings are inserted, so they stay exact.
    *
    * Where the batch goes: a batch with several readings per device on average (a few busy
    * devices, e.g. MQTT publishers) writes each device's tail page once for many readings, so
