@@ -33,8 +33,35 @@ export function buildProgram(): Command {
   withCommonOptions(program.command('version').description('print the version and build commit')).action((opts: { json?: boolean }) => {
     process.stdout.write(opts.json ? `${JSON.stringify({ version: VERSION, commit: COMMIT })}\n` : `telemetryd ${VERSION} (${COMMIT})\n`);
   });
+  unknownOptionsFirst(program);
   oneLineUsageErrors(program);
   return program;
+}
+
+/**
+ * A mistyped option is reported as unknown (with commander's "Did you mean"), not as the
+ * required option it was meant to be: commander checks required options before unknown ones,
+ * so `keys create --acount 1` would say that `--account` is missing. Required options are
+ * checked here instead, in a preAction hook, which runs after the check for unknown options.
+ */
+function unknownOptionsFirst(program: Command): void {
+  const required = new WeakSet<Option>();
+  const collect = (cmd: Command) => {
+    for (const option of cmd.options) {
+      if (!option.mandatory) continue;
+      option.makeOptionMandatory(false);
+      required.add(option);
+    }
+    for (const sub of cmd.commands) collect(sub);
+  };
+  collect(program);
+  program.hook('preAction', (_program, action) => {
+    for (const option of action.options) {
+      if (required.has(option) && action.getOptionValue(option.attributeName()) === undefined) {
+        action.error(`required option '${option.flags}' not specified`, { code: 'commander.missingMandatoryOptionValue' });
+      }
+    }
+  });
 }
 
 /**

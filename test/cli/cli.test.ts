@@ -280,6 +280,20 @@ describe('admin CLI contract (docs/cli.md)', () => {
       [['devices', 'add'], "telemetryd: unknown command 'add' (see telemetryd devices --help)"],
       [['devices', 'delete'], "telemetryd: missing required argument 'id' (see telemetryd devices delete --help)"],
       [['serve', '--port', '9000'], "telemetryd: unknown option '--port' (Did you mean --host?) (see telemetryd serve --help)"],
+      // A mistyped required option is named as the typo, not as the option it was meant to be.
+      [
+        ['keys', 'create', '--acount', 'me@example.com', '--name', 'k'],
+        "telemetryd: unknown option '--acount' (Did you mean --account?) (see telemetryd keys create --help)",
+      ],
+      [
+        ['keys', 'create', '--account', 'me@example.com', '--nmae', 'k'],
+        "telemetryd: unknown option '--nmae' (Did you mean --name?) (see telemetryd keys create --help)",
+      ],
+      [
+        ['keys', 'create', '--account', 'me@example.com'],
+        "telemetryd: required option '--name <name>' not specified (see telemetryd keys create --help)",
+      ],
+      [['alerts', 'list'], "telemetryd: required option '--device <id>' not specified (see telemetryd alerts list --help)"],
     ];
     for (const [args, line] of cases) {
       const r = runCli(args, { dataDir: dir });
