@@ -5,6 +5,7 @@ import { openStorage, type Services } from '../src/composition.js';
 import {
   buildStorageConfig,
   CONFIG_OPTION,
+  ConfigError,
   envName,
   loadConfigFile,
   type OptionSpec,
@@ -36,13 +37,34 @@ const camel = (name: string) => name.replace(/-([a-z])/g, (_, c: string) => c.to
  */
 export function resolveRawOptions(cmd: Command, specs: OptionSpec[]): Record<string, unknown> {
   const opts = cmd.opts() as Record<string, unknown>;
+  if (isBlank(opts.config)) throw new ConfigError(emptyValue(cmd, CONFIG_OPTION.name));
   const file = typeof opts.config === 'string' ? loadConfigFile(opts.config) : {};
   const out: Record<string, unknown> = {};
   for (const spec of specs) {
     const fromCli = opts[camel(spec.name)];
-    out[spec.name] = fromCli !== undefined ? fromCli : file[spec.name];
+    if (fromCli !== undefined) {
+      if (isBlank(fromCli)) throw new ConfigError(emptyValue(cmd, spec.name));
+      out[spec.name] = fromCli;
+    } else {
+      if (isBlank(file[spec.name]))
+        throw new ConfigError(`config file ${opts.config}: "${spec.name}" is empty; leave it out for the default`);
+      out[spec.name] = file[spec.name];
+    }
   }
   return out;
+}
+
+/**
+ * An empty value is refused, never read as "unset": an unset variable in a script's
+ * `--database-url "$URL"` would otherwise open a SQLite database in the working directory,
+ * and an empty `--mqtt-port` would turn MQTT off without a word.
+ */
+const isBlank = (value: unknown) => typeof value === 'string' && value.trim() === '';
+
+function emptyValue(cmd: Command, name: string): string {
+  return cmd.getOptionValueSource(camel(name)) === 'env'
+    ? `${envName(name)} is set but empty; unset it for the default`
+    : `--${name} is empty`;
 }
 
 export interface CommandContext {

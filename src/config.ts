@@ -150,7 +150,8 @@ export const SERVE_OPTIONS: OptionSpec[] = [
   },
 ];
 
-class ConfigError extends Error {}
+/** A configuration that cannot be used: one line naming the flag, variable or file key. */
+export class ConfigError extends Error {}
 
 /** Reads a JSON config file; its keys are long option names (docs/operations.md, "Configuration"). */
 export function loadConfigFile(file: string): Record<string, unknown> {
@@ -163,7 +164,39 @@ export function loadConfigFile(file: string): Record<string, unknown> {
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) {
     throw new ConfigError(`config file ${file} must hold a JSON object`);
   }
+  // Any command's file may hold serve's options too (one file for the server and its admin
+  // commands); a key that is no option at all is a typo, which would silently leave its
+  // option at the default.
+  const names = [...STORAGE_OPTIONS, ...SERVE_OPTIONS].map((o) => o.name);
+  for (const key of Object.keys(parsed)) {
+    if (names.includes(key)) continue;
+    const near = closestName(key, names);
+    throw new ConfigError(`config file ${file}: unknown option "${key}"${near ? ` (did you mean "${near}"?)` : ''}`);
+  }
   return parsed as Record<string, unknown>;
+}
+
+/** The name within two edits (insert, delete, change, swap of neighbours) of `word`, if any. */
+function closestName(word: string, names: string[]): string | null {
+  let best: string | null = null;
+  let bestDistance = 3;
+  for (const name of names) {
+    const d = editDistance(word, name);
+    if (d < bestDistance) [best, bestDistance] = [name, d];
+  }
+  return best;
+}
+
+function editDistance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
+    }
+  }
+  return d[a.length]![b.length]!;
 }
 
 function port(name: string, value: unknown, allowOff: boolean): number | null {

@@ -38,6 +38,43 @@ describe('--database-url for serve and the admin commands', () => {
     expect(existsSync(path.join(dir, 'telemetryd.db'))).toBe(false);
   });
 
+  it('an empty value from a flag, the environment or the config file is refused, never read as unset', () => {
+    const dir = tempDir();
+    const file = (name: string, contents: object) => {
+      writeFileSync(path.join(dir, name), JSON.stringify(contents));
+      return path.join(dir, name);
+    };
+    const emptyPort = file('empty-port.json', { 'mqtt-port': '' });
+    const typo = file('typo.json', { 'http-prot': 0 });
+    const serve = ['serve', '--http-port', '0', '--host', '127.0.0.1'];
+    const cases: [string[], Record<string, string>, string][] = [
+      [['accounts', 'list', '--database-url', ''], {}, '--database-url is empty'],
+      [['accounts', 'list'], { TELEMETRYD_DATABASE_URL: '' }, 'TELEMETRYD_DATABASE_URL is set but empty; unset it for the default'],
+      [[...serve, '--mqtt-port', ' '], {}, '--mqtt-port is empty'],
+      [serve, { TELEMETRYD_MQTT_PORT: '' }, 'TELEMETRYD_MQTT_PORT is set but empty; unset it for the default'],
+      [[...serve, '--config', emptyPort], {}, `config file ${emptyPort}: "mqtt-port" is empty; leave it out for the default`],
+      // A key that is no option is a typo, which would leave its option at the default.
+      [[...serve, '--config', typo], {}, `config file ${typo}: unknown option "http-prot" (did you mean "http-port"?)`],
+      [
+        ['keys', 'list', '--account', 'a@example.com', '--config', typo],
+        {},
+        `config file ${typo}: unknown option "http-prot" (did you mean "http-port"?)`,
+      ],
+    ];
+    for (const [args, env, message] of cases) {
+      const r = runCli([...args, '--data-dir', dir], { env });
+      expect(r.status, args.join(' ')).toBe(1);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toBe(`telemetryd: ${message}\n`);
+    }
+    // Nothing was opened or created on SQLite instead.
+    expect(existsSync(path.join(dir, 'telemetryd.db'))).toBe(false);
+    // A file of serve's options serves the admin commands too.
+    const shared = file('shared.json', { 'http-port': 0, 'mqtt-port': 'off', 'log-level': 'warn' });
+    const r = runCli(['accounts', 'list', '--json', '--config', shared], { dataDir: dir });
+    expect(r.status, r.stderr).toBe(0);
+  });
+
   it('is listed in every command help', () => {
     for (const command of [['serve'], ['backup'], ['restore'], ['accounts', 'list'], ['version']]) {
       const help = runCli([...command, '--help']).stdout;
