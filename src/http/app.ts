@@ -94,7 +94,15 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
         version: opts.version,
         description: 'Read-only access to devices, telemetry, alerts and account usage.',
       },
-      servers: [{ url: config.publicUrl }],
+      // Read when the document is first built, on the first request: with an ephemeral port
+      // (0) the public URL is only known once the port is bound.
+      servers: [
+        {
+          get url() {
+            return config.publicUrl;
+          },
+        },
+      ],
       components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'API key (tlm_…)' } } },
     },
     hideUntagged: true,

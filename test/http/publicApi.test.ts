@@ -216,6 +216,8 @@ describe('Public API v1', () => {
     expect(res.status).toBe(200);
     const doc = await res.json();
     expect(doc.openapi).toMatch(/^3\./);
+    // The server listens on an ephemeral port: the document names the bound one, not 0.
+    expect(doc.servers).toEqual([{ url: `http://127.0.0.1:${server.httpPort}` }]);
     expect(Object.keys(doc.paths).sort()).toEqual([
       '/v1/account/keys',
       '/v1/account/usage',
