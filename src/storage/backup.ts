@@ -88,6 +88,8 @@ export async function writeArchive(
   fillDatabase: (staging: string) => Promise<void>,
 ): Promise<{ file: string; bytes: number }> {
   const target = path.resolve(file);
+  // Checked first: the staging folder's name in mkdtemp's error would be the only hint.
+  if (!existsSync(path.dirname(target))) throw new Error(`no folder ${path.dirname(target)} to write ${path.basename(target)} into`);
   const staging = mkdtempSync(path.join(path.dirname(target), '.telemetryd-backup-'));
   const partial = `${target}.partial-${process.pid}`;
   try {
@@ -239,8 +241,11 @@ export async function restoreBackup(
     if (!opts.force) throw new RestoreError(`${dir} already holds a database; pass --force to replace it`);
     if (databaseInUse(dir)) throw new RestoreError(`the database in ${dir} is in use (a running server?); stop it first`);
   }
-  if (!existsSync(dir)) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  // A data dir made here goes again when the archive is refused: a bad archive changes nothing.
+  const madeDir = !existsSync(dir);
+  if (madeDir) mkdirSync(dir, { recursive: true, mode: 0o700 });
   const staging = mkdtempSync(path.join(dir, '.restore-'));
+  let restored = false;
   try {
     const unpacked = await unpackArchive(source, staging, dir);
     for (const suffix of ['-wal', '-shm', '']) rmSync(dbPath + suffix, { force: true });
@@ -248,8 +253,10 @@ export async function restoreBackup(
     chmodSync(dbPath, 0o600);
     placeSnapshots(unpacked.snapshots, path.resolve(opts.snapshotsDir ?? path.join(dir, SNAPSHOTS_DIR)));
     chmodSync(dir, 0o700);
+    restored = true;
     return { file: source, data_dir: dir, readings: unpacked.readings };
   } finally {
     rmSync(staging, { recursive: true, force: true });
+    if (madeDir && !restored) rmSync(dir, { recursive: true, force: true });
   }
 }

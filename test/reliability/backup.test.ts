@@ -149,6 +149,12 @@ describe('backup and restore', () => {
     const r = await runCliAsync(['restore', junk], { dataDir: dir });
     expect(r.status).not.toBe(0);
     expect(r.stderr).toMatch(/not a telemetryd backup/);
+    // The data dir the restore would have made is not left behind.
+    if (!onPostgres) expect(existsSync(dir)).toBe(false);
+    const nowhere = path.join(root, 'no-such-folder', 'x.tgz');
+    const missing = await runCliAsync(['backup', nowhere], { dataDir: path.join(root, 'live') });
+    expect(missing.status).toBe(1);
+    expect(missing.stderr).toBe(`telemetryd: no folder ${path.dirname(nowhere)} to write x.tgz into\n`);
     const b = await runCliAsync(['backup', path.join(root, 'x.tgz')], { dataDir: path.join(root, 'empty') });
     expect(b.status).not.toBe(0);
     expect(b.stderr).toMatch(onPostgres ? /no telemetryd data/ : /no database/);
