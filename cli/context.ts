@@ -84,13 +84,13 @@ export interface CommandContext {
 export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promise<void> | void): Promise<void> {
   const opts = cmd.opts() as { json?: boolean };
   const json = Boolean(opts.json);
-  let newDataDir: string | null = null;
+  let hint: string | undefined;
   try {
     const storage = storageOf(cmd);
-    if (!storage.databaseUrl && !existsSync(path.join(storage.dataDir, DB_FILE))) newDataDir = storage.dataDir;
+    const newDataDir = !storage.databaseUrl && !existsSync(path.join(storage.dataDir, DB_FILE));
     const composition = await openStorage(storage);
+    const { services } = composition;
     try {
-      const { services } = composition;
       await fn({
         services,
         json,
@@ -98,13 +98,21 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
           process.stdout.write(json ? `${JSON.stringify(value)}\n` : human.endsWith('\n') ? human : `${human}\n`);
         },
       });
+    } catch (err) {
+      // Run from another directory, a command opens a new, empty ./telemetryd-data: say so
+      // rather than only that the account or device it names does not exist, on this run
+      // and on the next (the database it created is still empty then).
+      if (err instanceof AppError && err.status === 404 && (await services.accounts.list()).length === 0) {
+        hint = storage.databaseUrl
+          ? "the database holds no accounts; is --database-url the server's?"
+          : `${storage.dataDir} ${newDataDir ? 'held no database: this command created an empty one' : 'holds no accounts'}; is --data-dir the server's?`;
+      }
+      throw err;
     } finally {
       await composition.close();
     }
   } catch (err) {
-    // Run from another directory, a command opens a new, empty ./telemetryd-data: say so
-    // rather than only that the account or device it names does not exist.
-    fail(err, newDataDir ? `${newDataDir} held no database: this command created an empty one; is --data-dir the server's?` : undefined);
+    fail(err, hint);
   }
 }
 

@@ -269,8 +269,13 @@ describe('admin CLI contract (docs/cli.md)', () => {
     expect(first.stderr).toBe(
       `telemetryd: no account me@example.com (${fresh} held no database: this command created an empty one; is --data-dir the server's?)\n`,
     );
-    const again = runCli(['devices', 'list', '--account', 'me@example.com'], { dataDir: fresh });
-    expect(again.stderr).toBe('telemetryd: no account me@example.com\n');
+    // The next attempt finds the empty database the first one created, and says so too.
+    const again = runCli(['keys', 'create', '--account', 'me@example.com', '--name', 'k'], { dataDir: fresh });
+    expect(again.stderr).toBe(`telemetryd: no account me@example.com (${fresh} holds no accounts; is --data-dir the server's?)\n`);
+    // Where accounts exist, a name that is not there is only that.
+    expect(runCli(['accounts', 'create', '--email', 'other@example.com'], { dataDir: fresh }).status).toBe(0);
+    const named = runCli(['devices', 'list', '--account', 'me@example.com'], { dataDir: fresh });
+    expect(named.stderr).toBe('telemetryd: no account me@example.com\n');
   });
 
   it('a usage error is one line like every other failure, pointing at the right help', () => {
