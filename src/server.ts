@@ -161,20 +161,25 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const httpUrl = `http://${shownHost}:${address.port}`;
   // With an ephemeral port (0) the default public URL can only be known once bound.
   if (config.httpPort === 0 && config.publicUrl.endsWith(':0')) config.publicUrl = config.publicUrl.replace(/:0$/, `:${address.port}`);
-  print(
+  // Held until every listener is bound: a start that fails on the MQTT port prints only why,
+  // not a listening line for an HTTP port that closes again at once.
+  const listening: string[] = [];
+  const sayListening = (line: string) => listening.push(line);
+  sayListening(
     `telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`,
   );
   if (config.trustProxy !== false) {
     const proxies =
       config.trustProxy === 'private' ? 'a proxy at a loopback or private address' : `proxies at ${config.trustProxy.join(', ')}`;
-    print(`HTTP client addresses come from X-Forwarded-For set by ${proxies} (--trust-proxy)`);
+    sayListening(`HTTP client addresses come from X-Forwarded-For set by ${proxies} (--trust-proxy)`);
   }
   let mqtt: RunningMqtt | null = null;
   try {
-    mqtt = await startMqtt(config, services, app.log, print);
+    mqtt = await startMqtt(config, services, app.log, sayListening);
   } catch (err) {
     return abortStart(err);
   }
+  for (const line of listening) print(line);
   if (mqtt) app.metrics.sources.mqttConnections = () => mqtt!.sessions.size;
   app.metrics.sources.leadsJobs = () => backgroundJobs.leading;
   if (mqtt?.tls && mqtt.tlsPort !== null)

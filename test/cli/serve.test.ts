@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
+import { type AddressInfo, createServer } from 'node:net';
 import path from 'node:path';
 import { generate } from 'selfsigned';
 import { describe, expect, it } from 'vitest';
@@ -55,6 +56,20 @@ describe('telemetryd serve', () => {
     serve.child.kill('SIGINT');
     expect(await serve.exited).toBe(0);
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('a port in use ends the start with one line, and no listening line for a port that closes again', async () => {
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const port = (busy.address() as AddressInfo).port;
+    try {
+      const r = runCli(['serve', '--data-dir', tempDir(), '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', String(port)]);
+      expect(r.status).toBe(1);
+      expect(r.stderr).toMatch(new RegExp(`^telemetryd: port already in use: .*127\\.0\\.0\\.1:${port}`, 'm'));
+      expect(r.stdout).not.toContain('listening on');
+    } finally {
+      busy.close();
+    }
   });
 
   it('fails with one clear line for a bad option', async () => {
