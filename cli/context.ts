@@ -55,6 +55,20 @@ export function resolveRawOptions(cmd: Command, specs: OptionSpec[]): Record<str
 }
 
 /**
+ * A bad value's message names its flag; when the value came from the environment or the
+ * config file, it says so, since the user never typed that flag.
+ */
+export function withSourceOf(cmd: Command, err: unknown): unknown {
+  if (!(err instanceof ConfigError)) return err;
+  const name = /^--([a-z][a-z-]*)/.exec(err.message)?.[1];
+  if (!name) return err;
+  const source = cmd.getOptionValueSource(camel(name));
+  const config = cmd.opts().config;
+  const from = source === 'env' ? envName(name) : source === undefined && typeof config === 'string' ? `config file ${config}` : null;
+  return from ? new ConfigError(`${err.message} (from ${from})`) : err;
+}
+
+/**
  * An empty value is refused, never read as "unset": an unset variable in a script's
  * `--database-url "$URL"` would otherwise open a SQLite database in the working directory,
  * and an empty `--mqtt-port` would turn MQTT off without a word.

@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { buildServerConfig, SERVE_OPTIONS, type ServerConfig, STORAGE_OPTIONS } from '../src/config.js';
 import type { startServer as StartServer } from '../src/server.js';
-import { addSpecOption, fail, resolveRawOptions, withCommonOptions } from './context.js';
+import { addSpecOption, fail, resolveRawOptions, withCommonOptions, withSourceOf } from './context.js';
 
 /** Bound on a clean shutdown: exit 0 within 10 seconds (docs/operations.md, "Shutdown"). */
 const SHUTDOWN_GRACE_MS = 8_000;
@@ -15,7 +15,7 @@ export function serveCommand(): Command {
     try {
       config = buildServerConfig(resolveRawOptions(cmd, [...STORAGE_OPTIONS, ...SERVE_OPTIONS]), { stdoutIsTty: process.stdout.isTTY });
     } catch (err) {
-      fail(err);
+      fail(withSourceOf(cmd, err));
     }
     // Signal handlers go in before start-up, so a SIGTERM during start still shuts down cleanly.
     let server: Awaited<ReturnType<typeof StartServer>> | null = null;

@@ -46,6 +46,7 @@ describe('--database-url for serve and the admin commands', () => {
     };
     const emptyPort = file('empty-port.json', { 'mqtt-port': '' });
     const typo = file('typo.json', { 'http-prot': 0 });
+    const badPort = file('bad-port.json', { 'mqtt-port': 'x' });
     const serve = ['serve', '--http-port', '0', '--host', '127.0.0.1'];
     const cases: [string[], Record<string, string>, string][] = [
       [['accounts', 'list', '--database-url', ''], {}, '--database-url is empty'],
@@ -60,6 +61,10 @@ describe('--database-url for serve and the admin commands', () => {
         {},
         `config file ${typo}: unknown option "http-prot" (did you mean "http-port"?)`,
       ],
+      // A bad value names its flag, and where it came from when the user never typed it.
+      [[...serve, '--mqtt-port', 'x'], {}, '--mqtt-port must be a port number 0-65535 or "off", got "x"'],
+      [serve, { TELEMETRYD_MQTT_PORT: 'x' }, '--mqtt-port must be a port number 0-65535 or "off", got "x" (from TELEMETRYD_MQTT_PORT)'],
+      [[...serve, '--config', badPort], {}, `--mqtt-port must be a port number 0-65535 or "off", got "x" (from config file ${badPort})`],
     ];
     for (const [args, env, message] of cases) {
       const r = runCli([...args, '--data-dir', dir], { env });
