@@ -49,6 +49,25 @@ export function rollupsRepo(db: Db) {
     )
     .raw(true);
 
+  const rawFirstSettled = db
+    .prepare<[number, number, number, number], OrderedRawRow>(
+      `SELECT time, seq, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?
+       ORDER BY time, seq LIMIT ?`,
+    )
+    .raw(true);
+  const inboxDevicesBefore = db.prepare<[number], number>('SELECT DISTINCT device_seq FROM readings_inbox WHERE time < ?').pluck();
+  /**
+   * The inbox has no index by device (appends stay cheap), so rawFirst's inbox half reads it
+   * whole, and the first pass after a start, which reads back every device, read it once per
+   * device. Which devices it holds rows of before `to` is read once per `to` instead, and a
+   * device without such rows is read from the clustered table alone. The set can only grow
+   * stale towards too many devices: a pass's `to` is in the past, readings are stamped when
+   * they arrive, so rows before `to` only leave the inbox (a merge moves them to the clustered
+   * table); a reading committed late marks its hour dirty (lateBefore), and that hour is
+   * recomputed from both tables (raw).
+   */
+  let inboxBefore: { to: number; devices: Set<number> } | null = null;
+
   const rawCount = db.prepare<[number, number, number, number, number, number], { n: number }>(
     `SELECT (SELECT count(*) FROM readings_by_device WHERE device_seq = ? AND time >= ? AND time < ?)
       + (SELECT count(*) FROM readings_inbox WHERE device_seq = ? AND time >= ? AND time < ?) AS n`,
@@ -125,8 +144,12 @@ export function rollupsRepo(db: Db) {
     /** Readings of [from, to) of one device, unordered. */
     raw: (deviceSeq: number, from: number, to: number): RawRow[] => rawRange.all(deviceSeq, from, to, deviceSeq, from, to),
     /** The first `limit` readings of [from, to) of one device, in (time, seq) order. */
-    rawFirst: (deviceSeq: number, from: number, to: number, limit: number): OrderedRawRow[] =>
-      rawFirst.all(deviceSeq, from, to, deviceSeq, from, to, limit),
+    rawFirst: (deviceSeq: number, from: number, to: number, limit: number): OrderedRawRow[] => {
+      if (inboxBefore?.to !== to) inboxBefore = { to, devices: new Set(inboxDevicesBefore.all(to)) };
+      return inboxBefore.devices.has(deviceSeq)
+        ? rawFirst.all(deviceSeq, from, to, deviceSeq, from, to, limit)
+        : rawFirstSettled.all(deviceSeq, from, to, limit);
+    },
     /** The first `limit` readings after (time, seq) and before `to`, in (time, seq) order. */
     rawAfter: (deviceSeq: number, time: number, seq: number, to: number, limit: number): OrderedRawRow[] =>
       rawAfter.all(deviceSeq, time, time, seq, to, deviceSeq, time, time, seq, to, limit),
