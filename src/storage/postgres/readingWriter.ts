@@ -17,7 +17,9 @@ interface Waiting extends PendingReading {
  * block of ids from reading_seq (migration 6) and numbers its readings from it in arrival
  * order, so its ids are one range, lands in readings,
  * and adds its usage counts per account and UTC minute (the account looked up where the
- * caller did not have it; a device deleted meanwhile is not counted). A reading older than $5
+ * caller did not have it, by a subquery evaluated for those rows only: a join with devices
+ * was planned as a hash of the whole table per batch; a device deleted meanwhile is not
+ * counted). A reading older than $5
  * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
  * same statement, so an acknowledged late reading is never missed by the rollups; with
  * readings stamped now, that CTE inserts nothing. The mark is the later of $5 (this process's)
@@ -40,9 +42,12 @@ const INSERT_BATCH = `
     INSERT INTO readings (device_seq, time, seq, data) SELECT device_seq, time, seq, data FROM batch
   ), counted AS (
     INSERT INTO reading_counts (account_seq, minute, n)
-    SELECT coalesce(b.account_seq, d.account_seq), b.time / 60000, count(*)
-    FROM batch b LEFT JOIN devices d ON b.account_seq IS NULL AND d.seq = b.device_seq
-    WHERE coalesce(b.account_seq, d.account_seq) IS NOT NULL
+    SELECT a.account_seq, a.minute, count(*)
+    FROM (
+      SELECT coalesce(b.account_seq, (SELECT d.account_seq FROM devices d WHERE d.seq = b.device_seq)) AS account_seq, b.time / 60000 AS minute
+      FROM batch b
+    ) a
+    WHERE a.account_seq IS NOT NULL
     GROUP BY 1, 2
     ON CONFLICT (account_seq, minute) DO UPDATE SET n = reading_counts.n + excluded.n
   ), mark AS (
