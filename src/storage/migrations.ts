@@ -285,6 +285,13 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
       ALTER TABLE devices ADD COLUMN resumed_at INTEGER;
     `,
   },
+  {
+    // Retention used to archive a last_seen of 0 for a device that had never sent a reading,
+    // shown as 1970 and "silent": such a device has not been seen.
+    version: 9,
+    name: 'never-seen devices have no last_seen',
+    sql: 'UPDATE devices SET last_seen = NULL WHERE last_seen = 0',
+  },
 ];
 
 /**

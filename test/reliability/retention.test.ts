@@ -45,6 +45,7 @@ describe('retention job', () => {
     // starter plan: 30 days of retention.
     const { account, key, device: a, token: tokenA } = await seedAccount(server);
     const { device: b, accessToken: tokenB } = await server.services.devices.create(account, { name: 'only old data' });
+    const { device: never } = await server.services.devices.create(account, { name: 'never sent anything' });
 
     // 400 old readings (A: 300, B: 100), one millisecond apart, ending at T0 + 399.
     for (let i = 0; i < 400; i++) {
@@ -82,6 +83,9 @@ describe('retention job', () => {
     expect(res.status).toBe(200);
     const body = (await res.json()) as { data: { last_seen: string | null } };
     expect(body.data.last_seen).toBe(new Date(lastOfB).toISOString());
+    // A device that never sent a reading has still not been seen.
+    const unseen = (await (await server.request(`/v1/devices/${never.id}`, { key })).json()) as { data: { last_seen: string | null } };
+    expect(unseen.data.last_seen).toBeNull();
 
     // One day before a reading's retention ends it is kept: a second pass deletes nothing.
     now = T0 + 31 * DAY_MS + 29 * DAY_MS;

@@ -220,3 +220,28 @@ describe.skipIf(onPostgres)('migration 5 on a database of version 4', () => {
     expect(repos.readings.latest(1)!.seq).toBe(51);
   });
 });
+
+describe.skipIf(onPostgres)('migration 9 on a database of version 8', () => {
+  const temp = useTempDatabases();
+
+  it('gives a device whose last_seen retention had set to 0 no last_seen, and keeps a real one', () => {
+    const dir = temp.dir();
+    const old = new Database(path.join(dir, DB_FILE));
+    for (const m of MIGRATIONS.filter((m) => m.version <= 8)) old.exec(m.sql);
+    old.pragma('user_version = 8');
+    old.exec(`INSERT INTO accounts (seq, id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
+        snapshot_retention_days, field_limit, created_at, updated_at) VALUES (1, 'acc_1', 'm@example.com', 'business', 60, 1000, 10, 30, 10, 7, 50, 0, 0)`);
+    const device = old.prepare(
+      `INSERT INTO devices (seq, id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at, last_seen) VALUES (?, ?, 1, 'd', 'sensor', 'flexible', ?, 0, 0, ?)`,
+    );
+    device.run(1, 'dev_never', 'x', 0);
+    device.run(2, 'dev_seen', 'y', NOW);
+    old.close();
+
+    const db = temp.open(dir);
+    expect(db.prepare('SELECT id, last_seen FROM devices ORDER BY seq').all()).toEqual([
+      { id: 'dev_never', last_seen: null },
+      { id: 'dev_seen', last_seen: NOW },
+    ]);
+  });
+});

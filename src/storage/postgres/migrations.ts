@@ -389,6 +389,13 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
     name: 'no change notices for api_keys',
     sql: 'DROP TRIGGER IF EXISTS api_keys_notify_change ON api_keys',
   },
+  {
+    // Retention used to archive a last_seen of 0 for a device that had never sent a reading,
+    // shown as 1970 and "silent": such a device has not been seen.
+    version: 8,
+    name: 'never-seen devices have no last_seen',
+    sql: 'UPDATE devices SET last_seen = NULL WHERE last_seen = 0',
+  },
 ];
 
 /** Session-level advisory lock held while migrating: 'tlmg'. */

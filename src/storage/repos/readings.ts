@@ -173,9 +173,10 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
   );
   // Keeps the newest reading's time in the row before retention deletes readings, so
   // last_seen survives the deletion of every reading (the devices repository falls back to it).
-  const archiveLastSeen = db.prepare<[number]>(`UPDATE devices SET last_seen = max(coalesce(last_seen, 0),
+  // A device that never sent one keeps NULL ("never"), not 0.
+  const archiveLastSeen = db.prepare<[number]>(`UPDATE devices SET last_seen = nullif(max(coalesce(last_seen, 0),
     coalesce((SELECT max(time) FROM readings_by_device WHERE device_seq = devices.seq), 0),
-    coalesce((SELECT max(time) FROM readings_inbox WHERE device_seq = devices.seq), 0)) WHERE seq = ?`);
+    coalesce((SELECT max(time) FROM readings_inbox WHERE device_seq = devices.seq), 0)), 0) WHERE seq = ?`);
   const accountOfDevice = db.prepare<[number], number>('SELECT account_seq FROM devices WHERE seq = ?').pluck();
 
   /**

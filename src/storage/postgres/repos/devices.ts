@@ -53,11 +53,12 @@ const recordRejection = prepared(
 );
 const remove = prepared('device-remove', 'DELETE FROM devices WHERE seq = $1');
 // Keeps the newest reading's time in the row before retention deletes readings, so last_seen
-// survives the deletion of every reading (SELECT above falls back to it).
+// survives the deletion of every reading (SELECT above falls back to it). A device that never
+// sent one keeps NULL ("never"), not 0.
 const archiveLastSeen = prepared(
   'device-archive-last-seen',
-  `UPDATE devices SET last_seen = greatest(coalesce(last_seen, 0),
-     coalesce((SELECT max(time) FROM readings WHERE device_seq = devices.seq), 0)) WHERE seq = $1`,
+  `UPDATE devices SET last_seen = nullif(greatest(coalesce(last_seen, 0),
+     coalesce((SELECT max(time) FROM readings WHERE device_seq = devices.seq), 0)), 0) WHERE seq = $1`,
 );
 const allSeqs = prepared<{ seq: number; account_seq: number }>('devices-all-seqs', 'SELECT seq, account_seq FROM devices ORDER BY seq');
 const lockAccount = prepared('account-lock', 'SELECT 1 FROM accounts WHERE seq = $1 FOR UPDATE');
