@@ -216,6 +216,9 @@ describe('dashboard API', () => {
     });
     const code = (id: string) => shown.find((s) => s.id === id)!.code;
     expect(code('esp32')).toContain(`R"(${pem.trim()})"`);
+    // A keep-alive past the 60 s interval: PubSubClient's 15 s would have the broker close
+    // the connection between two readings.
+    expect(code('esp32')).toContain('mqtt.setKeepAlive(120);');
     expect(code('python')).toContain(`CA_CERT = """${pem.trim()}"""`);
     expect(code('mosquitto')).toContain(`curl -fsS -o ca.pem '${server.config.publicUrl}/mqtt-ca.pem'`);
   });

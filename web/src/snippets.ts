@@ -88,6 +88,9 @@ void setup() {
   while (WiFi.status() != WL_CONNECTED) delay(500);
   net.setCACert(CA_CERT);
   mqtt.setServer(MQTT_HOST, MQTT_PORT);
+  // Longer than the interval below: the broker closes a connection silent for 1.5 keep-alives
+  // (PubSubClient's default is 15 s), and each reading's publish keeps this one open.
+  mqtt.setKeepAlive(${Math.min(65_535, Math.max(60, 2 * s.intervalSeconds))});
 }
 
 void loop() {
