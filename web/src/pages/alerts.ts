@@ -421,7 +421,8 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                 h('td', { 'data-label': 'Actions' }, a.actions.join(', ') || '—'),
                 h('td', { 'data-label': 'Last triggered' }, fmtTime(a.last_triggered)),
                 h('td', { 'data-label': 'Enabled' }, toggle),
-                h('td', { class: 'row' }, edit, hist, del),
+                // The buttons' flex row inside the cell: a flex td is no table cell, and its border slips.
+                h('td', {}, h('div', { class: 'row tight' }, edit, hist, del)),
               );
             }),
           ),

@@ -40,6 +40,17 @@ function isSnapshotUrl(key: string, v: unknown): v is string {
   }
 }
 
+/** What the device was set up with (a device made in the dashboard); a device made elsewhere has nothing to show. */
+function connectivityText(settings: Record<string, unknown>): string {
+  const parts = [
+    settings.network,
+    settings.protocol,
+    settings.data_interval_seconds === undefined ? undefined : `every ${String(settings.data_interval_seconds)} s`,
+    settings.data_direction === undefined ? undefined : String(settings.data_direction).replace(/_/g, ' '),
+  ].filter((p) => p !== undefined && p !== null && p !== '');
+  return parts.length > 0 ? parts.map(String).join(' · ') : 'not set';
+}
+
 function cell(key: string, v: unknown): Node | string {
   if (isSnapshotUrl(key, v)) {
     return h(
@@ -149,11 +160,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
         h('dt', {}, 'Type'),
         h('dd', {}, d.type),
         h('dt', {}, 'Connectivity'),
-        h(
-          'dd',
-          {},
-          `${String(settings.network ?? '—')} · ${String(settings.protocol ?? '—')} · every ${String(settings.data_interval_seconds ?? '—')} s · ${String(settings.data_direction ?? '—').replace(/_/g, ' ')}`,
-        ),
+        h('dd', {}, connectivityText(settings)),
         h('dt', {}, 'Schema'),
         h('dd', {}, `${d.schema_mode}${d.snapshots_enabled ? ' · image uploads allowed' : ''}`),
         h('dt', {}, 'Last seen'),
@@ -294,7 +301,11 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
                   'tr',
                   { 'data-reading': r.id },
                   h('td', { class: 'nowrap' }, fmtTime(r.time)),
-                  ...keys.map((k) => h('td', {}, flat[i]!.has(k) ? cell(k, flat[i]!.get(k)) : '')),
+                  ...keys.map((k) => {
+                    const shown = flat[i]!.has(k) ? cell(k, flat[i]!.get(k)) : '';
+                    // A long value is cut to the column's width (app.css); the whole of it shows on hover.
+                    return h('td', typeof shown === 'string' && shown.length > 24 ? { title: shown } : {}, shown);
+                  }),
                 ),
               ),
             ),
