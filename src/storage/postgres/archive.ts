@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Pool, PoolClient } from 'pg';
@@ -195,6 +195,7 @@ export async function restorePostgresBackup(
   const snapshotsDir = path.resolve(opts.snapshotsDir);
   // Staged beside the snapshots dir, so the files are moved into place by a rename.
   const parent = path.dirname(snapshotsDir);
+  const madeParent = !existsSync(parent);
   mkdirSync(parent, { recursive: true, mode: 0o700 });
   const staging = mkdtempSync(path.join(parent, '.restore-'));
   try {
@@ -215,6 +216,8 @@ export async function restorePostgresBackup(
     return { file: source, snapshots_dir: snapshotsDir, readings: unpacked.readings };
   } finally {
     rmSync(staging, { recursive: true, force: true });
+    // Made only to stage in: an archive without snapshots leaves no empty data dir behind.
+    if (madeParent && readdirSync(parent).length === 0) rmSync(parent, { recursive: true, force: true });
   }
 }
 
