@@ -185,6 +185,16 @@ describe.skipIf(onPostgres)('readings inbox (migration 5)', () => {
   });
 });
 
+/** A database as a release at schema `version` left it, with one account (seq 1). */
+function databaseOfVersion(dir: string, version: number): Database.Database {
+  const old = new Database(path.join(dir, DB_FILE));
+  for (const m of MIGRATIONS.filter((m) => m.version <= version)) old.exec(m.sql);
+  old.pragma(`user_version = ${version}`);
+  old.exec(`INSERT INTO accounts (seq, id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
+      snapshot_retention_days, field_limit, created_at, updated_at) VALUES (1, 'acc_1', 'm@example.com', 'business', 60, 1000, 10, 30, 10, 7, 50, 0, 0)`);
+  return old;
+}
+
 // A SQLite migration.
 describe.skipIf(onPostgres)('migration 5 on a database of version 4', () => {
   const temp = useTempDatabases();
@@ -192,11 +202,7 @@ describe.skipIf(onPostgres)('migration 5 on a database of version 4', () => {
   it('keeps every reading: they stay in readings_by_device and are read as before', async () => {
     const dir = temp.dir();
     // A version-4 database with readings, as the previous release left it.
-    const old = new Database(path.join(dir, DB_FILE));
-    for (const m of MIGRATIONS.filter((m) => m.version <= 4)) old.exec(m.sql);
-    old.pragma('user_version = 4');
-    old.exec(`INSERT INTO accounts (seq, id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
-        snapshot_retention_days, field_limit, created_at, updated_at) VALUES (1, 'acc_1', 'm@example.com', 'business', 60, 1000, 10, 30, 10, 7, 50, 0, 0)`);
+    const old = databaseOfVersion(dir, 4);
     old.exec(
       `INSERT INTO devices (seq, id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES (1, 'dev_1', 1, 'd', 'sensor', 'flexible', 'x', 0, 0)`,
     );
@@ -226,11 +232,7 @@ describe.skipIf(onPostgres)('migration 9 on a database of version 8', () => {
 
   it('gives a device whose last_seen retention had set to 0 no last_seen, and keeps a real one', () => {
     const dir = temp.dir();
-    const old = new Database(path.join(dir, DB_FILE));
-    for (const m of MIGRATIONS.filter((m) => m.version <= 8)) old.exec(m.sql);
-    old.pragma('user_version = 8');
-    old.exec(`INSERT INTO accounts (seq, id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
-        snapshot_retention_days, field_limit, created_at, updated_at) VALUES (1, 'acc_1', 'm@example.com', 'business', 60, 1000, 10, 30, 10, 7, 50, 0, 0)`);
+    const old = databaseOfVersion(dir, 8);
     const device = old.prepare(
       `INSERT INTO devices (seq, id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at, last_seen) VALUES (?, ?, 1, 'd', 'sensor', 'flexible', ?, 0, 0, ?)`,
     );
