@@ -220,6 +220,19 @@ describe('dashboard API', () => {
     // the connection between two readings.
     expect(code('esp32')).toContain('mqtt.setKeepAlive(120);');
     expect(code('python')).toContain(`CA_CERT = """${pem.trim()}"""`);
+    // The HTTP script goes on after a reading the server did not take, or a server it did not reach.
+    const overHttp = snippets({
+      ...input,
+      fields: [],
+      network: 'wifi',
+      protocol: 'http',
+      intervalSeconds: 60,
+      certificatePem: pem,
+      selfSigned: true,
+    });
+    const pythonHttp = overHttp.find((s) => s.id === 'python')!.code;
+    expect(pythonHttp).toContain('except requests.RequestException as e:');
+    expect(pythonHttp).not.toContain('raise_for_status');
     expect(code('mosquitto')).toContain(`curl -fsS -o ca.pem '${server.config.publicUrl}/mqtt-ca.pem'`);
   });
 

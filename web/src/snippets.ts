@@ -165,10 +165,16 @@ TOKEN = "${s.token}"
 
 while True:
     data = ${json}
-    r = requests.post("${ingestUrl}",
-                      json={"device_id": DEVICE_ID, "data": data},
-                      headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
-    r.raise_for_status()
+    # A reading the server did not store (200) is reported and the loop goes on: a restart
+    # of the server or a dropped network must not end the script.
+    try:
+        r = requests.post("${ingestUrl}",
+                          json={"device_id": DEVICE_ID, "data": data},
+                          headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+        if r.status_code != 200:
+            print("not stored:", r.status_code, r.text)
+    except requests.RequestException as e:
+        print("server not reached:", e)
     time.sleep(${s.intervalSeconds})`;
 
   const list = [
