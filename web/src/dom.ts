@@ -88,6 +88,17 @@ export function fmtValue(v: unknown): string {
   return String(v);
 }
 
+/** What the device was set up with (a device made in the dashboard); a device made elsewhere has nothing to show. */
+export function connectivityText(settings: Record<string, unknown>): string {
+  const parts = [
+    settings.network,
+    settings.protocol,
+    settings.data_interval_seconds === undefined ? undefined : `every ${String(settings.data_interval_seconds)} s`,
+    settings.data_direction === undefined ? undefined : String(settings.data_direction).replace(/_/g, ' '),
+  ].filter((p) => p !== undefined && p !== null && p !== '');
+  return parts.length > 0 ? parts.map(String).join(' · ') : 'not set';
+}
+
 export function ago(isoTime: string | null | undefined): string {
   if (!isoTime) return 'never';
   const s = Math.round((Date.now() - new Date(isoTime).getTime()) / 1000);

@@ -1,7 +1,7 @@
 import { DAY_MS, HOUR_MS } from '../../../src/time';
 import { api } from '../api';
 import { type AggregateBucket, SeriesChart } from '../chart';
-import { ago, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
+import { ago, connectivityText, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
 import type { PageContext } from '../main';
 import { type DeviceDetail, renderCreated, statusBadge } from './devices';
@@ -38,17 +38,6 @@ function isSnapshotUrl(key: string, v: unknown): v is string {
   } catch {
     return false;
   }
-}
-
-/** What the device was set up with (a device made in the dashboard); a device made elsewhere has nothing to show. */
-function connectivityText(settings: Record<string, unknown>): string {
-  const parts = [
-    settings.network,
-    settings.protocol,
-    settings.data_interval_seconds === undefined ? undefined : `every ${String(settings.data_interval_seconds)} s`,
-    settings.data_direction === undefined ? undefined : String(settings.data_direction).replace(/_/g, ' '),
-  ].filter((p) => p !== undefined && p !== null && p !== '');
-  return parts.length > 0 ? parts.map(String).join(' · ') : 'not set';
 }
 
 function cell(key: string, v: unknown): Node | string {
