@@ -71,7 +71,7 @@ export interface ServiceOptions {
   minFreeDiskBytes?: number;
   /** Where storage refusals and recoveries are logged (throttled). */
   storageLog?: { warn: LogLine; info: LogLine };
-  /** Where a failure to talk to the other nodes of a cluster is reported (PostgreSQL). */
+  /** Where a failure of PostgreSQL's own work is reported: talking to the other nodes, folding the usage counts. */
   onClusterError?: (err: unknown, what: string) => void;
 }
 
@@ -139,6 +139,15 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     start: () => adoptDeliveries.start({ intervalMs: 1_000, firstRunDelayMs: 1_000 }),
     stop: adoptDeliveries.stop,
   };
+  // The usage counts every batch appends (PostgreSQL), folded by the leader every second.
+  const foldUsageCounts =
+    storage.backend === 'postgres'
+      ? periodicJob(storage.repos.readings.foldUsageCounts, (err) => options.onClusterError?.(err, 'folding the usage counts'))
+      : null;
+  const foldUsageCountsJob = foldUsageCounts && {
+    start: () => foldUsageCounts.start({ intervalMs: 1_000, firstRunDelayMs: 1_000 }),
+    stop: foldUsageCounts.stop,
+  };
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
   // admin CLI); the rows go by ON DELETE CASCADE.
   events.on('device.changed', ({ deviceId, change }) => {
@@ -167,7 +176,8 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     /**
      * The jobs that run once per database, on the process that leads (the server starts
      * them; on SQLite it always leads): retention, the silence checks every
-     * `silenceCheckMs`, the rollup pass.
+     * `silenceCheckMs`, the rollup pass, and on PostgreSQL the adoption of deliveries other
+     * nodes left and the usage counts' fold.
      */
     backgroundJobs: (silenceCheckMs?: number, log?: Partial<LeaderJobsLog>) =>
       leaderJobs(
@@ -181,6 +191,7 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
           rollups,
           // Only where other processes send deliveries too.
           ...(repos.leadership.soleWriter ? [] : [adoptDeliveriesJob]),
+          ...(foldUsageCountsJob ? [foldUsageCountsJob] : []),
         ],
         log,
       ),

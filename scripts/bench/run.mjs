@@ -320,7 +320,7 @@ async function restoreIntoPostgres(datasetDir, dataDir) {
 async function withReadingsPerCommit(dataDir, load) {
   if (!POSTGRES) return load();
   const sql =
-    "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || (SELECT coalesce(sum(n), 0) FROM reading_counts)";
+    "SELECT (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) || ' ' || (SELECT coalesce(sum(n), 0) FROM (SELECT n FROM reading_counts UNION ALL SELECT n FROM reading_count_deltas) c)";
   const [commits0, readings0] = (await pgValue(dataDir, sql)).split(' ').map(Number);
   const result = await load();
   const [commits1, readings1] = (await pgValue(dataDir, sql)).split(' ').map(Number);

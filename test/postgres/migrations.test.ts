@@ -49,6 +49,7 @@ describe('PostgreSQL schema and migrations', () => {
       'delivery_owners',
       'devices',
       'rate_limit_counts',
+      'reading_count_deltas',
       'reading_counts',
       'readings',
       'rollup_dirty',
@@ -183,14 +184,14 @@ describe('PostgreSQL schema and migrations', () => {
       expect(plan).not.toMatch(/Seq Scan|Sort/);
     });
 
-    it('keeps reading_counts when readings are deleted, in one pass per statement', async () => {
+    it('follows deleted readings with negative usage counts, one row per account and minute of each statement', async () => {
       const minute = Math.floor(Date.UTC(1999, 11, 31, 23, 59) / 60_000);
-      await p.query('INSERT INTO reading_counts VALUES (1, $1, 3)', [minute]);
-      await p.query("INSERT INTO readings VALUES (1, $1, 10, '{}'), (1, $1 + 1, 11, '{}')", [minute * 60_000]);
-      await p.query('DELETE FROM readings WHERE seq IN (10, 11)');
-      expect((await p.query('SELECT n FROM reading_counts WHERE minute = $1', [minute])).rows).toEqual([{ n: 1 }]);
-      await p.query('DELETE FROM readings WHERE seq = 1');
-      expect((await p.query('SELECT count(*) AS n FROM reading_counts WHERE minute = $1', [minute])).rows).toEqual([{ n: 0 }]);
+      await p.query("INSERT INTO readings VALUES (1, $1, 10, '{}'), (1, $1 + 1, 11, '{}'), (1, $1 + 60000, 12, '{}')", [minute * 60_000]);
+      await p.query('DELETE FROM readings WHERE seq IN (10, 11, 12)');
+      expect((await p.query('SELECT account_seq, minute, n FROM reading_count_deltas ORDER BY minute')).rows).toEqual([
+        { account_seq: 1, minute, n: -2 },
+        { account_seq: 1, minute: minute + 1, n: -1 },
+      ]);
     });
   });
 });

@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { AppError } from '../../src/errors.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { createPostgresRepositories } from '../../src/storage/postgres/index.js';
 import { migratePostgres } from '../../src/storage/postgres/migrations.js';
 import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
@@ -41,7 +42,7 @@ describe('PostgreSQL reading writer', () => {
     writer = new PostgresReadingWriter(pool, url);
   });
   beforeEach(async () => {
-    await pool.query('TRUNCATE readings, reading_counts');
+    await pool.query('TRUNCATE readings, reading_counts, reading_count_deltas, rollup_dirty');
   });
   afterAll(async () => {
     await writer?.close();
@@ -78,7 +79,7 @@ describe('PostgreSQL reading writer', () => {
     // Holds the statements at their usage counts until every later append is queued.
     const blocker = await observer.connect();
     await blocker.query('BEGIN');
-    await blocker.query('LOCK TABLE reading_counts IN EXCLUSIVE MODE');
+    await blocker.query('LOCK TABLE reading_count_deltas IN EXCLUSIVE MODE');
     const first = Array.from({ length: 10 }, (_, i) => writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW + i, data: '{}' }));
     const later: Promise<number>[] = [];
     for (let pass = 0; pass < 5; pass++) {
@@ -108,12 +109,15 @@ describe('PostgreSQL reading writer', () => {
   });
 
   it('answers the callers of a batch that commits first only after those of the batch sent before it', async () => {
-    // Hold the usage row of the first reading's minute, so its batch waits for the lock
-    // while the next batch, of another minute, commits.
+    // The first reading is late, so its batch marks its hour dirty; another transaction holds
+    // that mark uncommitted, so the batch waits for it while the next batch, of a reading
+    // stamped later, commits.
     const blocker = await observer.connect();
+    const lateBefore = (await observer.query('SELECT late_before FROM rollup_late')).rows[0].late_before;
     try {
+      await observer.query('UPDATE rollup_late SET late_before = $1', [NOW + MINUTE]);
       await blocker.query('BEGIN');
-      await blocker.query('INSERT INTO reading_counts (account_seq, minute, n) VALUES ($1, $2, 0)', [accountSeq, Math.floor(NOW / 60_000)]);
+      await blocker.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [devices[0], NOW - (NOW % 3_600_000)]);
       const answered: string[] = [];
       const first = writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{"n":1}' }).then(() => answered.push('first'));
       await new Promise((resolve) => setImmediate(resolve));
@@ -131,6 +135,7 @@ describe('PostgreSQL reading writer', () => {
     } finally {
       await blocker.query('ROLLBACK').catch(() => {});
       blocker.release();
+      await observer.query('UPDATE rollup_late SET late_before = $1', [lateBefore]);
     }
   });
 
@@ -160,7 +165,7 @@ describe('PostgreSQL reading writer', () => {
     expect(texts[1]).toContain('\\u001e');
   });
 
-  it('counts usage per account and minute in the same transaction, looking up accounts it was not given', async () => {
+  it('appends usage counts per account and minute in the same transaction, looking up accounts it was not given', async () => {
     const deleted = (
       await pool.query(
         "INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES ('dev_gone', $1, 'd', 't', 'flexible', 'gone', 0, 0) RETURNING seq",
@@ -176,14 +181,55 @@ describe('PostgreSQL reading writer', () => {
       writer.append({ deviceSeq: deleted, time: NOW, data: '{}' }),
     ]);
     await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW + 2, data: '{}' });
-    const { rows } = await observer.query('SELECT account_seq, minute, n, xmin::text AS tx FROM reading_counts ORDER BY minute');
+    // One row per batch, account and minute, appended: no batch waits on another's row.
+    const { rows } = await observer.query('SELECT account_seq, minute, n, xmin::text AS tx FROM reading_count_deltas ORDER BY minute, n');
     expect(rows.map(({ tx: _, ...r }) => r)).toEqual([
-      { account_seq: accountSeq, minute: NOW / MINUTE, n: 3 },
+      { account_seq: accountSeq, minute: NOW / MINUTE, n: 1 },
+      { account_seq: accountSeq, minute: NOW / MINUTE, n: 2 },
       { account_seq: accountSeq, minute: NOW / MINUTE + 1, n: 1 },
     ]);
     const batchTx = (await observer.query('SELECT DISTINCT xmin::text AS tx FROM readings WHERE time = $1', [NOW + MINUTE])).rows;
-    expect(batchTx).toEqual([{ tx: rows[1].tx }]);
+    expect(batchTx).toEqual([{ tx: rows[2].tx }]);
+    expect(await count('SELECT count(*) AS n FROM reading_counts')).toBe(0);
     expect(await count()).toBe(5);
+  });
+
+  it('keeps the usage counts exact while folds run beside the batches, each other and deletions', async () => {
+    const repos = await createPostgresRepositories(observer);
+    let writing = true;
+    let folded = 0;
+    const folding = [0, 1].map(async () => {
+      while (writing) folded += await repos.readings.foldUsageCounts();
+    });
+    // 40 event-loop passes of 50 readings over 4 minutes: batches in flight as folds run.
+    const appends: Promise<number>[] = [];
+    for (let pass = 0; pass < 40; pass++) {
+      for (let i = 0; i < 50; i++) {
+        const n = pass * 50 + i;
+        appends.push(writer.append({ deviceSeq: devices[n % 3]!, accountSeq, time: NOW + (n % 4) * MINUTE + n, data: '{}' }));
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    await Promise.all(appends);
+    // Deletions append negative counts; a minute left without readings loses its row.
+    await observer.query('DELETE FROM readings WHERE time >= $1 AND time < $2', [NOW + 3 * MINUTE, NOW + 4 * MINUTE]);
+    await observer.query('DELETE FROM readings WHERE device_seq = $1 AND time < $2', [devices[0], NOW + MINUTE]);
+    writing = false;
+    await Promise.all(folding);
+    expect(folded).toBeGreaterThan(0);
+    await repos.readings.foldUsageCounts();
+    const expected = (
+      await observer.query(
+        'SELECT $1::bigint AS account_seq, time / 60000 AS minute, count(*)::bigint AS n FROM readings GROUP BY 2 ORDER BY 2',
+        [accountSeq],
+      )
+    ).rows;
+    expect(expected.map((r) => r.minute)).toEqual([0, 1, 2].map((m) => NOW / MINUTE + m));
+    expect((await observer.query('SELECT account_seq, minute, n FROM reading_counts ORDER BY minute')).rows).toEqual(expected);
+    expect(await count('SELECT count(*) AS n FROM reading_count_deltas')).toBe(0);
+    expect(await repos.readings.countSinceForAccount(accountSeq, NOW)).toBe(await count());
+    await repos.externalCommits.close();
+    await repos.leadership.close();
   });
 
   it('creates the partition of a week it has not seen, also one that was dropped meanwhile', async () => {

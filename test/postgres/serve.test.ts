@@ -110,6 +110,20 @@ describe('serve on PostgreSQL', () => {
       telemetry: { data_points_24h: 5 },
       alerts: { total: 0, active: 0 },
     });
+    // The leading node folds the counts each batch appended into one row per minute within
+    // about a second; usage reads the same after.
+    const counts = async () =>
+      (
+        await observer.query<{ folded: number; appended: number }>(
+          `SELECT (SELECT coalesce(sum(n), 0)::int FROM reading_counts WHERE account_seq = $1) AS folded,
+                  (SELECT count(*)::int FROM reading_count_deltas WHERE account_seq = $1) AS appended`,
+          [s.account.seq],
+        )
+      ).rows[0]!;
+    for (let i = 0; i < 50 && (await counts()).appended > 0; i++) await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(await counts()).toEqual({ folded: 5, appended: 0 });
+    const folded = await server.request('/v1/account/usage', { key: s.key });
+    expect(((await folded.json()) as { data: { telemetry: unknown } }).data.telemetry).toMatchObject({ data_points_24h: 5 });
 
     const device = await server.request(`/v1/devices/${s.device.id}`, { key: s.key });
     expect(((await device.json()) as { data: { last_seen: string | null } }).data.last_seen).not.toBeNull();

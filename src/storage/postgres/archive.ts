@@ -22,8 +22,11 @@ import { migratePostgres, READING_ID_BLOCK, readingPartitions } from './migratio
 /** Rows per FETCH and per SQLite transaction on backup; rows per INSERT … unnest on restore. */
 const BATCH_ROWS = 5_000;
 
-/** The tables copied as they are, parents before children (foreign keys), with their key order. */
-const TABLES: { name: string; order: string }[] = [
+/**
+ * The tables copied as they are, parents before children (foreign keys), with their key
+ * order, and where a table's rows are not simply its own, what to read them from.
+ */
+const TABLES: { name: string; order: string; from?: string }[] = [
   { name: 'accounts', order: 'seq' },
   { name: 'api_keys', order: 'seq' },
   { name: 'devices', order: 'seq' },
@@ -34,12 +37,21 @@ const TABLES: { name: string; order: string }[] = [
   { name: 'rollups', order: 'device_seq, level, bucket' },
   { name: 'rollup_state', order: 'rolled_until' },
   { name: 'rollup_dirty', order: 'device_seq, hour' },
-  // Copied on backup; rebuilt from the readings on restore (below).
-  { name: 'reading_counts', order: 'account_seq, minute' },
+  // Copied on backup, with the counts not folded yet; rebuilt from the readings on restore (below).
+  {
+    name: 'reading_counts',
+    order: 'account_seq, minute',
+    from: `(SELECT account_seq, minute, sum(n)::bigint AS n
+            FROM (SELECT account_seq, minute, n FROM reading_counts UNION ALL SELECT account_seq, minute, n FROM reading_count_deltas) c
+            GROUP BY 1, 2 HAVING sum(n) > 0) AS reading_counts`,
+  },
 ];
 
-/** PostgreSQL-only tables of a cluster's coordination (migration 4): never archived. */
-const CLUSTER_TABLES = ['delivery_owners', 'rollup_late'];
+/**
+ * PostgreSQL-only tables, never archived: a cluster's coordination (migration 4) and the
+ * usage counts not folded yet (migration 9), which the backup adds to reading_counts.
+ */
+const POSTGRES_ONLY_TABLES = ['delivery_owners', 'rollup_late', 'reading_count_deltas'];
 
 /**
  * SQLite tables with their own handling: readings sit in two SQLite tables and in one
@@ -112,7 +124,7 @@ export async function createPostgresBackup(
       sqlite.pragma('synchronous = OFF');
       client = await pool.connect();
       await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-      for (const table of TABLES) await copyOut(client, sqlite, table.name, table.name, table.order, onProgress);
+      for (const table of TABLES) await copyOut(client, sqlite, table.name, table.name, table.order, onProgress, table.from);
       // Key order of the clustered table: SQLite appends each page instead of splitting pages.
       await copyOut(client, sqlite, 'readings', 'readings_by_device', 'device_seq, time, seq', onProgress);
       // A sequence is outside transactions: this is its value now, at least every seq the
@@ -141,6 +153,7 @@ async function copyOut(
   sqliteTable: string,
   order: string,
   onProgress?: (p: PostgresBackupProgress) => void,
+  from = quote(pgTable),
 ): Promise<void> {
   const columns = await columnsOf(client, sqlite, pgTable, sqliteTable);
   const list = columns.map((c) => quote(c.name)).join(', ');
@@ -154,7 +167,7 @@ async function copyOut(
       insert.run(...row);
     }
   });
-  await client.query(`DECLARE archive_rows NO SCROLL CURSOR FOR SELECT ${list} FROM ${quote(pgTable)} ORDER BY ${order}`);
+  await client.query(`DECLARE archive_rows NO SCROLL CURSOR FOR SELECT ${list} FROM ${from} ORDER BY ${order}`);
   let copied = 0;
   onProgress?.({ table: pgTable, rows: 0 });
   for (;;) {
@@ -228,9 +241,10 @@ async function loadArchive(pool: Pool, sqlite: Db): Promise<void> {
     await client.query('BEGIN');
     // Replaces whatever the tables hold: accounts with --force, and in a database without
     // accounts whatever else is there (rollup_state's first row, at least).
-    // The cluster's own tables (not in an archive) go too: the pending deliveries of the
-    // events being replaced, and the late-reading mark, set again below.
-    await client.query(`TRUNCATE ${[...TABLES.map((t) => t.name), 'readings', ...CLUSTER_TABLES].map(quote).join(', ')}`);
+    // The PostgreSQL-only tables (not in an archive) go too: the pending deliveries of the
+    // events being replaced, the late-reading mark (set again below) and the counts of the
+    // readings being replaced.
+    await client.query(`TRUNCATE ${[...TABLES.map((t) => t.name), 'readings', ...POSTGRES_ONLY_TABLES].map(quote).join(', ')}`);
     const weeks = sqlite.prepare(WEEKS_SQL).pluck().all() as number[];
     if (weeks.length > 0) await readingPartitions(client, weeks);
     for (const table of TABLES) {

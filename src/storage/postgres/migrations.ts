@@ -396,6 +396,32 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
     name: 'never-seen devices have no last_seen',
     sql: 'UPDATE devices SET last_seen = NULL WHERE last_seen = 0',
   },
+  {
+    // Every batch of an account upserted the same reading_counts row (account, minute), so
+    // batches in flight at once waited on its row lock one commit after another, and the row
+    // took a new version per batch. Batches (and the deletion trigger, with negative counts)
+    // now append to reading_count_deltas, which has no unique key to wait on; the leading
+    // node folds it into reading_counts every second (repos/readings.ts, foldUsageCounts).
+    // An account's count is the sum over both tables.
+    version: 9,
+    name: 'usage counts appended per batch',
+    sql: `
+      CREATE TABLE reading_count_deltas (
+        account_seq bigint NOT NULL,
+        minute bigint NOT NULL,
+        n bigint NOT NULL
+      );
+      CREATE INDEX reading_count_deltas_account_minute ON reading_count_deltas (account_seq, minute);
+      CREATE OR REPLACE FUNCTION reading_counts_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        INSERT INTO reading_count_deltas (account_seq, minute, n)
+        SELECT d.account_seq, o.time / 60000, -count(*)
+        FROM deleted_readings o JOIN devices d ON d.seq = o.device_seq
+        GROUP BY 1, 2;
+        RETURN NULL;
+      END $$;
+    `,
+  },
 ];
 
 /** Session-level advisory lock held while migrating: 'tlmg'. */

@@ -16,10 +16,11 @@ interface Waiting extends PendingReading {
  * comes as three arrays and the readings' JSON texts joined by DATA_SEPARATOR, takes one
  * block of ids from reading_seq (migration 6) and numbers its readings from it in arrival
  * order, so its ids are one range, lands in readings,
- * and adds its usage counts per account and UTC minute (the account looked up where the
- * caller did not have it, by a subquery evaluated for those rows only: a join with devices
- * was planned as a hash of the whole table per batch; a device deleted meanwhile is not
- * counted). A reading older than $5
+ * and appends its usage counts per account and UTC minute to reading_count_deltas (migration
+ * 9: appended, not upserted into reading_counts, so batches in flight together never wait on
+ * one row; the account looked up where the caller did not have it, by a subquery evaluated
+ * for those rows only: a join with devices was planned as a hash of the whole table per
+ * batch; a device deleted meanwhile is not counted). A reading older than $5
  * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
  * same statement, so an acknowledged late reading is never missed by the rollups; with
  * readings stamped now, that CTE inserts nothing. The mark is the later of $5 (this process's)
@@ -41,7 +42,7 @@ const INSERT_BATCH = `
   ), inserted AS (
     INSERT INTO readings (device_seq, time, seq, data) SELECT device_seq, time, seq, data FROM batch
   ), counted AS (
-    INSERT INTO reading_counts (account_seq, minute, n)
+    INSERT INTO reading_count_deltas (account_seq, minute, n)
     SELECT a.account_seq, a.minute, count(*)
     FROM (
       SELECT coalesce(b.account_seq, (SELECT d.account_seq FROM devices d WHERE d.seq = b.device_seq)) AS account_seq, b.time / 60000 AS minute
@@ -49,7 +50,6 @@ const INSERT_BATCH = `
     ) a
     WHERE a.account_seq IS NOT NULL
     GROUP BY 1, 2
-    ON CONFLICT (account_seq, minute) DO UPDATE SET n = reading_counts.n + excluded.n
   ), mark AS (
     SELECT greatest(late_before, coalesce($5::bigint, 0)) AS late_before FROM rollup_late FOR SHARE
   ), late AS (

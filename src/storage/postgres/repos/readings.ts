@@ -52,11 +52,41 @@ const rangeAfter = prepared<ReadingRow>(
   `SELECT seq, device_seq, time, data FROM readings WHERE device_seq = $1 AND time >= $2 AND (time, seq) > ($2, $3) AND time < $4
    ORDER BY time, seq LIMIT $5`,
 );
-// An account's readings since T: whole minutes from reading_counts, the partial first minute
-// [T, next minute) from the readings themselves (as on SQLite).
+// An account's readings since T: whole minutes from reading_counts and the counts appended
+// since the last fold (foldUsageCounts), the partial first minute [T, next minute) from the
+// readings themselves (as on SQLite).
 const countMinutesOfAccount = prepared<{ n: number }>(
   'readings-count-minutes',
-  'SELECT coalesce(sum(n), 0)::bigint AS n FROM reading_counts WHERE account_seq = $1 AND minute >= $2',
+  `SELECT coalesce(sum(n), 0)::bigint AS n FROM (
+     SELECT n FROM reading_counts WHERE account_seq = $1 AND minute >= $2
+     UNION ALL
+     SELECT n FROM reading_count_deltas WHERE account_seq = $1 AND minute >= $2
+   ) c`,
+);
+// Moves every committed delta into reading_counts in one statement, so no count is ever in
+// both tables or in neither: a fold running beside it waits for these rows and then skips
+// them, and deltas of batches still in flight stay for the next fold. Gives back the keys
+// whose count fell to zero (every reading of that minute deleted), deleted next.
+const foldDeltas = prepared<{ deltas: number; emptied_accounts: unknown[]; emptied_minutes: unknown[] }>(
+  'reading-counts-fold',
+  `WITH gone AS (
+     DELETE FROM reading_count_deltas RETURNING account_seq, minute, n
+   ), folded AS (
+     INSERT INTO reading_counts (account_seq, minute, n)
+     SELECT account_seq, minute, sum(n) FROM gone GROUP BY 1, 2 HAVING sum(n) <> 0
+     ON CONFLICT (account_seq, minute) DO UPDATE SET n = reading_counts.n + excluded.n
+     RETURNING account_seq, minute, n
+   )
+   SELECT (SELECT count(*) FROM gone)::int AS deltas,
+     coalesce((SELECT array_agg(account_seq) FROM folded WHERE n <= 0), '{}') AS emptied_accounts,
+     coalesce((SELECT array_agg(minute) FROM folded WHERE n <= 0), '{}') AS emptied_minutes`,
+);
+// A row updated by a statement cannot be deleted by the same one: the emptied minutes go in
+// a second statement of the fold's transaction.
+const deleteEmptiedCounts = prepared(
+  'reading-counts-delete-emptied',
+  `DELETE FROM reading_counts c USING unnest($1::bigint[], $2::bigint[]) AS e(account_seq, minute)
+   WHERE c.account_seq = e.account_seq AND c.minute = e.minute AND c.n <= 0`,
 );
 const countRangeOfAccount = prepared<{ n: number }>(
   'readings-count-range-of-account',
@@ -91,9 +121,10 @@ function partitionStart(name: string): number | null {
   return m ? Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3])) : null;
 }
 
-/** Retention's drop of whole weeks, which only the PostgreSQL backend has. */
+/** Retention's drop of whole weeks and the usage counts' fold, which only the PostgreSQL backend has. */
 export interface PartitionedReadings {
   dropExpiredPartitions(now: number, levels: number): Promise<string[]>;
+  foldUsageCounts(): Promise<number>;
   /** What the PostgresReadingWriter calls after each commit: hands the batch to the commit observer. */
   committed(batch: readonly PendingReading[]): void;
 }
@@ -102,7 +133,7 @@ export interface PartitionedReadings {
  * Readings on PostgreSQL (ReadingsRepository, src/storage/repositories.ts): one
  * range-partitioned table (migrations.ts), written by the PostgresReadingWriter only; this
  * repository reads and deletes. There is no inbox, so nothing to merge. Besides the
- * interface: dropExpiredPartitions.
+ * interface: dropExpiredPartitions and foldUsageCounts.
  */
 export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepository & PartitionedReadings {
   let onCommitted: (batch: readonly PendingReading[]) => void = () => {};
@@ -172,6 +203,21 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
       ]);
       return edge!.n + minutes!.n;
     },
+    /**
+     * Folds the usage counts appended per batch (reading_count_deltas, migration 9) into
+     * reading_counts, so the deltas stay a few seconds' worth: the leading node's job, every
+     * second. Skipped (0) while a partition is being created or dropped: a drop deletes the
+     * counts of its week from both tables, and a fold beside it could put some back. Returns
+     * how many delta rows it folded.
+     */
+    foldUsageCounts: (): Promise<number> =>
+      inTransaction(pool, async (client) => {
+        const locked = (await client.query('SELECT pg_try_advisory_xact_lock($1) AS ok', [PARTITIONS_LOCK])).rows[0].ok;
+        if (!locked) return 0;
+        const { deltas, emptied_accounts: accounts, emptied_minutes: minutes } = (await foldDeltas.first(client, []))!;
+        if (accounts.length > 0) await deleteEmptiedCounts.run(client, [accounts, minutes]);
+        return deltas;
+      }),
     /** Deletes up to `batch` readings of a device, oldest first; returns how many went (0 when done). */
     deleteBatchOfDevice: (deviceSeq: number, batch: number): Promise<number> => deleteBatchOfDevice.run(pool, [deviceSeq, batch]),
     /**
@@ -228,7 +274,8 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
               );
               await client.query('DELETE FROM rollups WHERE level < $1 AND bucket >= 0 AND bucket < $2', [levels, end]);
               await client.query('DELETE FROM rollup_dirty WHERE hour < $1', [end - HOUR_MS + 1]);
-              await client.query('DELETE FROM reading_counts WHERE minute >= $1 AND minute < $2', [start / MINUTE_MS, end / MINUTE_MS]);
+              for (const counts of ['reading_counts', 'reading_count_deltas'])
+                await client.query(`DELETE FROM ${counts} WHERE minute >= $1 AND minute < $2`, [start / MINUTE_MS, end / MINUTE_MS]);
               await client.query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
               await client.query(`DROP TABLE ${table}`);
               return true;
