@@ -59,13 +59,11 @@ export function resolveRawOptions(cmd: Command, specs: OptionSpec[]): Record<str
  * config file, it says so, since the user never typed that flag.
  */
 export function withSourceOf(cmd: Command, err: unknown): unknown {
-  if (!(err instanceof ConfigError)) return err;
-  const name = /^--([a-z][a-z-]*)/.exec(err.message)?.[1];
-  if (!name) return err;
-  const source = cmd.getOptionValueSource(camel(name));
+  if (!(err instanceof ConfigError) || err.option === undefined) return err;
+  const source = cmd.getOptionValueSource(camel(err.option));
   const config = cmd.opts().config;
-  const from = source === 'env' ? envName(name) : source === undefined && typeof config === 'string' ? `config file ${config}` : null;
-  return from ? new ConfigError(`${err.message} (from ${from})`) : err;
+  const from = source === 'env' ? envName(err.option) : source === undefined && typeof config === 'string' ? `config file ${config}` : null;
+  return from ? new ConfigError(`${err.message} (from ${from})`, err.option) : err;
 }
 
 /**

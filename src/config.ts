@@ -150,8 +150,22 @@ export const SERVE_OPTIONS: OptionSpec[] = [
   },
 ];
 
-/** A configuration that cannot be used: one line naming the flag, variable or file key. */
-export class ConfigError extends Error {}
+/**
+ * A configuration that cannot be used: one line naming the flag, variable or file key, and
+ * the long name of the option whose value was refused, where one was (so the CLI can say
+ * where that value came from).
+ */
+export class ConfigError extends Error {
+  constructor(
+    message: string,
+    readonly option?: string,
+  ) {
+    super(message);
+  }
+}
+
+/** A refused value of one option: `--name <why>`. */
+const badValue = (name: string, why: string) => new ConfigError(`--${name} ${why}`, name);
 
 /** Reads a JSON config file; its keys are long option names (docs/operations.md, "Configuration"). */
 export function loadConfigFile(file: string): Record<string, unknown> {
@@ -205,7 +219,7 @@ function port(name: string, value: unknown, allowOff: boolean): number | null {
   if (allowOff && text === 'off') return null;
   const n = Number(text);
   if (!Number.isInteger(n) || n < 0 || n > 65535) {
-    throw new ConfigError(`--${name} must be a port number 0-65535${allowOff ? ' or "off"' : ''}, got "${text}"`);
+    throw badValue(name, `must be a port number 0-65535${allowOff ? ' or "off"' : ''}, got "${text}"`);
   }
   return n;
 }
@@ -225,26 +239,26 @@ function isWebAddress(url: string): boolean {
  * wrong path or file stops `serve` with a message naming the flag before anything listens.
  */
 function checkTlsPair(certFile: string, keyFile: string): void {
-  const unreadable = (flag: string, file: string, what: string, err: unknown) => {
+  const unreadable = (name: string, file: string, what: string, err: unknown) => {
     // A system error (the file) has a syscall; OpenSSL's (the contents) have codes of their own.
     const { code, syscall } = err as NodeJS.ErrnoException;
-    if (!syscall) return new ConfigError(`${flag} ${file}: not a PEM ${what}`);
+    if (!syscall) return badValue(name, `${file}: not a PEM ${what}`);
     const why = { ENOENT: 'no such file', EACCES: 'permission denied' }[code ?? ''] ?? `cannot read it (${code})`;
-    return new ConfigError(`${flag} ${file}: ${why}`);
+    return badValue(name, `${file}: ${why}`);
   };
   let cert: X509Certificate;
   let key: KeyObject;
   try {
     cert = new X509Certificate(readFileSync(certFile));
   } catch (err) {
-    throw unreadable('--tls-cert', certFile, 'certificate', err);
+    throw unreadable('tls-cert', certFile, 'certificate', err);
   }
   try {
     key = createPrivateKey(readFileSync(keyFile));
   } catch (err) {
-    throw unreadable('--tls-key', keyFile, 'private key', err);
+    throw unreadable('tls-key', keyFile, 'private key', err);
   }
-  if (!cert.checkPrivateKey(key)) throw new ConfigError(`--tls-key ${keyFile} is not the private key of --tls-cert ${certFile}`);
+  if (!cert.checkPrivateKey(key)) throw badValue('tls-key', `${keyFile} is not the private key of --tls-cert ${certFile}`);
 }
 
 function str(value: unknown): string | null {
@@ -267,7 +281,7 @@ function onOff(name: string, value: unknown, fallback: boolean): boolean {
   const text = String(value).trim().toLowerCase();
   if (ON_WORDS.includes(text)) return true;
   if (OFF_WORDS.includes(text)) return false;
-  throw new ConfigError(`--${name} must be on or off, got "${String(value)}"`);
+  throw badValue(name, `must be on or off, got "${String(value)}"`);
 }
 
 /**
@@ -286,14 +300,14 @@ function trustProxyOf(value: unknown): ServerConfig['trustProxy'] {
 
 function proxyList(entries: string[]): string[] {
   const list = entries.map((e) => e.trim()).filter((e) => e !== '');
-  if (list.length === 0) throw new ConfigError('--trust-proxy needs at least one address');
+  if (list.length === 0) throw badValue('trust-proxy', 'needs at least one address');
   for (const entry of list) {
     const [address = '', prefix, ...rest] = entry.split('/');
     const family = isIP(address);
     const maxPrefix = family === 4 ? 32 : 128;
     const prefixOk = prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= maxPrefix);
     if (family === 0 || !prefixOk || rest.length > 0) {
-      throw new ConfigError(`--trust-proxy takes on/off or IP addresses and CIDR ranges (10.0.0.5, 10.0.0.0/8, fd00::/8), got "${entry}"`);
+      throw badValue('trust-proxy', `takes on/off or IP addresses and CIDR ranges (10.0.0.5, 10.0.0.0/8, fd00::/8), got "${entry}"`);
     }
   }
   return list;
@@ -316,15 +330,15 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
   const httpPort = port('http-port', get('http-port'), false) ?? 8080;
   const durability = String(get('durability'));
   if (durability !== 'normal' && durability !== 'full') {
-    throw new ConfigError(`--durability must be "normal" or "full", got "${durability}"`);
+    throw badValue('durability', `must be "normal" or "full", got "${durability}"`);
   }
   const logLevel = String(get('log-level'));
   if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
-    throw new ConfigError(`--log-level must be one of ${LOG_LEVELS.join(', ')}`);
+    throw badValue('log-level', `must be one of ${LOG_LEVELS.join(', ')}`);
   }
   const logFormat = str(get('log-format')) ?? (env.stdoutIsTty ? 'pretty' : 'json');
   if (logFormat !== 'pretty' && logFormat !== 'json') {
-    throw new ConfigError(`--log-format must be "pretty" or "json", got "${logFormat}"`);
+    throw badValue('log-format', `must be "pretty" or "json", got "${logFormat}"`);
   }
   const tlsCert = str(get('tls-cert'));
   const tlsKey = str(get('tls-key'));
@@ -334,17 +348,17 @@ export function buildServerConfig(values: Record<string, unknown>, env: { stdout
   if (tlsCert !== null && tlsKey !== null) checkTlsPair(tlsCert, tlsKey);
   const smtpUrl = str(get('smtp-url'));
   if (smtpUrl !== null && !/^smtps?:\/\//.test(smtpUrl)) {
-    throw new ConfigError('--smtp-url must start with smtp:// or smtps://');
+    throw badValue('smtp-url', 'must start with smtp:// or smtps://');
   }
   const minFreeDisk = String(get('min-free-disk')).trim();
   const minFreeDiskMb = Number(minFreeDisk);
   if (minFreeDisk === '' || !Number.isFinite(minFreeDiskMb) || minFreeDiskMb < 0) {
-    throw new ConfigError(`--min-free-disk must be a number of MB, 0 or more, got "${minFreeDisk}"`);
+    throw badValue('min-free-disk', `must be a number of MB, 0 or more, got "${minFreeDisk}"`);
   }
   const publicHost = host === '0.0.0.0' || host === '::' ? 'localhost' : host;
   const publicUrl = (str(get('public-url')) ?? `http://${publicHost}:${httpPort}`).replace(/\/+$/, '');
   if (!isWebAddress(publicUrl)) {
-    throw new ConfigError(`--public-url must be an http:// or https:// address, got "${publicUrl}"`);
+    throw badValue('public-url', `must be an http:// or https:// address, got "${publicUrl}"`);
   }
   return {
     ...buildStorageConfig(values),
