@@ -84,6 +84,45 @@ describe.skipIf(onPostgres)('readings inbox (migration 5)', () => {
     expect(repos.readings.mergeInbox()).toBe(0);
   });
 
+  it('gives the rollups every reading in (time, seq) order, in chunks, from both tables or the clustered one alone', async () => {
+    const { db, repos, a, b, appendToInbox } = await setup();
+    const older = [];
+    for (let t = NOW - 5 * HOUR; t < NOW - 2 * HOUR; t += 10 * 60_000)
+      older.push({ deviceSeq: a.seq, time: t, data: `{"t":${t}}` }, { deviceSeq: b.seq, time: t, data: `{"b":${t}}` });
+    older.push({ deviceSeq: b.seq, time: NOW - 3 * HOUR, data: '{"same time":1}' });
+    appendToInbox(older);
+    repos.readings.mergeInbox();
+    // Device a also has readings in the inbox before `to`; device b only in the clustered table.
+    const newer = [];
+    for (let t = NOW - 3 * HOUR - 30_000; t < NOW; t += 11 * 60_000) newer.push({ deviceSeq: a.seq, time: t, data: `{"n":${t}}` });
+    appendToInbox(newer);
+    const to = NOW - HOUR;
+    const chunked = async (deviceSeq: number) => {
+      const rows = [...(await repos.rollups.rawFirst(deviceSeq, NOW - 6 * HOUR, to, 4))];
+      for (let chunk = rows; chunk.length === 4; ) {
+        const [time, seq] = rows[rows.length - 1]!;
+        chunk = await repos.rollups.rawAfter(deviceSeq, time, seq, to, 4);
+        rows.push(...chunk);
+      }
+      return rows;
+    };
+    const stored = (deviceSeq: number) =>
+      db
+        .prepare(
+          `SELECT time, seq, data FROM (SELECT time, seq, data, device_seq FROM readings_by_device UNION ALL SELECT time, seq, data, device_seq FROM readings_inbox)
+           WHERE device_seq = ? AND time < ? ORDER BY time, seq`,
+        )
+        .raw(true)
+        .all(deviceSeq, to);
+    const ofA = await chunked(a.seq);
+    expect(ofA.length).toBe([...older, ...newer].filter((r) => r.deviceSeq === a.seq && r.time < to).length);
+    expect(ofA).toEqual(stored(a.seq));
+    expect(ofA.some(([, , data]) => data.startsWith('{"n"'))).toBe(true);
+    const ofB = await chunked(b.seq);
+    expect(ofB).toEqual(stored(b.seq));
+    expect(ofB.filter(([time]) => time === NOW - 3 * HOUR)).toHaveLength(2);
+  });
+
   it('keeps device deletion, retention and usage counts exact with readings in the inbox', async () => {
     const { db, repos, services, account, a, b, inInbox, appendToInbox } = await setup();
     const batch = [];

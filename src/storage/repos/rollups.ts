@@ -82,6 +82,12 @@ export function rollupsRepo(db: Db) {
        ORDER BY time, seq LIMIT ?`,
     )
     .raw(true);
+  const rawAfterSettled = db
+    .prepare<[number, number, number, number, number, number], OrderedRawRow>(
+      `SELECT time, seq, data FROM readings_by_device WHERE device_seq = ? AND time >= ? AND (time > ? OR seq > ?) AND time < ?
+       ORDER BY time, seq LIMIT ?`,
+    )
+    .raw(true);
 
   const markDirty = db.prepare<[number, number]>('INSERT OR IGNORE INTO rollup_dirty (device_seq, hour) VALUES (?, ?)');
   const dirtyOfDevice = db.prepare<[number], number>('SELECT hour FROM rollup_dirty WHERE device_seq = ? ORDER BY hour').pluck();
@@ -150,9 +156,15 @@ export function rollupsRepo(db: Db) {
         ? rawFirst.all(deviceSeq, from, to, deviceSeq, from, to, limit)
         : rawFirstSettled.all(deviceSeq, from, to, limit);
     },
-    /** The first `limit` readings after (time, seq) and before `to`, in (time, seq) order. */
+    /**
+     * The first `limit` readings after (time, seq) and before `to`, in (time, seq) order: the
+     * chunks after rawFirst's, of a `to` no later than its, so the devices rawFirst found
+     * without inbox rows are read from the clustered table alone here too.
+     */
     rawAfter: (deviceSeq: number, time: number, seq: number, to: number, limit: number): OrderedRawRow[] =>
-      rawAfter.all(deviceSeq, time, time, seq, to, deviceSeq, time, time, seq, to, limit),
+      inboxBefore !== null && to <= inboxBefore.to && !inboxBefore.devices.has(deviceSeq)
+        ? rawAfterSettled.all(deviceSeq, time, time, seq, to, limit)
+        : rawAfter.all(deviceSeq, time, time, seq, to, deviceSeq, time, time, seq, to, limit),
 
     /**
      * Inside readings.expireBatch's transaction: retention deleted the readings before `cutoff`: their rollups go, and the hour the
