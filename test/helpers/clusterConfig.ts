@@ -72,6 +72,10 @@ export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
     '    mode tcp',
     '    balance leastconn',
     '    timeout server 10m',
+    // A dead node has the fewest connections, so leastconn sends every new device to it
+    // until its check fails: a connection refused there is tried on another node.
+    '    retries 2',
+    '    option redispatch 1',
     ...servers((n) => n.mqttTls, 'send-proxy-v2 '),
     '',
     ...(o.bind.mqttPlain === undefined
@@ -87,6 +91,8 @@ export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
           '    mode tcp',
           '    balance leastconn',
           '    timeout server 10m',
+          '    retries 2',
+          '    option redispatch 1',
           ...servers((n) => n.mqttPlain, 'send-proxy-v2 '),
           '',
         ]),

@@ -1,0 +1,75 @@
+/**
+ * The cluster's haproxy configuration (docs/cluster.md) sends a connection that a dead node
+ * refuses on to a live one, for HTTP and for MQTT, in the seconds before haproxy's checks
+ * mark the node down. Least connections would otherwise send every new MQTT device to the
+ * dead node, which holds none.
+ */
+import { readFileSync } from 'node:fs';
+import net from 'node:net';
+import tls from 'node:tls';
+import { MqttClient } from 'mqtt';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { clusterHaproxyConfig } from '../helpers/clusterConfig.js';
+import { type RunningHaproxy, runHaproxy } from '../helpers/haproxy.js';
+import { freePort } from '../helpers/process.js';
+import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { certPath } from '../mqtt/support.js';
+
+describe('haproxy in front of a cluster with a node that died before its check noticed', () => {
+  let live: TestServer;
+  let proxy: RunningHaproxy;
+  let a: Awaited<ReturnType<typeof seedAccount>>;
+
+  beforeAll(async () => {
+    live = await startTestServer({ 'mqtt-port': '0', 'trust-proxy': true, 'mqtt-proxy-protocol': true });
+    a = await seedAccount(live);
+    // Nothing listens on the dead node's ports; its checks run once a minute, so haproxy
+    // still takes it for up during the test.
+    const dead = { http: await freePort(), mqttTls: await freePort(), mqttPlain: await freePort() };
+    const ports = { http: await freePort(), mqttTls: await freePort() };
+    const config = clusterHaproxyConfig({
+      bind: { http: `127.0.0.1:${ports.http}`, mqttTls: `127.0.0.1:${ports.mqttTls}` },
+      nodes: [dead, { http: Number(new URL(live.httpUrl).port), mqttTls: live.mqttPort!, mqttPlain: 0 }],
+      checkInterval: '60s',
+    });
+    proxy = await runHaproxy(config, ports);
+  });
+  afterAll(async () => {
+    await proxy?.stop();
+    await live?.stop();
+  });
+
+  it('connects every MQTT device and answers every request through the live node', async () => {
+    const connect = () =>
+      new Promise<MqttClient>((resolve, reject) => {
+        const client = new MqttClient(
+          () =>
+            tls.connect({
+              socket: net.connect({ host: '127.0.0.1', port: proxy.ports.mqttTls! }),
+              ca: readFileSync(certPath(live)),
+              servername: 'localhost',
+            }),
+          { username: a.device.id, password: a.token, protocolVersion: 4, reconnectPeriod: 0, connectTimeout: 5_000, clean: true },
+        );
+        client.once('connect', () => resolve(client));
+        client.once('error', reject);
+        client.once('close', () => reject(new Error(`closed before CONNACK: ${proxy.output()}`)));
+      });
+    // One after the other: least connections picks the dead node (no connections) each time.
+    for (let i = 0; i < 4; i++) {
+      const client = await connect();
+      await client.publishAsync(`d/${a.device.id}/t`, JSON.stringify({ i }), { qos: 1 });
+      await client.endAsync();
+    }
+    for (let i = 0; i < 4; i++) {
+      const res = await fetch(`http://127.0.0.1:${proxy.ports.http}/api/devices/ingest`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ device_id: a.device.id, access_token: a.token, data: { h: i } }),
+      });
+      expect(res.status, proxy.output()).toBe(200);
+    }
+    const history = await (await live.request(`/v1/devices/${a.device.id}/telemetry?range=1h`, { key: a.key })).json();
+    expect(history.data).toHaveLength(8);
+  });
+});
