@@ -1,6 +1,7 @@
 import type { AddressInfo } from 'node:net';
+import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { openStorage, type Services, type Storage } from './composition.js';
+import { hasDatabase, openStorage, type Services, type Storage } from './composition.js';
 import type { ServerConfig } from './config.js';
 import { SHARED_VALUES } from './domain/cluster.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
@@ -8,6 +9,8 @@ import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js
 import { randomBase62 } from './ids.js';
 import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
+import { DB_FILE } from './storage/db.js';
+import { describeDatabase } from './storage/postgres/connect.js';
 import type { Clock } from './time.js';
 import { VERSION } from './version.js';
 
@@ -165,6 +168,22 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   // not a listening line for an HTTP port that closes again at once.
   const listening: string[] = [];
   const sayListening = (line: string) => listening.push(line);
+  // Which database this process serves, so a node started without --database-url (on a
+  // SQLite file of its own) is told apart from its cluster at a glance.
+  sayListening(
+    config.databaseUrl !== null
+      ? `Storage: PostgreSQL ${describeDatabase(config.databaseUrl)}, snapshots in ${config.snapshotsDir}`
+      : `Storage: SQLite ${path.join(config.dataDir, DB_FILE)}, snapshots in ${config.snapshotsDir}`,
+  );
+  if (config.databaseUrl !== null && hasDatabase(config.dataDir)) {
+    // Left behind by a move to PostgreSQL: a start that forgets the URL would serve it, and
+    // acknowledge readings the cluster never sees.
+    const unused = path.join(config.dataDir, DB_FILE);
+    sayListening(
+      `Warning: ${unused} is a SQLite database this server does not use; move it aside, or a start without --database-url serves it instead`,
+    );
+    app.log.warn({ file: unused }, 'a SQLite database this server does not use is in its data dir');
+  }
   sayListening(
     `telemetryd ${VERSION}: HTTP listening on ${config.host}:${address.port} (dashboard ${config.publicUrl}/, Public API ${config.publicUrl}/v1)`,
   );

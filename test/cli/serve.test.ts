@@ -25,6 +25,8 @@ describe('telemetryd serve', () => {
     for (const [args, env, expected] of cases) {
       const serve = await spawnServe(args, { env });
       expect(serve.output()).toContain(`HTTP listening on 127.0.0.1:${expected}`);
+      // Which database it serves, so a node on a file of its own stands out.
+      expect(serve.output()).toContain(`Storage: SQLite ${path.join(dir, 'telemetryd.db')}, snapshots in ${path.join(dir, 'snapshots')}\n`);
       expect(serve.output()).not.toMatch(/MQTT/);
       const res = await fetch(`http://127.0.0.1:${expected}/healthz`);
       expect(res.status).toBe(200);

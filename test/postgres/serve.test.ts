@@ -9,6 +9,7 @@ import path from 'node:path';
 import mqtt, { type MqttClient } from 'mqtt';
 import type { Pool } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../../src/storage/db.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
@@ -304,6 +305,11 @@ describe('serve on PostgreSQL', () => {
       expect(child.output()).toMatch(
         /^telemetryd \S+: HTTP listening on 127\.0\.0\.1:\d+ \(dashboard http:\/\/127\.0\.0\.1:\d+\/, Public API http:\/\/127\.0\.0\.1:\d+\/v1\)$/m,
       );
+      const { username, hostname, port, pathname } = new URL(url);
+      expect(child.output()).toContain(
+        `Storage: PostgreSQL ${username}@${hostname}:${port}${pathname}, snapshots in ${path.join(dataDir, 'snapshots')}\n`,
+      );
+      expect(child.output()).not.toContain('is a SQLite database this server does not use');
       const s = await seedAccount(server, { plan: 'business' });
       const res = await fetch(`${child.url}/api/devices/ingest`, {
         method: 'POST',
@@ -322,6 +328,24 @@ describe('serve on PostgreSQL', () => {
       rmSync(dataDir, { recursive: true, force: true });
     }
     expect(child.output()).not.toContain(password);
+  });
+
+  it('warns of a SQLite database left in its data dir, which a start without --database-url would serve', async () => {
+    const dataDir = tempDir();
+    const left = openDatabase(dataDir);
+    left.close();
+    const printed: string[] = [];
+    const node = await startTestServer({ 'database-url': url, 'data-dir': dataDir }, { print: (line) => printed.push(line) });
+    try {
+      expect(printed[0]).toMatch(/^Storage: PostgreSQL /);
+      expect(printed[1]).toBe(
+        `Warning: ${path.join(dataDir, 'telemetryd.db')} is a SQLite database this server does not use; move it aside, or a start without --database-url serves it instead`,
+      );
+      expect(printed[2]).toMatch(/HTTP listening on/);
+    } finally {
+      await node.stop();
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   it('exits 1 with one line, never the password, when the database cannot be reached', async () => {

@@ -82,6 +82,12 @@ export function parseDatabaseUrl(url: string): DatabaseUrl {
 /** Where a connection went, for messages: host:port, or the socket directory. */
 const place = (db: DatabaseUrl) => (db.host.startsWith('/') ? `${db.host} (port ${db.port})` : `${db.host}:${db.port}`);
 
+/** Which database a URL names, for the start-up lines: user@host:port/database, no password. */
+export function describeDatabase(url: string): string {
+  const db = parseDatabaseUrl(url);
+  return `${db.user}@${place(db)}/${db.database}`;
+}
+
 /** Error codes of a connection that is gone or could not be made, rather than of a statement. */
 const CONNECTION_CODES = new Set([
   'ECONNREFUSED',
