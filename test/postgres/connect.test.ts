@@ -64,6 +64,15 @@ describe('--database-url parsing', () => {
     expect(message).toContain('(expected postgres://USER[:PASSWORD]@HOST[:PORT]/DB)');
   });
 
+  it('says a character of the password may be what breaks the URL, which its masked form hides', async () => {
+    const message = await parseFailure('postgres://app:p/ss@127.0.0.1:5432/telemetry');
+    expect(message).toBe(
+      '--database-url: not a URL in postgres://app:***@127.0.0.1:5432/telemetry (expected postgres://USER[:PASSWORD]@HOST[:PORT]/DB); ' +
+        'a / # ? or @ in the user or password must be percent-encoded (%2F %23 %3F %40)',
+    );
+    expect(await parseFailure('not a URL at all')).not.toContain('percent-encoded');
+  });
+
   it('redacts the password, also from text that is not a valid URL', () => {
     expect(redactDatabaseUrl('postgres://app:pw@h:5432/db')).toBe('postgres://app:***@h:5432/db');
     expect(redactDatabaseUrl(`postgresql://app:${SECRET}@h/db`)).toBe('postgresql://app:***@h/db');

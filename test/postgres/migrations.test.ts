@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/storage/db.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { migratePostgres, POSTGRES_MIGRATIONS, partitionWeek, readingPartitions } from '../../src/storage/postgres/migrations.js';
-import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
+import { createDatabase, type PostgresServer, psql, startPostgres } from '../helpers/postgres.js';
 
 const LATEST = POSTGRES_MIGRATIONS.at(-1)!.version;
 const DAY_MS = 86_400_000;
@@ -116,6 +116,24 @@ describe('PostgreSQL schema and migrations', () => {
     const tables = (await p.query<{ t: string }>("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public'")).rows.map((r) => r.t);
     expect(tables).toEqual(['accounts']);
     expect((await p.query('SELECT * FROM accounts')).rows).toEqual([{ id: 1, owner: 'theirs' }]);
+  });
+
+  it('says what to grant when the user may not create tables in the database', async () => {
+    const url = await createDatabase(pg);
+    const db = new URL(url).pathname.slice(1);
+    // A user that may connect but, as PostgreSQL 15 has it by default, not create in public.
+    await psql(pg, db, `CREATE ROLE newcomer LOGIN PASSWORD 'pw-newcomer'; GRANT CONNECT ON DATABASE ${db} TO newcomer`);
+    const asNewcomer = new URL(url);
+    asNewcomer.username = 'newcomer';
+    asNewcomer.password = 'pw-newcomer';
+    const p = await pool(asNewcomer.toString());
+    await expect(migratePostgres(p)).rejects.toThrow(
+      `user "newcomer" may not create telemetryd's tables in schema public of the PostgreSQL database "${db}" (permission denied for schema public): ` +
+        `make the user the database's owner (ALTER DATABASE ${db} OWNER TO newcomer) or GRANT CREATE ON SCHEMA public TO newcomer`,
+    );
+    // As told: the owner migrates.
+    await psql(pg, db, `ALTER DATABASE ${db} OWNER TO newcomer`);
+    expect(await migratePostgres(p)).toBe(LATEST);
   });
 
   describe('readings partitions', () => {

@@ -44,19 +44,22 @@ function decode(part: string, what: string, url: string): string {
 }
 
 export function parseDatabaseUrl(url: string): DatabaseUrl {
-  const bad = (why: string) => new DatabaseUrlError(`--database-url: ${why} in ${redactDatabaseUrl(url)} (expected ${FORM})`);
+  const bad = (why: string, hint = '') =>
+    new DatabaseUrlError(`--database-url: ${why} in ${redactDatabaseUrl(url)} (expected ${FORM})${hint}`);
+  // With the password masked, a URL broken by a character of its password looks right.
+  const encodingHint = url.includes('@') ? '; a / # ? or @ in the user or password must be percent-encoded (%2F %23 %3F %40)' : '';
   let u: URL;
   try {
     u = new URL(url);
   } catch {
-    throw bad('not a URL');
+    throw bad('not a URL', encodingHint);
   }
   if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:')
     throw bad(`the scheme must be postgres:// or postgresql://, not ${u.protocol}//`);
-  if (!u.username) throw bad('no user');
-  if (!u.hostname) throw bad('no host');
+  if (!u.username) throw bad('no user', encodingHint);
+  if (!u.hostname) throw bad('no host', encodingHint);
   const database = decode(u.pathname.slice(1), 'database name', url);
-  if (!database || database.includes('/')) throw bad('no database name');
+  if (!database || database.includes('/')) throw bad('no database name', encodingHint);
   let port = DEFAULT_PORT;
   if (u.port) {
     port = Number(u.port);

@@ -439,9 +439,13 @@ export async function migratePostgres(pool: Pool): Promise<number> {
     await client.query('SELECT pg_advisory_lock($1)', [MIGRATION_LOCK]);
     try {
       await refuseAnotherApplications(client);
-      await client.query(
-        'CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())',
-      );
+      await client
+        .query(
+          'CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())',
+        )
+        .catch(async (err: unknown) => {
+          throw await explainNoCreate(client, err);
+        });
       let current = await appliedVersion(client);
       for (const m of POSTGRES_MIGRATIONS) {
         if (m.version <= current) continue;
@@ -463,6 +467,26 @@ export async function migratePostgres(pool: Pool): Promise<number> {
   } finally {
     client.release();
   }
+}
+
+/** SQLSTATE insufficient_privilege. */
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+/**
+ * A user that may not create tables where telemetryd keeps its schema (PostgreSQL 15 no longer
+ * lets every user create in schema public): what to grant, instead of the server's bare
+ * "permission denied for schema public".
+ */
+async function explainNoCreate(client: PoolClient, err: unknown): Promise<unknown> {
+  if ((err as { code?: string }).code !== INSUFFICIENT_PRIVILEGE) return err;
+  const { rows } = await client.query<{ usr: string; db: string; schema: string }>(
+    'SELECT current_user AS usr, current_database() AS db, current_schema() AS schema',
+  );
+  const { usr, db, schema } = rows[0]!;
+  return new Error(
+    `user "${usr}" may not create telemetryd's tables in schema ${schema} of the PostgreSQL database "${db}" (${(err as Error).message}): ` +
+      `make the user the database's owner (ALTER DATABASE ${db} OWNER TO ${usr}) or GRANT CREATE ON SCHEMA ${schema} TO ${usr}`,
+  );
 }
 
 /**
