@@ -169,13 +169,17 @@ describe('a cluster of three nodes behind haproxy', () => {
     const unit = /```ini\n([\s\S]*?)```/.exec(doc)?.[1] ?? '';
     const envFile = /^EnvironmentFile=(\S+)$/m.exec(unit)?.[1];
     expect(envFile).toBe('/etc/telemetryd/cluster.env');
+    // The database and the snapshots folder come from the file, which admin commands read too.
     expect(doc).toMatch(/^TELEMETRYD_DATABASE_URL=postgres:\/\/\S+$/m);
+    expect(doc).toMatch(/^TELEMETRYD_SNAPSHOTS_DIR=\/\S+$/m);
     const execStart = /^ExecStart=((?:.*\\\n)*.*)$/m.exec(unit)?.[1] ?? '';
     const flags = execStart.match(/--[a-z-]+/g) ?? [];
-    expect(flags).toEqual(expect.arrayContaining(['--snapshots-dir', '--trust-proxy', '--mqtt-proxy-protocol', '--data-dir']));
+    expect(flags).toEqual(expect.arrayContaining(['--trust-proxy', '--mqtt-proxy-protocol', '--data-dir']));
+    expect(flags).not.toContain('--snapshots-dir');
     const help = runCli(['serve', '--help']).stdout.replace(/\s+/g, ' ');
     for (const flag of flags) expect(help, flag).toContain(`${flag} `);
     expect(help).toContain('env: TELEMETRYD_DATABASE_URL');
+    expect(help).toContain('env: TELEMETRYD_SNAPSHOTS_DIR');
   });
 });
 
