@@ -15,6 +15,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { DB_FILE, type Db } from './db.js';
 import { loadNativeBinding } from './native.js';
+import { snapshotFiles } from './snapshotFiles.js';
 
 /**
  * Backup and restore of a data dir (docs/reliability.md "Backup and restore").
@@ -95,6 +96,7 @@ export async function writeArchive(
   try {
     await fillDatabase(staging);
     const hasSnapshots = existsSync(opts.snapshotsDir);
+    refuseMissingSnapshotFiles(path.join(staging, DB_FILE), path.dirname(target), opts.snapshotsDir);
     // The snapshot files are archived in place (a link followed by tar), not copied twice.
     if (hasSnapshots) symlinkSync(path.resolve(opts.snapshotsDir), path.join(staging, SNAPSHOTS_DIR), 'dir');
     const manifest: BackupManifest = {
@@ -130,6 +132,40 @@ export async function writeArchive(
     rmSync(staging, { recursive: true, force: true });
     rmSync(partial, { force: true });
   }
+}
+
+/** Snapshots whose files are looked for before a backup is written (the newest). */
+const SNAPSHOT_FILES_CHECKED = 20;
+
+/**
+ * A database with snapshots and a snapshots folder holding none of their files is a folder
+ * other than the server's (on PostgreSQL it does not follow --data-dir): the archive would
+ * restore rows without their images. Refused, naming the folder. A few files missing (removed
+ * by retention while the backup ran, or by hand) are not: only the newest are looked for.
+ */
+function refuseMissingSnapshotFiles(dbFile: string, nativeDir: string, snapshotsDir: string): void {
+  const db = new Database(dbFile, { readonly: true, nativeBinding: loadNativeBinding(nativeDir) } as Database.Options);
+  let total: number;
+  let newest: { device_id: string; id: string; content_type: string }[];
+  try {
+    total = (db.prepare('SELECT count(*) AS n FROM snapshots').get() as { n: number }).n;
+    newest = db
+      .prepare(
+        'SELECT d.id AS device_id, s.id, s.content_type FROM snapshots s JOIN devices d ON d.seq = s.device_seq ORDER BY s.seq DESC LIMIT ?',
+      )
+      .all(SNAPSHOT_FILES_CHECKED) as typeof newest;
+  } finally {
+    db.close();
+  }
+  if (total === 0) return;
+  const files = snapshotFiles(snapshotsDir);
+  if (newest.some((s) => existsSync(files.fileOf(s.device_id, s.id, s.content_type)))) return;
+  const where = existsSync(snapshotsDir)
+    ? `${snapshotsDir} holds no file of the newest ${newest.length}`
+    : `there is no folder ${snapshotsDir}`;
+  throw new Error(
+    `the database holds ${total} snapshot${total === 1 ? '' : 's'} but ${where}: give --snapshots-dir the server's snapshots folder`,
+  );
 }
 
 /**

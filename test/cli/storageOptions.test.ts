@@ -121,8 +121,16 @@ describe('--snapshots-dir on SQLite', () => {
       await stopChild(server);
     }
 
-    // backup reads the files from --snapshots-dir; restore writes them to its own --snapshots-dir.
+    // Without --snapshots-dir, backup looks in the data dir's folder, finds none of the
+    // snapshots' files and refuses, rather than write an archive without the images.
     const archive = path.join(root, 'backup.tar.gz');
+    const forgot = runCli(['backup', archive], { dataDir });
+    expect(forgot.status).toBe(1);
+    expect(forgot.stderr).toBe(
+      `telemetryd: the database holds 1 snapshot but there is no folder ${path.join(dataDir, 'snapshots')}: give --snapshots-dir the server's snapshots folder\n`,
+    );
+    expect(existsSync(archive)).toBe(false);
+    // backup reads the files from --snapshots-dir; restore writes them to its own --snapshots-dir.
     expect(runCli(['backup', archive, '--snapshots-dir', snapshotsDir], { dataDir }).status).toBe(0);
     const restoredDir = path.join(root, 'restored');
     const restoredImages = path.join(root, 'restored-images');
