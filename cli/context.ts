@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { type Command, Option } from 'commander';
-import { openStorage, type Services } from '../src/composition.js';
+import { newerSchemaWarning, openStorage, type Services } from '../src/composition.js';
 import {
   buildStorageConfig,
   CONFIG_OPTION,
@@ -102,6 +102,8 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
     const newDataDir = !storage.databaseUrl && !existsSync(path.join(storage.dataDir, DB_FILE));
     const composition = await openStorage(storage);
     const { services } = composition;
+    const newerSchema = newerSchemaWarning(composition.storage.schema);
+    if (newerSchema) process.stderr.write(`telemetryd: warning: ${newerSchema}\n`);
     try {
       await fn({
         services,

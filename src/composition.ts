@@ -35,11 +35,12 @@ import type { Pool } from 'pg';
 import type { StorageConfig } from './config.js';
 import { DB_FILE, type Db, type OpenOptions, openDatabase } from './storage/db.js';
 import { createRepositories, type SqliteRepositories } from './storage/index.js';
+import { MIGRATIONS } from './storage/migrations.js';
 import { createPostgresBackup, type PostgresBackupProgress, restorePostgresBackup } from './storage/postgres/archive.js';
 import { postgresClusterSettings, postgresPeerChannel, postgresRateCounts } from './storage/postgres/cluster.js';
 import { connectPostgres, poolNode } from './storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from './storage/postgres/index.js';
-import { migratePostgres } from './storage/postgres/migrations.js';
+import { migratePostgres, POSTGRES_MIGRATIONS } from './storage/postgres/migrations.js';
 import { MAX_IN_FLIGHT, PostgresReadingWriter } from './storage/postgres/readingWriter.js';
 import { postgresStorageProbes } from './storage/postgres/storageProbes.js';
 import { ReadingWriter } from './storage/readingWriter.js';
@@ -81,17 +82,28 @@ export interface ServiceOptions {
  */
 export type Storage = SqliteStorage | PostgresStorage;
 
+/**
+ * The version of the database's schema, and the newest this build knows: a database migrated
+ * by a newer telemetryd (another node of a rolling upgrade, a downgrade) is above it.
+ */
+export interface SchemaVersions {
+  version: number;
+  known: number;
+}
+
 export interface SqliteStorage {
   backend: 'sqlite';
   db: Db;
   repos: SqliteRepositories;
   writer: ReadingWriter;
+  schema: SchemaVersions;
 }
 
 interface PostgresStorage {
   backend: 'postgres';
   db?: undefined;
   pool: Pool;
+  schema: SchemaVersions;
   repos: PostgresRepositories;
   writer: PostgresReadingWriter;
   /** What the nodes of a cluster share beyond the tables (storage/postgres/cluster.ts). */
@@ -246,7 +258,8 @@ export function composeServices(db: Db, options: ServiceOptions = {}): Compositi
   writer.reportTo(storageStatus, (err) => {
     if (!storageStatus.backgroundWriteFailed(err, 'merging the readings inbox')) onInboxMergeError(err);
   });
-  const storage: SqliteStorage = { backend: 'sqlite', db, repos, writer };
+  const schema = { version: db.pragma('user_version', { simple: true }) as number, known: MIGRATIONS.at(-1)!.version };
+  const storage: SqliteStorage = { backend: 'sqlite', db, repos, writer, schema };
   const services = buildServices(storage, { clock, events, files, storageStatus }, options);
   return {
     services,
@@ -273,7 +286,7 @@ async function composePostgres(
   const pool = await connectPostgres(databaseUrl);
   let writerPool: Pool | null = null;
   try {
-    await migratePostgres(pool);
+    const schema = { version: await migratePostgres(pool), known: POSTGRES_MIGRATIONS.at(-1)!.version };
     // The writer's own connections, one per batch in flight, plan its statement once (genericPlans).
     writerPool = await connectPostgres(databaseUrl, {
       max: MAX_IN_FLIGHT,
@@ -302,6 +315,7 @@ async function composePostgres(
       pool,
       repos,
       writer,
+      schema,
       cluster: {
         peers: postgresPeerChannel(pool, poolNode(pool), repos.externalCommits),
         settings: postgresClusterSettings(pool),
@@ -347,6 +361,16 @@ export function openStorage(
 /** Opens (creating and migrating) the database of a data dir and builds the services over it. */
 export function openDataDir(dataDir: string, options: ServiceOptions & OpenOptions = {}): Composition<SqliteStorage> {
   return composeServices(openDatabase(dataDir, { durability: options.durability }), { ...options, dataDir });
+}
+
+/**
+ * What to say when the database's schema is newer than this build's, or null: this build may
+ * miss what the newer one changed (a table it no longer fills, a trigger that moved).
+ */
+export function newerSchemaWarning({ version, known }: SchemaVersions): string | null {
+  return version > known
+    ? `the database's schema is at version ${version}, newer than this telemetryd knows (${known}): a newer telemetryd has used it; run that version`
+    : null;
 }
 
 /** True when the data dir holds a database (a backup must never create an empty one). */

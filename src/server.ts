@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { hasDatabase, openStorage, type Services, type Storage } from './composition.js';
+import { hasDatabase, newerSchemaWarning, openStorage, type Services, type Storage } from './composition.js';
 import type { ServerConfig } from './config.js';
 import { SHARED_VALUES } from './domain/cluster.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
@@ -175,6 +175,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       ? `Storage: PostgreSQL ${describeDatabase(config.databaseUrl)}, snapshots in ${config.snapshotsDir}`
       : `Storage: SQLite ${path.join(config.dataDir, DB_FILE)}, snapshots in ${config.snapshotsDir}`,
   );
+  const newerSchema = newerSchemaWarning(storage.schema);
+  if (newerSchema) {
+    sayListening(`Warning: ${newerSchema}`);
+    app.log.warn({ schema: storage.schema }, newerSchema);
+  }
   if (config.databaseUrl !== null && hasDatabase(config.dataDir)) {
     // Left behind by a move to PostgreSQL: a start that forgets the URL would serve it, and
     // acknowledge readings the cluster never sees.

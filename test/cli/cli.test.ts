@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openDatabase } from '../../src/storage/db.js';
 import { onPostgres } from '../helpers/backend.js';
 import { runCli, runCliAsync } from '../helpers/cli.js';
 import { ingest, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
@@ -276,6 +277,21 @@ describe('admin CLI contract (docs/cli.md)', () => {
     expect(runCli(['accounts', 'create', '--email', 'other@example.com'], { dataDir: fresh }).status).toBe(0);
     const named = runCli(['devices', 'list', '--account', 'me@example.com'], { dataDir: fresh });
     expect(named.stderr).toBe('telemetryd: no account me@example.com\n');
+  });
+
+  it.skipIf(onPostgres)('warns when the database was migrated by a newer telemetryd, and goes on', () => {
+    const dir = tempDir();
+    expect(runCli(['accounts', 'create', '--email', 'newer@example.com'], { dataDir: dir }).status).toBe(0);
+    const db = openDatabase(dir);
+    const known = db.pragma('user_version', { simple: true }) as number;
+    db.pragma(`user_version = ${known + 1}`);
+    db.close();
+    const r = runCli(['accounts', 'list', '--json'], { dataDir: dir });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).toBe(
+      `telemetryd: warning: the database's schema is at version ${known + 1}, newer than this telemetryd knows (${known}): a newer telemetryd has used it; run that version\n`,
+    );
+    expect((r.json as { data: { email: string }[] }).data.map((a) => a.email)).toEqual(['newer@example.com']);
   });
 
   it('a usage error is one line like every other failure, pointing at the right help', () => {

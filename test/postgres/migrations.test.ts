@@ -6,7 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/storage/db.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { migratePostgres, POSTGRES_MIGRATIONS, partitionWeek, readingPartitions } from '../../src/storage/postgres/migrations.js';
+import { runCliAsync } from '../helpers/cli.js';
 import { createDatabase, type PostgresServer, psql, startPostgres } from '../helpers/postgres.js';
+import { startTestServer } from '../helpers/server.js';
 
 const LATEST = POSTGRES_MIGRATIONS.at(-1)!.version;
 const DAY_MS = 86_400_000;
@@ -116,6 +118,25 @@ describe('PostgreSQL schema and migrations', () => {
     const tables = (await p.query<{ t: string }>("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public'")).rows.map((r) => r.t);
     expect(tables).toEqual(['accounts']);
     expect((await p.query('SELECT * FROM accounts')).rows).toEqual([{ id: 1, owner: 'theirs' }]);
+  });
+
+  it('tells serve and admin commands when a newer telemetryd has migrated the database', async () => {
+    const url = await createDatabase(pg);
+    const p = await pool(url);
+    await migratePostgres(p);
+    await p.query("INSERT INTO schema_migrations (version, name) VALUES ($1, 'from a newer build')", [LATEST + 1]);
+    expect(await migratePostgres(p)).toBe(LATEST + 1);
+    const r = await runCliAsync(['accounts', 'list', '--json', '--database-url', url]);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stderr).toBe(
+      `telemetryd: warning: the database's schema is at version ${LATEST + 1}, newer than this telemetryd knows (${LATEST}): a newer telemetryd has used it; run that version\n`,
+    );
+    const printed: string[] = [];
+    const node = await startTestServer({ 'database-url': url }, { print: (line) => printed.push(line) });
+    await node.stop();
+    expect(printed).toContain(
+      `Warning: the database's schema is at version ${LATEST + 1}, newer than this telemetryd knows (${LATEST}): a newer telemetryd has used it; run that version`,
+    );
   });
 
   it('says what to grant when the user may not create tables in the database', async () => {
