@@ -128,6 +128,7 @@ export async function startMqtt(
    * them usually means a proxy that was not told to send the header.
    */
   const headerlessLog = new ThrottledLog(MINUTE_MS);
+  const notTlsLog = new ThrottledLog(MINUTE_MS);
   const acceptProxied = (next: (socket: Socket, address: string | undefined) => void) => (socket: Socket) => {
     track(socket);
     readProxyHeader(socket, CONNECT_TIMEOUT_MS).then(
@@ -181,9 +182,19 @@ export async function startMqtt(
         );
       } else {
         server = tls.createServer({ ...tlsOptions, handshakeTimeout: CONNECT_TIMEOUT_MS }, accept);
-        server.on('tlsClientError', (err, socket) =>
-          log.debug({ address: socket.remoteAddress, err: err.message }, 'MQTT TLS handshake failed'),
-        );
+        server.on('tlsClientError', (err, socket) => {
+          // Bytes that are no TLS record at all: a plain MQTT client on the TLS port, or a
+          // proxy sending PROXY headers to a node started without --mqtt-proxy-protocol. Both
+          // leave the client with only "a TLS error occurred"; said here at most once a minute.
+          if ((err as NodeJS.ErrnoException).code === 'ERR_SSL_WRONG_VERSION_NUMBER')
+            notTlsLog.report(
+              (details, message) => log.warn(details, message),
+              'not-tls',
+              'MQTT connection to the TLS port that did not start with TLS closed (a plain MQTT client, or a proxy sending PROXY headers: --mqtt-proxy-protocol?)',
+              { peer: socket.remoteAddress },
+            );
+          else log.debug({ address: socket.remoteAddress, err: err.message }, 'MQTT TLS handshake failed');
+        });
       }
       servers.push(server);
       tlsPort = await listen(server, config.host, config.mqttPort);

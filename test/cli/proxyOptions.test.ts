@@ -84,6 +84,33 @@ describe('serve proxy options', () => {
     expect(warnings).toHaveLength(1);
   });
 
+  it('without it, warns at most once a minute about connections to the TLS port that start with a PROXY header or plain MQTT', async () => {
+    const serve = await spawnServe(
+      ['--data-dir', tempDir(), '--host', '127.0.0.1', '--http-port', String(await freePort()), '--mqtt-port', '0'],
+      { ready: /First run: open/ },
+    );
+    const mqttPort = Number(/MQTT over TLS listening on 127\.0\.0\.1:(\d+)/.exec(serve.output())![1]);
+    const starts = [
+      Buffer.from('PROXY TCP4 10.1.2.3 127.0.0.1 40000 8883\r\n'),
+      Buffer.from('\r\n\r\n\0\r\nQUIT\n'), // PROXY v2's signature
+      Buffer.from([0x10, 0x10, 0x00, 0x04, 0x4d, 0x51, 0x54, 0x54]), // a plain MQTT CONNECT's start
+    ];
+    for (const start of starts) {
+      const socket = net.connect(mqttPort, '127.0.0.1');
+      socket.on('error', () => {});
+      socket.resume();
+      await new Promise((resolve) => {
+        socket.once('connect', () => socket.write(start));
+        socket.once('close', resolve);
+      });
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const warnings = serve.output().match(/did not start with TLS closed/g) ?? [];
+    serve.child.kill('SIGTERM');
+    expect(await serve.exited).toBe(0);
+    expect(warnings).toHaveLength(1);
+  });
+
   it('refuses a bad value with one clear line', () => {
     const dir = tempDir();
     const badProxy = runCli(['serve', '--data-dir', dir, '--trust-proxy', 'haproxy.lan']);
