@@ -108,7 +108,14 @@ export function devicesCommand(): Command {
     idHint: 'dev_… id',
     loses: 'all its data',
     find: (services, id) => services.devices.getAny(id),
-    remove: (services, device) => services.devices.remove(device),
+    async remove(services, device) {
+      const outside = await services.snapshots.snapshotsOutsideFolder(device);
+      await services.devices.remove(device);
+      if (outside.count > 0)
+        process.stderr.write(
+          `telemetryd: warning: ${device.id} had ${outside.count} snapshot${outside.count === 1 ? '' : 's'} but ${outside.folder} holds no folder of its files, so they are left wherever the server keeps them; is --snapshots-dir the server's?\n`,
+        );
+    },
   });
 
   withCommonOptions(

@@ -5,6 +5,7 @@ import type { SnapshotFiles } from '../storage/snapshotFiles.js';
 import { type Clock, DAY_MS } from '../time.js';
 import type { DeviceService } from './devices.js';
 import type { StorageStatus } from './storageStatus.js';
+import type { Device } from './types.js';
 
 /** "500 KB" is 512,000 bytes: that size is accepted, one byte more is 413 (docs/snapshots.md). */
 const MAX_SNAPSHOT_BYTES = 512_000;
@@ -182,6 +183,16 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
     },
 
     purgeExpiredSnapshots,
+
+    /**
+     * How many of a device's snapshots have no folder here: an admin command given another
+     * snapshots folder than the server's (on PostgreSQL the folder does not follow
+     * --data-dir) would delete the device and leave its files behind, unseen.
+     */
+    async snapshotsOutsideFolder(device: Device): Promise<{ count: number; folder: string }> {
+      const count = files.hasDevice(device.id) ? 0 : await repos.snapshots.countSince(device.seq, 0);
+      return { count, folder: files.root };
+    },
 
     /** Removes a deleted device's files (its rows go by ON DELETE CASCADE). */
     removeDeviceFiles(deviceId: string): void {

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { type FileHandle, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { type AppError, unavailable } from '../errors.js';
@@ -123,6 +123,9 @@ export function snapshotFiles(root: string) {
     removeDevice(deviceId: string): void {
       rmSync(deviceDir(deviceId), { recursive: true, force: true });
     },
+
+    /** Whether the device's folder is here (it is made with the device's first snapshot). */
+    hasDevice: (deviceId: string): boolean => existsSync(deviceDir(deviceId)),
   };
 }
 

@@ -5,6 +5,7 @@ import { type AddressInfo, createServer } from 'node:net';
 import path from 'node:path';
 import { generate } from 'selfsigned';
 import { describe, expect, it } from 'vitest';
+import { onPostgres } from '../helpers/backend.js';
 import { CLI, runCli } from '../helpers/cli.js';
 import { freePort, spawnServe } from '../helpers/process.js';
 import { tempDir } from '../helpers/server.js';
@@ -26,7 +27,8 @@ describe('telemetryd serve', () => {
       const serve = await spawnServe(args, { env });
       expect(serve.output()).toContain(`HTTP listening on 127.0.0.1:${expected}`);
       // Which database it serves, so a node on a file of its own stands out.
-      expect(serve.output()).toContain(`Storage: SQLite ${path.join(dir, 'telemetryd.db')}, snapshots in ${path.join(dir, 'snapshots')}\n`);
+      expect(serve.output()).toContain(`Storage: ${onPostgres ? 'PostgreSQL ' : `SQLite ${path.join(dir, 'telemetryd.db')}`}`.trim());
+      expect(serve.output()).toContain(`, snapshots in ${path.join(dir, 'snapshots')}\n`);
       expect(serve.output()).not.toMatch(/MQTT/);
       const res = await fetch(`http://127.0.0.1:${expected}/healthz`);
       expect(res.status).toBe(200);

@@ -145,6 +145,16 @@ describe('--snapshots-dir on SQLite', () => {
     // An admin command deleting the device removes its files from --snapshots-dir.
     const deleted = runCli(['devices', 'delete', cam.json.id, '--yes', '--snapshots-dir', snapshotsDir], { dataDir });
     expect(deleted.status, deleted.stderr).toBe(0);
+    expect(deleted.stderr).toBe('');
     expect(readdirSync(snapshotsDir)).toEqual([]);
+
+    // Given another folder than the one holding its files, it deletes the device and says the
+    // files were left behind.
+    const elsewhere = runCli(['devices', 'delete', cam.json.id, '--yes'], { dataDir: restoredDir });
+    expect(elsewhere.status, elsewhere.stderr).toBe(0);
+    expect(elsewhere.stderr).toBe(
+      `telemetryd: warning: ${cam.json.id} had 1 snapshot but ${path.join(restoredDir, 'snapshots')} holds no folder of its files, so they are left wherever the server keeps them; is --snapshots-dir the server's?\n`,
+    );
+    expect(existsSync(path.join(restoredImages, cam.json.id, `${snapshotId}.jpg`))).toBe(true);
   });
 });
