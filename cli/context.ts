@@ -14,6 +14,7 @@ import {
 } from '../src/config.js';
 import { AppError, badRequest } from '../src/errors.js';
 import { DB_FILE } from '../src/storage/db.js';
+import { DatabaseUrlError } from '../src/storage/postgres/connect.js';
 
 /** Declares an option once: flag, TELEMETRYD_<FLAG> env var, and its default in the help. */
 export function addSpecOption(cmd: Command, spec: OptionSpec): Command {
@@ -59,11 +60,13 @@ export function resolveRawOptions(cmd: Command, specs: OptionSpec[]): Record<str
  * config file, it says so, since the user never typed that flag.
  */
 export function withSourceOf(cmd: Command, err: unknown): unknown {
-  if (!(err instanceof ConfigError) || err.option === undefined) return err;
-  const source = cmd.getOptionValueSource(camel(err.option));
+  // A database URL that does not parse or connect names --database-url too.
+  const option = err instanceof ConfigError ? err.option : err instanceof DatabaseUrlError ? 'database-url' : undefined;
+  if (option === undefined) return err;
+  const source = cmd.getOptionValueSource(camel(option));
   const config = cmd.opts().config;
-  const from = source === 'env' ? envName(err.option) : source === undefined && typeof config === 'string' ? `config file ${config}` : null;
-  return from ? new ConfigError(`${err.message} (from ${from})`, err.option) : err;
+  const from = source === 'env' ? envName(option) : source === undefined && typeof config === 'string' ? `config file ${config}` : null;
+  return from ? new ConfigError(`${(err as Error).message} (from ${from})`, option) : err;
 }
 
 /**
@@ -126,7 +129,7 @@ export async function runAdmin(cmd: Command, fn: (ctx: CommandContext) => Promis
       await composition.close();
     }
   } catch (err) {
-    fail(err, hint);
+    fail(withSourceOf(cmd, err), hint);
   }
 }
 

@@ -46,7 +46,7 @@ export function serveCommand(): Command {
       server = await startServer(config, { print: (line) => console.log(line) });
     } catch (err) {
       const e = err as NodeJS.ErrnoException;
-      fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : e);
+      fail(e.code === 'EADDRINUSE' ? new Error(`port already in use: ${e.message}`) : withSourceOf(cmd, e));
     }
     if (stopping) {
       await server.close();

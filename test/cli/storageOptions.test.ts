@@ -20,19 +20,23 @@ describe('--database-url for serve and the admin commands', () => {
     const dir = tempDir();
     const config = path.join(dir, 'config.json');
     writeFileSync(config, JSON.stringify({ 'database-url': URL_WITH_PASSWORD }));
-    const refused = /^telemetryd: PostgreSQL at 127\.0\.0\.1:1: connection refused\n$/;
-    const cases: [string[], Record<string, string>][] = [
-      [['serve', '--http-port', '0', '--mqtt-port', 'off', '--database-url', URL_WITH_PASSWORD], {}],
-      [['accounts', 'list', '--json'], { TELEMETRYD_DATABASE_URL: URL_WITH_PASSWORD }],
-      [['devices', 'list', '--account', 'a@example.com', '--config', config], {}],
-      [['serve', '--http-port', '0', '--mqtt-port', 'off', '--config', config], {}],
+    const refused = 'telemetryd: PostgreSQL at 127.0.0.1:1: connection refused';
+    // Where the URL came from, when the user did not type it.
+    const cases: [string[], Record<string, string>, string][] = [
+      [['serve', '--http-port', '0', '--mqtt-port', 'off', '--database-url', URL_WITH_PASSWORD], {}, ''],
+      [['accounts', 'list', '--json'], { TELEMETRYD_DATABASE_URL: URL_WITH_PASSWORD }, ' (from TELEMETRYD_DATABASE_URL)'],
+      [['devices', 'list', '--account', 'a@example.com', '--config', config], {}, ` (from config file ${config})`],
+      [['serve', '--http-port', '0', '--mqtt-port', 'off', '--config', config], {}, ` (from config file ${config})`],
+      [['serve', '--http-port', '0', '--mqtt-port', 'off'], { TELEMETRYD_DATABASE_URL: 'postgres://app:p/w@127.0.0.1:1/t' }, ''],
     ];
-    for (const [args, env] of cases) {
+    for (const [args, env, from] of cases) {
       const r = runCli([...args, '--data-dir', dir], { env });
       expect(r.status, args.join(' ')).toBe(1);
       expect(r.stdout).toBe('');
-      expect(r.stderr).toMatch(refused);
+      if (from || !env.TELEMETRYD_DATABASE_URL) expect(r.stderr).toBe(`${refused}${from}\n`);
+      else expect(r.stderr).toMatch(/^telemetryd: --database-url: not a URL in .*percent-encoded.* \(from TELEMETRYD_DATABASE_URL\)\n$/);
       expect(r.stderr).not.toContain('Secret-Pw');
+      expect(r.stderr).not.toContain('p/w');
     }
     // Nothing was opened or created on SQLite instead.
     expect(existsSync(path.join(dir, 'telemetryd.db'))).toBe(false);
