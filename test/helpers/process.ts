@@ -1,5 +1,6 @@
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type ChildProcess, type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
+import { onTestFinished } from 'vitest';
 import { backendEnv } from './backend.js';
 import { CLI } from './cli.js';
 
@@ -23,6 +24,23 @@ export interface ServeProcess {
 }
 
 /**
+ * Kills `child` once the test that started it has finished, or, started outside a test (a
+ * beforeAll), once the test file's process ends: a test that fails before stopping its
+ * server must not leave it running (vitest ends its worker without running exit handlers, so
+ * the test's own end is the place that always comes).
+ */
+export function killAtExit(child: ChildProcess): void {
+  const kill = () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+  try {
+    onTestFinished(kill);
+  } catch {
+    process.once('exit', kill);
+  }
+}
+
+/**
  * Starts `telemetryd serve` as a child process and waits until a line matches `ready`. Its
  * `--data-dir` gets that data dir's database on a PostgreSQL test run (backend.ts).
  */
@@ -33,6 +51,7 @@ export async function spawnServe(
   const dataDirAt = args.indexOf('--data-dir');
   const dataDir = dataDirAt >= 0 ? args[dataDirAt + 1] : undefined;
   const child = spawn(process.execPath, [CLI, 'serve', ...args], { env: { ...process.env, ...backendEnv(dataDir), ...opts.env } });
+  killAtExit(child);
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
