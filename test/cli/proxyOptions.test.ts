@@ -7,7 +7,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { runCli } from '../helpers/cli.js';
-import { freePort, spawnServe } from '../helpers/process.js';
+import { freePort, type ServeProcess, spawnServe } from '../helpers/process.js';
 import { tempDir } from '../helpers/server.js';
 
 const PROXY_PROTOCOL_LINE = 'MQTT listeners expect a PROXY protocol header on every connection';
@@ -68,20 +68,8 @@ describe('serve proxy options', () => {
       { ready: /First run: open/ },
     );
     const mqttPort = Number(/MQTT over TLS listening on 127\.0\.0\.1:(\d+)/.exec(serve.output())![1]);
-    for (let i = 0; i < 3; i++) {
-      const socket = net.connect(mqttPort, '127.0.0.1');
-      socket.on('error', () => {});
-      socket.resume();
-      await new Promise((resolve) => {
-        socket.once('connect', () => socket.write(Buffer.from([0x16, 0x03, 0x01, 0x00]))); // a TLS ClientHello's start
-        socket.once('close', resolve);
-      });
-    }
-    await new Promise((r) => setTimeout(r, 200));
-    const warnings = serve.output().match(/without a valid PROXY header closed/g) ?? [];
-    serve.child.kill('SIGTERM');
-    expect(await serve.exited).toBe(0);
-    expect(warnings).toHaveLength(1);
+    const clientHello = Buffer.from([0x16, 0x03, 0x01, 0x00]); // a TLS ClientHello's start
+    expect(await warningsAfter(serve, mqttPort, [clientHello, clientHello, clientHello], /without a valid PROXY header closed/g)).toBe(1);
   });
 
   it('without it, warns at most once a minute about connections to the TLS port that start with a PROXY header or plain MQTT', async () => {
@@ -95,20 +83,7 @@ describe('serve proxy options', () => {
       Buffer.from('\r\n\r\n\0\r\nQUIT\n'), // PROXY v2's signature
       Buffer.from([0x10, 0x10, 0x00, 0x04, 0x4d, 0x51, 0x54, 0x54]), // a plain MQTT CONNECT's start
     ];
-    for (const start of starts) {
-      const socket = net.connect(mqttPort, '127.0.0.1');
-      socket.on('error', () => {});
-      socket.resume();
-      await new Promise((resolve) => {
-        socket.once('connect', () => socket.write(start));
-        socket.once('close', resolve);
-      });
-    }
-    await new Promise((r) => setTimeout(r, 200));
-    const warnings = serve.output().match(/did not start with TLS closed/g) ?? [];
-    serve.child.kill('SIGTERM');
-    expect(await serve.exited).toBe(0);
-    expect(warnings).toHaveLength(1);
+    expect(await warningsAfter(serve, mqttPort, starts, /did not start with TLS closed/g)).toBe(1);
   });
 
   it('refuses a bad value with one clear line', () => {
@@ -121,3 +96,24 @@ describe('serve proxy options', () => {
     expect(badSwitch.stderr).toMatch(/--mqtt-proxy-protocol must be on or off, got "maybe"/);
   });
 });
+
+/**
+ * Opens one connection to `port` per entry of `starts`, sends it and waits until the server
+ * closes it; then stops the server and counts the log lines matching `warning`.
+ */
+async function warningsAfter(serve: ServeProcess, port: number, starts: Buffer[], warning: RegExp): Promise<number> {
+  for (const start of starts) {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.resume();
+    await new Promise((resolve) => {
+      socket.once('connect', () => socket.write(start));
+      socket.once('close', resolve);
+    });
+  }
+  await new Promise((r) => setTimeout(r, 200));
+  const warnings = serve.output().match(warning) ?? [];
+  serve.child.kill('SIGTERM');
+  expect(await serve.exited).toBe(0);
+  return warnings.length;
+}
