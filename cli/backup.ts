@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import type { BackupProgress, PostgresBackupProgress } from '../src/composition.js';
 import { backupPostgres, hasDatabase, openDataDir, restoreDataDir, restorePostgres } from '../src/composition.js';
 import { redactDatabaseUrl } from '../src/storage/postgres/connect.js';
-import { fail, storageOf, withCommonOptions } from './context.js';
+import { fail, storageOf, withCommonOptions, withSourceOf } from './context.js';
 
 /** Progress on stderr, only when it is a terminal (scripts and --json get a quiet stderr). */
 function terminalProgress(): ((p: BackupProgress) => void) | undefined {
@@ -25,14 +25,19 @@ export function backupCommands(): Command[] {
   const backup = withCommonOptions(
     new Command('backup')
       .description('write a consistent backup (database + snapshot files, one .tar.gz) while the server runs')
-      .argument('<file>', 'archive to write (replaced atomically if it exists)'),
-  ).action(async (file: string, opts: { json?: boolean }, cmd: Command) => {
+      .argument('<file>', 'archive to write (replaced atomically if it exists)')
+      .option(
+        '--without-snapshot-files',
+        "write the archive even when the snapshots folder holds none of the snapshots' files (they are lost)",
+      ),
+  ).action(async (file: string, opts: { json?: boolean; withoutSnapshotFiles?: boolean }, cmd: Command) => {
     try {
       const { dataDir, snapshotsDir, databaseUrl } = storageOf(cmd);
+      const checks = { withoutSnapshotFiles: Boolean(opts.withoutSnapshotFiles) };
       let result: { file: string; bytes: number };
       if (databaseUrl !== null) {
         const progress = terminalTableProgress();
-        result = await backupPostgres(databaseUrl, snapshotsDir, file, progress);
+        result = await backupPostgres(databaseUrl, snapshotsDir, file, progress, checks);
         if (progress) process.stderr.write('\n');
       } else {
         // Never create an empty database just to back it up.
@@ -40,7 +45,7 @@ export function backupCommands(): Command[] {
         const composition = openDataDir(dataDir, { snapshotsDir });
         try {
           const progress = terminalProgress();
-          result = await composition.services.backup.create(file, progress);
+          result = await composition.services.backup.create(file, progress, checks);
           if (progress) process.stderr.write('\n');
         } finally {
           composition.close();
@@ -48,7 +53,7 @@ export function backupCommands(): Command[] {
       }
       process.stdout.write(opts.json ? `${JSON.stringify(result)}\n` : `wrote ${result.file} (${result.bytes} bytes)\n`);
     } catch (err) {
-      fail(err);
+      fail(withSourceOf(cmd, err));
     }
   });
 
@@ -74,7 +79,7 @@ export function backupCommands(): Command[] {
         opts.json ? `${JSON.stringify(result)}\n` : `restored ${result.file} into ${result.data_dir} (${result.readings} readings)\n`,
       );
     } catch (err) {
-      fail(err);
+      fail(withSourceOf(cmd, err));
     }
   });
   return [backup, restore];

@@ -113,7 +113,7 @@ export function devicesCommand(): Command {
       await services.devices.remove(device);
       if (outside.count > 0)
         process.stderr.write(
-          `telemetryd: warning: ${device.id} had ${outside.count} snapshot${outside.count === 1 ? '' : 's'} but ${outside.folder} holds no folder of its files, so they are left wherever the server keeps them; is --snapshots-dir the server's?\n`,
+          `telemetryd: warning: ${device.id} had ${outside.count} snapshot${outside.count === 1 ? '' : 's'} but ${outside.folder} holds no folder of its files: they are left in the server's snapshots folder, under ${device.id}/, to remove by hand (is --snapshots-dir the server's?)\n`,
         );
     },
   });

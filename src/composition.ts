@@ -27,7 +27,7 @@ import { telemetryService } from './domain/telemetry.js';
 import type { LogLine } from './domain/throttledLog.js';
 import { usageService } from './domain/usage.js';
 import { createNotifier, type NotifySettings } from './notify/index.js';
-import { type BackupProgress, createBackup, restoreBackup } from './storage/backup.js';
+import { type ArchiveChecks, type BackupProgress, createBackup, restoreBackup } from './storage/backup.js';
 
 export type { BackupProgress, PostgresBackupProgress };
 
@@ -72,8 +72,8 @@ export interface ServiceOptions {
   minFreeDiskBytes?: number;
   /** Where storage refusals and recoveries are logged (throttled). */
   storageLog?: { warn: LogLine; info: LogLine };
-  /** Where a failure of PostgreSQL's own work is reported: talking to the other nodes, folding the usage counts. */
-  onClusterError?: (err: unknown, what: string) => void;
+  /** Where a failure of PostgreSQL-only work is reported: talking to the other nodes, folding the usage counts. */
+  onPostgresError?: (err: unknown, what: string) => void;
 }
 
 /**
@@ -154,7 +154,7 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
   // The usage counts every batch appends (PostgreSQL), folded by the leader every second.
   const foldUsageCounts =
     storage.backend === 'postgres'
-      ? periodicJob(storage.repos.readings.foldUsageCounts, (err) => options.onClusterError?.(err, 'folding the usage counts'))
+      ? periodicJob(storage.repos.readings.foldUsageCounts, (err) => options.onPostgresError?.(err, 'folding the usage counts'))
       : null;
   const foldUsageCountsJob = foldUsageCounts && {
     start: () => foldUsageCounts.start({ intervalMs: 1_000, firstRunDelayMs: 1_000 }),
@@ -179,7 +179,7 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     alerts: alertService(repos, clock, events),
     alertEvaluation,
     rateLimiter: storage.backend === 'postgres' ? new SharedRateLimiter(clock, storage.cluster.rateCounts) : new RateLimiter(clock),
-    cluster: clusterService(storage.backend === 'postgres' ? storage.cluster : null, events, options.onClusterError ?? (() => {})),
+    cluster: clusterService(storage.backend === 'postgres' ? storage.cluster : null, events, options.onPostgresError ?? (() => {})),
     ingest: ingestPipeline({ devices, sink: writer, events, clock, evaluateAlerts: alertEvaluation.evaluate, gate: storageStatus }),
     snapshots,
     /** Whether storage takes writes (free disk space, failed commits), for ingest, /healthz and /metrics. */
@@ -209,10 +209,10 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
       ),
     backup: {
       /** A consistent archive of the database and the snapshot files, taken while serving. */
-      create: (file: string, onProgress?: (p: BackupProgress) => void) =>
+      create: (file: string, onProgress?: (p: BackupProgress) => void, checks: ArchiveChecks = {}) =>
         storage.backend === 'sqlite'
-          ? createBackup(storage.db, files.root, file, VERSION, onProgress)
-          : createPostgresBackup(storage.pool, files.root, file, VERSION),
+          ? createBackup(storage.db, files.root, file, VERSION, onProgress, checks)
+          : createPostgresBackup(storage.pool, files.root, file, VERSION, undefined, checks),
     },
     /**
      * Emits 'external.change' once another process (an admin command) has committed, checked
@@ -388,6 +388,7 @@ export async function backupPostgres(
   snapshotsDir: string,
   file: string,
   onProgress?: (p: PostgresBackupProgress) => void,
+  checks: ArchiveChecks = {},
 ): Promise<{ file: string; bytes: number }> {
   const pool = await connectPostgres(databaseUrl, { max: 1 });
   try {
@@ -396,7 +397,7 @@ export async function backupPostgres(
     );
     if (!rows[0]!.schema) throw new Error(`no telemetryd data in the PostgreSQL database "${rows[0]!.db}"`);
     await migratePostgres(pool);
-    return await createPostgresBackup(pool, snapshotsDir, file, VERSION, onProgress);
+    return await createPostgresBackup(pool, snapshotsDir, file, VERSION, onProgress, checks);
   } finally {
     await pool.end();
   }

@@ -5,13 +5,14 @@ import { hasDatabase, newerSchemaWarning, openStorage, type Services, type Stora
 import type { ServerConfig } from './config.js';
 import { SHARED_VALUES } from './domain/cluster.js';
 import type { RetentionJob, RetentionOptions } from './domain/retention.js';
+import { ThrottledLog } from './domain/throttledLog.js';
 import { buildApp, type HttpTimeouts, type MqttCertificate } from './http/app.js';
 import { randomBase62 } from './ids.js';
 import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
 import { DB_FILE } from './storage/db.js';
 import { describeDatabase } from './storage/postgres/connect.js';
-import type { Clock } from './time.js';
+import { type Clock, MINUTE_MS } from './time.js';
 import { VERSION } from './version.js';
 
 /** How long close() waits for in-flight HTTP requests before cutting their connections. */
@@ -66,6 +67,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     redact: ['req.headers.authorization', 'req.headers.cookie', 'access_token', 'password', 'token'],
   };
   let app: FastifyInstance | null = null;
+  const postgresErrors = new ThrottledLog(MINUTE_MS);
   const {
     services,
     storage,
@@ -85,7 +87,9 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       info: (details, message) => app?.log.info(details, message),
     },
     onRollupError: (err) => app?.log.error({ err }, 'rolling up readings failed; retried at the next pass'),
-    onClusterError: (err, what) => app?.log.warn({ err }, `${what} failed`),
+    // Once a minute per kind at most (with a count): a database that is down fails every second.
+    onPostgresError: (err, what) =>
+      app && postgresErrors.report((details, message) => app!.log.warn(details, message), what, `${what} failed`, { err }),
   });
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run"),
@@ -177,7 +181,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   );
   const newerSchema = newerSchemaWarning(storage.schema);
   if (newerSchema) {
-    sayListening(`Warning: ${newerSchema}`);
+    sayListening(`warning: ${newerSchema}`);
     app.log.warn({ schema: storage.schema }, newerSchema);
   }
   if (config.databaseUrl !== null && hasDatabase(config.dataDir)) {
@@ -185,7 +189,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     // acknowledge readings the cluster never sees.
     const unused = path.join(config.dataDir, DB_FILE);
     sayListening(
-      `Warning: ${unused} is a SQLite database this server does not use; move it aside, or a start without --database-url serves it instead`,
+      `warning: ${unused} is a SQLite database this server does not use; move it aside, or a start without --database-url serves it instead`,
     );
     app.log.warn({ file: unused }, 'a SQLite database this server does not use is in its data dir');
   }

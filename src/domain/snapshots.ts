@@ -186,8 +186,9 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
 
     /**
      * How many of a device's snapshots have no folder here: an admin command given another
-     * snapshots folder than the server's (on PostgreSQL the folder does not follow
-     * --data-dir) would delete the device and leave its files behind, unseen.
+     * snapshots folder than the server's (on PostgreSQL, where admin commands need no
+     * --data-dir, one run without --snapshots-dir) would delete the device and leave its
+     * files behind, unseen.
      */
     async snapshotsOutsideFolder(device: Device): Promise<{ count: number; folder: string }> {
       const count = files.hasDevice(device.id) ? 0 : await repos.snapshots.countSince(device.seq, 0);

@@ -183,6 +183,7 @@ export async function startMqtt(
       } else {
         server = tls.createServer({ ...tlsOptions, handshakeTimeout: CONNECT_TIMEOUT_MS }, accept);
         server.on('tlsClientError', (err, socket) => {
+          log.debug({ address: socket.remoteAddress, err: err.message }, 'MQTT TLS handshake failed');
           // Bytes that are no TLS record at all: a plain MQTT client on the TLS port, or a
           // proxy sending PROXY headers to a node started without --mqtt-proxy-protocol. Both
           // leave the client with only "a TLS error occurred"; said here at most once a minute.
@@ -193,7 +194,6 @@ export async function startMqtt(
               'MQTT connection to the TLS port that did not start with TLS closed (a plain MQTT client, or a proxy sending PROXY headers: --mqtt-proxy-protocol?)',
               { peer: socket.remoteAddress },
             );
-          else log.debug({ address: socket.remoteAddress, err: err.message }, 'MQTT TLS handshake failed');
         });
       }
       servers.push(server);

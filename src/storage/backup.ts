@@ -74,8 +74,18 @@ export async function createBackup(
   file: string,
   version: string,
   onProgress?: (p: BackupProgress) => void,
+  options: ArchiveChecks = {},
 ): Promise<{ file: string; bytes: number }> {
-  return writeArchive(file, { snapshotsDir, version }, (staging) => copyDatabase(db, path.join(staging, DB_FILE), onProgress));
+  return writeArchive(file, { snapshotsDir, version, ...options }, (staging) => copyDatabase(db, path.join(staging, DB_FILE), onProgress));
+}
+
+/** What a backup may be told to let pass. */
+export interface ArchiveChecks {
+  /**
+   * Write the archive even when the snapshots folder holds none of the snapshots' files
+   * (`backup --without-snapshot-files`: the images are lost, the database is not).
+   */
+  withoutSnapshotFiles?: boolean;
 }
 
 /**
@@ -85,7 +95,7 @@ export async function createBackup(
  */
 export async function writeArchive(
   file: string,
-  opts: { snapshotsDir: string; version: string; source?: 'postgres' },
+  opts: { snapshotsDir: string; version: string; source?: 'postgres' } & ArchiveChecks,
   fillDatabase: (staging: string) => Promise<void>,
 ): Promise<{ file: string; bytes: number }> {
   const target = path.resolve(file);
@@ -96,7 +106,7 @@ export async function writeArchive(
   try {
     await fillDatabase(staging);
     const hasSnapshots = existsSync(opts.snapshotsDir);
-    refuseMissingSnapshotFiles(path.join(staging, DB_FILE), path.dirname(target), opts.snapshotsDir);
+    if (!opts.withoutSnapshotFiles) refuseMissingSnapshotFiles(path.join(staging, DB_FILE), path.dirname(target), opts.snapshotsDir);
     // The snapshot files are archived in place (a link followed by tar), not copied twice.
     if (hasSnapshots) symlinkSync(path.resolve(opts.snapshotsDir), path.join(staging, SNAPSHOTS_DIR), 'dir');
     const manifest: BackupManifest = {
@@ -139,7 +149,8 @@ const SNAPSHOT_FILES_CHECKED = 20;
 
 /**
  * A database with snapshots and a snapshots folder holding none of their files is a folder
- * other than the server's (on PostgreSQL it does not follow --data-dir): the archive would
+ * other than the server's (an admin command on PostgreSQL, which needs no --data-dir, run
+ * without --snapshots-dir looks under ./telemetryd-data): the archive would
  * restore rows without their images. Refused, naming the folder. A few files missing (removed
  * by retention while the backup ran, or by hand) are not: only the newest are looked for.
  */
@@ -164,7 +175,7 @@ function refuseMissingSnapshotFiles(dbFile: string, nativeDir: string, snapshots
     ? `${snapshotsDir} holds no file of the newest ${newest.length}`
     : `there is no folder ${snapshotsDir}`;
   throw new Error(
-    `the database holds ${total} snapshot${total === 1 ? '' : 's'} but ${where}: give --snapshots-dir the server's snapshots folder`,
+    `the database holds ${total} snapshot${total === 1 ? '' : 's'} but ${where}: give --snapshots-dir the server's snapshots folder (or, if the files are lost, --without-snapshot-files)`,
   );
 }
 

@@ -74,7 +74,7 @@ describe('serve proxy options', () => {
 
   it('without it, warns at most once a minute about connections to the TLS port that start with a PROXY header or plain MQTT', async () => {
     const serve = await spawnServe(
-      ['--data-dir', tempDir(), '--host', '127.0.0.1', '--http-port', String(await freePort()), '--mqtt-port', '0'],
+      ['--data-dir', tempDir(), '--host', '127.0.0.1', '--http-port', String(await freePort()), '--mqtt-port', '0', '--log-level', 'debug'],
       { ready: /First run: open/ },
     );
     const mqttPort = Number(/MQTT over TLS listening on 127\.0\.0\.1:(\d+)/.exec(serve.output())![1]);
@@ -84,6 +84,10 @@ describe('serve proxy options', () => {
       Buffer.from([0x10, 0x10, 0x00, 0x04, 0x4d, 0x51, 0x54, 0x54]), // a plain MQTT CONNECT's start
     ];
     expect(await warningsAfter(serve, mqttPort, starts, /did not start with TLS closed/g)).toBe(1);
+    // Each of them was no TLS record at all, which is what the warning is for.
+    expect(
+      serve.output().match(/MQTT TLS handshake failed.*wrong version number|wrong version number.*MQTT TLS handshake failed/g),
+    ).toHaveLength(3);
   });
 
   it('refuses a bad value with one clear line', () => {

@@ -131,9 +131,14 @@ describe('--snapshots-dir on SQLite', () => {
     const forgot = runCli(['backup', archive], { dataDir });
     expect(forgot.status).toBe(1);
     expect(forgot.stderr).toBe(
-      `telemetryd: the database holds 1 snapshot but there is no folder ${path.join(dataDir, 'snapshots')}: give --snapshots-dir the server's snapshots folder\n`,
+      `telemetryd: the database holds 1 snapshot but there is no folder ${path.join(dataDir, 'snapshots')}: give --snapshots-dir the server's snapshots folder (or, if the files are lost, --without-snapshot-files)\n`,
     );
     expect(existsSync(archive)).toBe(false);
+    // Files that are lost for good do not keep the database from being backed up.
+    const withoutFiles = path.join(root, 'without-files.tar.gz');
+    const lost = runCli(['backup', withoutFiles, '--without-snapshot-files', '--json'], { dataDir });
+    expect(lost.status, lost.stderr).toBe(0);
+    expect(existsSync(withoutFiles)).toBe(true);
     // backup reads the files from --snapshots-dir; restore writes them to its own --snapshots-dir.
     expect(runCli(['backup', archive, '--snapshots-dir', snapshotsDir], { dataDir }).status).toBe(0);
     const restoredDir = path.join(root, 'restored');
@@ -157,7 +162,7 @@ describe('--snapshots-dir on SQLite', () => {
     const elsewhere = runCli(['devices', 'delete', cam.json.id, '--yes'], { dataDir: restoredDir });
     expect(elsewhere.status, elsewhere.stderr).toBe(0);
     expect(elsewhere.stderr).toBe(
-      `telemetryd: warning: ${cam.json.id} had 1 snapshot but ${path.join(restoredDir, 'snapshots')} holds no folder of its files, so they are left wherever the server keeps them; is --snapshots-dir the server's?\n`,
+      `telemetryd: warning: ${cam.json.id} had 1 snapshot but ${path.join(restoredDir, 'snapshots')} holds no folder of its files: they are left in the server's snapshots folder, under ${cam.json.id}/, to remove by hand (is --snapshots-dir the server's?)\n`,
     );
     expect(existsSync(path.join(restoredImages, cam.json.id, `${snapshotId}.jpg`))).toBe(true);
   });

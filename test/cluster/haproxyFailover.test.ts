@@ -55,7 +55,8 @@ describe('haproxy in front of a cluster with a node that died before its check n
         client.once('error', reject);
         client.once('close', () => reject(new Error(`closed before CONNACK: ${proxy.output()}`)));
       });
-    // One after the other: least connections picks the dead node (no connections) each time.
+    // One after the other: with no connections left on either node, least connections
+    // rotates between them, so about half of these go to the dead node first.
     for (let i = 0; i < 4; i++) {
       const client = await connect();
       await client.publishAsync(`d/${a.device.id}/t`, JSON.stringify({ i }), { qos: 1 });

@@ -24,19 +24,17 @@ export interface ServeProcess {
 }
 
 /**
- * Kills `child` once the test that started it has finished, or, started outside a test (a
- * beforeAll), once the test file's process ends: a test that fails before stopping its
- * server must not leave it running (vitest ends its worker without running exit handlers, so
- * the test's own end is the place that always comes).
+ * Kills `child` once the test that started it has finished, passed or failed: a test that
+ * fails before stopping its server must not leave it running. A child started outside a
+ * test (a beforeAll) is left to its afterAll.
  */
-export function killAtExit(child: ChildProcess): void {
-  const kill = () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  };
+export function killWhenTestEnds(child: ChildProcess): void {
   try {
-    onTestFinished(kill);
+    onTestFinished(() => {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    });
   } catch {
-    process.once('exit', kill);
+    // Not inside a test.
   }
 }
 
@@ -51,7 +49,7 @@ export async function spawnServe(
   const dataDirAt = args.indexOf('--data-dir');
   const dataDir = dataDirAt >= 0 ? args[dataDirAt + 1] : undefined;
   const child = spawn(process.execPath, [CLI, 'serve', ...args], { env: { ...process.env, ...backendEnv(dataDir), ...opts.env } });
-  killAtExit(child);
+  killWhenTestEnds(child);
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));

@@ -68,7 +68,7 @@ describe('--database-url parsing', () => {
     const message = await parseFailure('postgres://app:p/ss@127.0.0.1:5432/telemetry');
     expect(message).toBe(
       '--database-url: not a URL in postgres://app:***@127.0.0.1:5432/telemetry (expected postgres://USER[:PASSWORD]@HOST[:PORT]/DB); ' +
-        'a / # ? or @ in the user or password must be percent-encoded (%2F %23 %3F %40)',
+        'a / # ? @ or % in the user or password must be percent-encoded (%2F %23 %3F %40 %25)',
     );
     expect(await parseFailure('not a URL at all')).not.toContain('percent-encoded');
   });

@@ -135,25 +135,28 @@ describe('PostgreSQL schema and migrations', () => {
     const node = await startTestServer({ 'database-url': url }, { print: (line) => printed.push(line) });
     await node.stop();
     expect(printed).toContain(
-      `Warning: the database's schema is at version ${LATEST + 1}, newer than this telemetryd knows (${LATEST}): a newer telemetryd has used it; run that version`,
+      `warning: the database's schema is at version ${LATEST + 1}, newer than this telemetryd knows (${LATEST}): a newer telemetryd has used it; run that version`,
     );
   });
 
   it('says what to grant when the user may not create tables in the database', async () => {
-    const url = await createDatabase(pg);
-    const db = new URL(url).pathname.slice(1);
+    // A name that must be quoted in SQL, so the statement the message gives is tried as shown.
+    const db = `tele-${Date.now()}`;
+    await psql(pg, 'postgres', `CREATE DATABASE "${db}"`);
+    const url = new URL(await createDatabase(pg));
+    url.pathname = `/${db}`;
     // A user that may connect but, as PostgreSQL 15 has it by default, not create in public.
-    await psql(pg, db, `CREATE ROLE newcomer LOGIN PASSWORD 'pw-newcomer'; GRANT CONNECT ON DATABASE ${db} TO newcomer`);
+    await psql(pg, db, `CREATE ROLE newcomer LOGIN PASSWORD 'pw-newcomer'; GRANT CONNECT ON DATABASE "${db}" TO newcomer`);
     const asNewcomer = new URL(url);
     asNewcomer.username = 'newcomer';
     asNewcomer.password = 'pw-newcomer';
     const p = await pool(asNewcomer.toString());
     await expect(migratePostgres(p)).rejects.toThrow(
       `user "newcomer" may not create telemetryd's tables in schema public of the PostgreSQL database "${db}" (permission denied for schema public): ` +
-        `make the user the database's owner (ALTER DATABASE ${db} OWNER TO newcomer) or GRANT CREATE ON SCHEMA public TO newcomer`,
+        `make the user the database's owner (ALTER DATABASE "${db}" OWNER TO newcomer) or GRANT CREATE ON SCHEMA public TO newcomer`,
     );
-    // As told: the owner migrates.
-    await psql(pg, db, `ALTER DATABASE ${db} OWNER TO newcomer`);
+    // As told, word for word: the owner migrates.
+    await psql(pg, db, `ALTER DATABASE "${db}" OWNER TO newcomer`);
     expect(await migratePostgres(p)).toBe(LATEST);
   });
 

@@ -194,42 +194,49 @@ describe('PostgreSQL reading writer', () => {
     expect(await count()).toBe(5);
   });
 
-  it('keeps the usage counts exact while folds run beside the batches, each other and deletions', async () => {
+  it('keeps the usage counts exact while folds, one at a time, run beside the batches and deletions', async () => {
     const repos = await createPostgresRepositories(observer);
     let writing = true;
     let folded = 0;
+    // Two loops, as two nodes that both believe they lead: the lock lets one fold at a time.
     const folding = [0, 1].map(async () => {
       while (writing) folded += await repos.readings.foldUsageCounts();
     });
-    // 40 event-loop passes of 50 readings over 4 minutes: batches in flight as folds run.
-    const appends: Promise<number>[] = [];
-    for (let pass = 0; pass < 40; pass++) {
-      for (let i = 0; i < 50; i++) {
-        const n = pass * 50 + i;
-        appends.push(writer.append({ deviceSeq: devices[n % 3]!, accountSeq, time: NOW + (n % 4) * MINUTE + n, data: '{}' }));
+    try {
+      // 40 event-loop passes of 50 readings over 4 minutes: batches in flight as folds run.
+      const appends: Promise<number>[] = [];
+      for (let pass = 0; pass < 40; pass++) {
+        for (let i = 0; i < 50; i++) {
+          const n = pass * 50 + i;
+          appends.push(writer.append({ deviceSeq: devices[n % 3]!, accountSeq, time: NOW + (n % 4) * MINUTE + n, data: '{}' }));
+        }
+        await new Promise((resolve) => setImmediate(resolve));
       }
-      await new Promise((resolve) => setImmediate(resolve));
+      await Promise.all(appends);
+      // Deletions append negative counts; a minute left without readings loses its row.
+      await observer.query('DELETE FROM readings WHERE time >= $1 AND time < $2', [NOW + 3 * MINUTE, NOW + 4 * MINUTE]);
+      await observer.query('DELETE FROM readings WHERE device_seq = $1 AND time < $2', [devices[0], NOW + MINUTE]);
+    } finally {
+      writing = false;
+      await Promise.all(folding);
     }
-    await Promise.all(appends);
-    // Deletions append negative counts; a minute left without readings loses its row.
-    await observer.query('DELETE FROM readings WHERE time >= $1 AND time < $2', [NOW + 3 * MINUTE, NOW + 4 * MINUTE]);
-    await observer.query('DELETE FROM readings WHERE device_seq = $1 AND time < $2', [devices[0], NOW + MINUTE]);
-    writing = false;
-    await Promise.all(folding);
-    expect(folded).toBeGreaterThan(0);
-    await repos.readings.foldUsageCounts();
-    const expected = (
-      await observer.query(
-        'SELECT $1::bigint AS account_seq, time / 60000 AS minute, count(*)::bigint AS n FROM readings GROUP BY 2 ORDER BY 2',
-        [accountSeq],
-      )
-    ).rows;
-    expect(expected.map((r) => r.minute)).toEqual([0, 1, 2].map((m) => NOW / MINUTE + m));
-    expect((await observer.query('SELECT account_seq, minute, n FROM reading_counts ORDER BY minute')).rows).toEqual(expected);
-    expect(await count('SELECT count(*) AS n FROM reading_count_deltas')).toBe(0);
-    expect(await repos.readings.countSinceForAccount(accountSeq, NOW)).toBe(await count());
-    await repos.externalCommits.close();
-    await repos.leadership.close();
+    try {
+      expect(folded).toBeGreaterThan(0);
+      await repos.readings.foldUsageCounts();
+      const expected = (
+        await observer.query(
+          'SELECT $1::bigint AS account_seq, time / 60000 AS minute, count(*)::bigint AS n FROM readings GROUP BY 2 ORDER BY 2',
+          [accountSeq],
+        )
+      ).rows;
+      expect(expected.map((r) => r.minute)).toEqual([0, 1, 2].map((m) => NOW / MINUTE + m));
+      expect((await observer.query('SELECT account_seq, minute, n FROM reading_counts ORDER BY minute')).rows).toEqual(expected);
+      expect(await count('SELECT count(*) AS n FROM reading_count_deltas')).toBe(0);
+      expect(await repos.readings.countSinceForAccount(accountSeq, NOW)).toBe(await count());
+    } finally {
+      await repos.externalCommits.close();
+      await repos.leadership.close();
+    }
   });
 
   it('creates the partition of a week it has not seen, also one that was dropped meanwhile', async () => {

@@ -339,7 +339,7 @@ describe('serve on PostgreSQL', () => {
     try {
       expect(printed[0]).toMatch(/^Storage: PostgreSQL /);
       expect(printed[1]).toBe(
-        `Warning: ${path.join(dataDir, 'telemetryd.db')} is a SQLite database this server does not use; move it aside, or a start without --database-url serves it instead`,
+        `warning: ${path.join(dataDir, 'telemetryd.db')} is a SQLite database this server does not use; move it aside, or a start without --database-url serves it instead`,
       );
       expect(printed[2]).toMatch(/HTTP listening on/);
     } finally {

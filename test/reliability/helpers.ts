@@ -8,7 +8,7 @@ import pg from 'pg';
 import { expect } from 'vitest';
 import { backendEnv, databaseUrlFor, onPostgres } from '../helpers/backend.js';
 import { CLI, runCliAsync } from '../helpers/cli.js';
-import { killAtExit } from '../helpers/process.js';
+import { killWhenTestEnds } from '../helpers/process.js';
 
 /** The real server as a child process (what a user runs), so it can be killed for real. */
 export interface ChildServer {
@@ -43,7 +43,7 @@ export async function startChildServer(dataDir: string, extraArgs: string[] = []
     ],
     { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...backendEnv(dataDir), ...env } },
   );
-  killAtExit(proc);
+  killWhenTestEnds(proc);
   let out = '';
   proc.stdout!.on('data', (d) => (out += d));
   proc.stderr!.on('data', (d) => (out += d));

@@ -2,7 +2,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Pool, PoolClient } from 'pg';
-import { placeSnapshots, unpackArchive, writeArchive } from '../backup.js';
+import { type ArchiveChecks, placeSnapshots, unpackArchive, writeArchive } from '../backup.js';
 import { type Db, openDatabase } from '../db.js';
 import { migrate } from '../migrations.js';
 import { loadNativeBinding } from '../native.js';
@@ -112,8 +112,9 @@ export async function createPostgresBackup(
   file: string,
   version: string,
   onProgress?: (p: PostgresBackupProgress) => void,
+  checks: ArchiveChecks = {},
 ): Promise<{ file: string; bytes: number }> {
-  return writeArchive(file, { snapshotsDir, version, source: 'postgres' }, async (staging) => {
+  return writeArchive(file, { snapshotsDir, version, source: 'postgres', ...checks }, async (staging) => {
     const sqlite = openDatabase(staging);
     let client: PoolClient | null = null;
     let broken: Error | undefined;

@@ -47,7 +47,7 @@ export function parseDatabaseUrl(url: string): DatabaseUrl {
   const bad = (why: string, hint = '') =>
     new DatabaseUrlError(`--database-url: ${why} in ${redactDatabaseUrl(url)} (expected ${FORM})${hint}`);
   // With the password masked, a URL broken by a character of its password looks right.
-  const encodingHint = url.includes('@') ? '; a / # ? or @ in the user or password must be percent-encoded (%2F %23 %3F %40)' : '';
+  const encodingHint = url.includes('@') ? '; a / # ? @ or % in the user or password must be percent-encoded (%2F %23 %3F %40 %25)' : '';
   let u: URL;
   try {
     u = new URL(url);

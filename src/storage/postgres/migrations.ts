@@ -397,12 +397,12 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
     sql: 'UPDATE devices SET last_seen = NULL WHERE last_seen = 0',
   },
   {
-    // Every batch of an account upserted the same reading_counts row (account, minute), so
-    // batches in flight at once waited on its row lock one commit after another, and the row
-    // took a new version per batch. Batches (and the deletion trigger, with negative counts)
-    // now append to reading_count_deltas, which has no unique key to wait on; the leading
-    // node folds it into reading_counts every second (repos/readings.ts, foldUsageCounts).
-    // An account's count is the sum over both tables.
+    // Usage counts appended rather than upserted: batches in flight at once would otherwise
+    // wait on their account's one reading_counts row (account, minute), one commit after
+    // another. Batches (and the deletion trigger, with negative counts) append to
+    // reading_count_deltas, which has no unique key to wait on; the leading node folds it
+    // into reading_counts every second (repos/readings.ts, foldUsageCounts). An account's
+    // count is the sum over both tables.
     version: 9,
     name: 'usage counts appended per batch',
     sql: `
@@ -456,7 +456,8 @@ export async function migratePostgres(pool: Pool): Promise<number> {
           await client.query('COMMIT');
         } catch (err) {
           await client.query('ROLLBACK');
-          throw new Error(`PostgreSQL migration ${m.version} (${m.name}) failed: ${(err as Error).message}`);
+          const explained = await explainNoCreate(client, err);
+          throw new Error(`PostgreSQL migration ${m.version} (${m.name}) failed: ${(explained as Error).message}`);
         }
         current = m.version;
       }
@@ -479,13 +480,15 @@ const INSUFFICIENT_PRIVILEGE = '42501';
  */
 async function explainNoCreate(client: PoolClient, err: unknown): Promise<unknown> {
   if ((err as { code?: string }).code !== INSUFFICIENT_PRIVILEGE) return err;
-  const { rows } = await client.query<{ usr: string; db: string; schema: string }>(
-    'SELECT current_user AS usr, current_database() AS db, current_schema() AS schema',
+  // Quoted as SQL identifiers, so the statements shown run as given (a database named telemetry-prod).
+  const { rows } = await client.query<{ usr: string; db: string; schema: string; usr_id: string; db_id: string; schema_id: string }>(
+    `SELECT current_user AS usr, current_database() AS db, current_schema() AS schema,
+            quote_ident(current_user) AS usr_id, quote_ident(current_database()) AS db_id, quote_ident(current_schema()) AS schema_id`,
   );
-  const { usr, db, schema } = rows[0]!;
+  const { usr, db, schema, usr_id: usrId, db_id: dbId, schema_id: schemaId } = rows[0]!;
   return new Error(
     `user "${usr}" may not create telemetryd's tables in schema ${schema} of the PostgreSQL database "${db}" (${(err as Error).message}): ` +
-      `make the user the database's owner (ALTER DATABASE ${db} OWNER TO ${usr}) or GRANT CREATE ON SCHEMA ${schema} TO ${usr}`,
+      `make the user the database's owner (ALTER DATABASE ${dbId} OWNER TO ${usrId}) or GRANT CREATE ON SCHEMA ${schemaId} TO ${usrId}`,
   );
 }
 

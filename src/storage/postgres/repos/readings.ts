@@ -64,9 +64,9 @@ const countMinutesOfAccount = prepared<{ n: number }>(
    ) c`,
 );
 // Moves every committed delta into reading_counts in one statement, so no count is ever in
-// both tables or in neither: a fold running beside it waits for these rows and then skips
-// them, and deltas of batches still in flight stay for the next fold. Gives back the keys
-// whose count fell to zero (every reading of that minute deleted), deleted next.
+// both tables or in neither; deltas of batches still in flight are not visible to it and stay
+// for the next fold. Gives back the keys whose count fell to zero (every reading of that
+// minute deleted), paired by the same order in both arrays, deleted next.
 const foldDeltas = prepared<{ deltas: number; emptied_accounts: unknown[]; emptied_minutes: unknown[] }>(
   'reading-counts-fold',
   `WITH gone AS (
@@ -78,8 +78,8 @@ const foldDeltas = prepared<{ deltas: number; emptied_accounts: unknown[]; empti
      RETURNING account_seq, minute, n
    )
    SELECT (SELECT count(*) FROM gone)::int AS deltas,
-     coalesce((SELECT array_agg(account_seq) FROM folded WHERE n <= 0), '{}') AS emptied_accounts,
-     coalesce((SELECT array_agg(minute) FROM folded WHERE n <= 0), '{}') AS emptied_minutes`,
+     coalesce((SELECT array_agg(account_seq ORDER BY account_seq, minute) FROM folded WHERE n <= 0), '{}') AS emptied_accounts,
+     coalesce((SELECT array_agg(minute ORDER BY account_seq, minute) FROM folded WHERE n <= 0), '{}') AS emptied_minutes`,
 );
 // A row updated by a statement cannot be deleted by the same one: the emptied minutes go in
 // a second statement of the fold's transaction.
@@ -121,8 +121,8 @@ function partitionStart(name: string): number | null {
   return m ? Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3])) : null;
 }
 
-/** Retention's drop of whole weeks and the usage counts' fold, which only the PostgreSQL backend has. */
-export interface PartitionedReadings {
+/** What only the PostgreSQL backend's readings have: retention's drop of whole weeks, the usage counts' fold, the commit hook. */
+export interface PostgresReadingsExtras {
   dropExpiredPartitions(now: number, levels: number): Promise<string[]>;
   foldUsageCounts(): Promise<number>;
   /** What the PostgresReadingWriter calls after each commit: hands the batch to the commit observer. */
@@ -135,7 +135,7 @@ export interface PartitionedReadings {
  * repository reads and deletes. There is no inbox, so nothing to merge. Besides the
  * interface: dropExpiredPartitions and foldUsageCounts.
  */
-export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepository & PartitionedReadings {
+export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepository & PostgresReadingsExtras {
   let onCommitted: (batch: readonly PendingReading[]) => void = () => {};
   return {
     observeCommits(observer) {
@@ -206,9 +206,10 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
     /**
      * Folds the usage counts appended per batch (reading_count_deltas, migration 9) into
      * reading_counts, so the deltas stay a few seconds' worth: the leading node's job, every
-     * second. Skipped (0) while a partition is being created or dropped: a drop deletes the
-     * counts of its week from both tables, and a fold beside it could put some back. Returns
-     * how many delta rows it folded.
+     * second. It holds the partitions' advisory lock, so folds run one at a time (two nodes
+     * that both believe they lead, for a moment) and never beside a partition being created
+     * or dropped, whose drop deletes the counts of its week from both tables; when the lock
+     * is taken it skips a turn (0). Returns how many delta rows it folded.
      */
     foldUsageCounts: (): Promise<number> =>
       inTransaction(pool, async (client) => {
