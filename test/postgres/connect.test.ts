@@ -3,7 +3,13 @@ import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connectPostgres, DatabaseUrlError, parseDatabaseUrl, redactDatabaseUrl } from '../../src/storage/postgres/connect.js';
+import {
+  connectPostgres,
+  DatabaseUrlError,
+  describeDatabase,
+  parseDatabaseUrl,
+  redactDatabaseUrl,
+} from '../../src/storage/postgres/connect.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { freePort } from '../helpers/process.js';
 import { tempDir } from '../helpers/server.js';
@@ -71,6 +77,14 @@ describe('--database-url parsing', () => {
         'a / # ? @ or % in the user or password must be percent-encoded (%2F %23 %3F %40 %25)',
     );
     expect(await parseFailure('not a URL at all')).not.toContain('percent-encoded');
+  });
+
+  it('names the database for the start-up line without the password, over TCP or a unix socket', () => {
+    expect(describeDatabase('postgres://app:pw@db.lan/telemetry')).toBe('app@db.lan:5432/telemetry');
+    expect(describeDatabase('postgres://app:pw@[::1]:6543/telemetry')).toBe('app@[::1]:6543/telemetry');
+    expect(describeDatabase('postgres://app@%2Fvar%2Frun%2Fpostgresql/telemetry')).toBe(
+      'app@/var/run/postgresql/.s.PGSQL.5432, database telemetry',
+    );
   });
 
   it('redacts the password, also from text that is not a valid URL', () => {

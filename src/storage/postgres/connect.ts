@@ -82,13 +82,19 @@ export function parseDatabaseUrl(url: string): DatabaseUrl {
   };
 }
 
-/** Where a connection went, for messages: host:port, or the socket directory. */
-const place = (db: DatabaseUrl) => (db.host.startsWith('/') ? `${db.host} (port ${db.port})` : `${db.host}:${db.port}`);
+/** Where a connection went, for messages: host:port ([address]:port for IPv6), or the socket directory. */
+const place = (db: DatabaseUrl) =>
+  db.host.startsWith('/') ? `${db.host} (port ${db.port})` : db.host.includes(':') ? `[${db.host}]:${db.port}` : `${db.host}:${db.port}`;
 
-/** Which database a URL names, for the start-up lines: user@host:port/database, no password. */
+/**
+ * Which database a URL names, for the start-up lines, without the password:
+ * user@host:port/database, or over a unix socket the socket's file as libpq names it.
+ */
 export function describeDatabase(url: string): string {
   const db = parseDatabaseUrl(url);
-  return `${db.user}@${place(db)}/${db.database}`;
+  return db.host.startsWith('/')
+    ? `${db.user}@${db.host.replace(/\/+$/, '')}/.s.PGSQL.${db.port}, database ${db.database}`
+    : `${db.user}@${place(db)}/${db.database}`;
 }
 
 /** Error codes of a connection that is gone or could not be made, rather than of a statement. */
