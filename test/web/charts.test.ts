@@ -165,4 +165,32 @@ describe('device charts in a browser', () => {
     await page.locator('.chart-card[data-path=temperature]').scrollIntoViewIfNeeded();
     await page.screenshot({ path: path.join(ARTIFACTS, 'charts-week-phone.png') });
   });
+
+  it('keeps the range chosen last when the previous range answers after it', async () => {
+    await page.locator('#range').selectOption('24h');
+    await page.waitForFunction(() => document.querySelector('.charts')?.getAttribute('data-interval') === '5m');
+    // The page opens on 24h again; its aggregate answer is held back until 7d has been shown.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    await page.route(/\/aggregate\?range=24h/, async (route) => {
+      await held;
+      await route.continue();
+    });
+    try {
+      await page.reload();
+      await page.getByRole('heading', { name: 'Weather station' }).waitFor();
+      await page.locator('#range').selectOption('7d');
+      await page.waitForFunction(() => document.querySelector('.charts')?.getAttribute('data-interval') === '1h');
+      const late = page.waitForEvent('requestfinished', (r) => r.url().includes('/aggregate?range=24h'));
+      release();
+      await late;
+      // Time for the late answer's rendering, had it been applied.
+      await page.waitForTimeout(300);
+      expect(await page.locator('.charts').getAttribute('data-interval')).toBe('1h');
+      expect(Number(await page.locator('.chart-card[data-path=temperature]').getAttribute('data-buckets'))).toBeGreaterThanOrEqual(167);
+    } finally {
+      release();
+      await page.unroute(/\/aggregate\?range=24h/);
+    }
+  });
 });

@@ -61,6 +61,20 @@ export async function api<T = any>(method: string, path: string, body?: unknown)
   return data as T;
 }
 
+/**
+ * A request a page repeats (a range change, a live refresh, the poll) whose calls can be in
+ * flight together, an earlier one answering last: the wrapped call resolves to null when a
+ * later call was made meanwhile, so a page only ever shows the newest answer.
+ */
+export function newestOnly<A extends unknown[], T>(request: (...args: A) => Promise<T>): (...args: A) => Promise<T | null> {
+  let calls = 0;
+  return async (...args) => {
+    const call = ++calls;
+    const result = await request(...args);
+    return call === calls ? result : null;
+  };
+}
+
 export async function loadSession(): Promise<Session | null> {
   try {
     session = await api<Session>('GET', '/session');

@@ -1,5 +1,5 @@
 import { DAY_MS, HOUR_MS } from '../../../src/time';
-import { api } from '../api';
+import { api, newestOnly } from '../api';
 import { type AggregateBucket, SeriesChart } from '../chart';
 import { ago, connectivityText, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
@@ -65,8 +65,10 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   const rangeSelect = h('select', { id: 'range' }, ...RANGES.map((r) => h('option', { value: r, selected: r === range }, r)));
   let device: DeviceDetail;
 
+  const fetchDevice = newestOnly(() => api<{ data: DeviceDetail; latest: Reading | null }>('GET', `/devices/${encodeURIComponent(id!)}`));
   async function loadDevice() {
-    const res = await api<{ data: DeviceDetail; latest: Reading | null }>('GET', `/devices/${encodeURIComponent(id!)}`);
+    const res = await fetchDevice();
+    if (!res) return;
     device = res.data;
     renderHead();
     renderLatest(res.latest);
@@ -212,13 +214,24 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   }
 
   const charts = new Map<string, SeriesChart>();
+  // A slow answer for the previous range never replaces the range chosen after it.
+  const fetchAggregate = newestOnly((r: string) =>
+    api<{
+      data: AggregateBucket[];
+      query: { range: string; requested_range: string; interval: string; fields: string[]; data_retention_days: number };
+    }>('GET', `/devices/${encodeURIComponent(id!)}/aggregate?range=${r}`),
+  );
+  const fetchReadings = newestOnly((r: string) =>
+    api<{
+      data: Reading[];
+      query: { range: string; requested_range: string; limit: number; data_retention_days: number };
+    }>('GET', `/devices/${encodeURIComponent(id!)}/readings?range=${r}&limit=${TABLE_ROWS}`),
+  );
 
   /** Charts of every numeric path over the whole range, from aggregates (docs/api.md, "Aggregates"). */
   async function loadCharts() {
-    const res = await api<{
-      data: AggregateBucket[];
-      query: { range: string; requested_range: string; interval: string; fields: string[]; data_retention_days: number };
-    }>('GET', `/devices/${encodeURIComponent(id!)}/aggregate?range=${range}`);
+    const res = await fetchAggregate(range);
+    if (!res) return;
     const q = res.query;
     const to = Date.now();
     const from = to - RANGE_MS[q.range]!;
@@ -246,10 +259,8 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   }
 
   async function loadReadings() {
-    const res = await api<{
-      data: Reading[];
-      query: { range: string; requested_range: string; limit: number; data_retention_days: number };
-    }>('GET', `/devices/${encodeURIComponent(id!)}/readings?range=${range}&limit=${TABLE_ROWS}`);
+    const res = await fetchReadings(range);
+    if (!res) return;
     const q = res.query;
     const effective = q.range;
     rangeNote.textContent =

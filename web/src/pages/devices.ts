@@ -1,4 +1,4 @@
-import { api, session } from '../api';
+import { api, newestOnly, session } from '../api';
 import { ago, copyable, errorBox, field, h, select, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
 import type { PageContext } from '../main';
@@ -32,8 +32,11 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
     body,
   );
 
+  const fetchDevices = newestOnly(() => api<{ data: DeviceDetail[] }>('GET', '/devices'));
   async function refresh() {
-    const { data } = await api<{ data: DeviceDetail[] }>('GET', '/devices');
+    const res = await fetchDevices();
+    if (!res) return;
+    const { data } = res;
     if (!data.length) {
       body.replaceChildren(
         h(
