@@ -5,6 +5,7 @@ import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { createPostgresRepositories } from '../../src/storage/postgres/index.js';
 import { migratePostgres } from '../../src/storage/postgres/migrations.js';
 import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
+import { postgresRollupsRepo } from '../../src/storage/postgres/repos/rollups.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 
 const NOW = Date.UTC(2026, 10, 23, 12, 0, 0);
@@ -135,6 +136,42 @@ describe('PostgreSQL reading writer', () => {
     } finally {
       await blocker.query('ROLLBACK').catch(() => {});
       blocker.release();
+      await observer.query('UPDATE rollup_late SET late_before = $1', [lateBefore]);
+    }
+  });
+
+  it("keeps a late reading's hour dirty when a settle of that hour runs while its batch commits", async () => {
+    // The hour is already marked, so the batch's mark meets the existing row. A deferred
+    // trigger holds the batch at its commit, after the mark, until the test lets it go: the
+    // settle running then must not clear the mark and store rollups without that reading.
+    const hour = NOW - (NOW % 3_600_000);
+    const rollups = await postgresRollupsRepo(observer);
+    const holder = await observer.connect();
+    const lateBefore = (await observer.query('SELECT late_before FROM rollup_late')).rows[0].late_before;
+    await observer.query(`
+      CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
+      CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON reading_count_deltas
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit();`);
+    try {
+      await observer.query('UPDATE rollup_late SET late_before = $1', [NOW + MINUTE]);
+      await observer.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [devices[0], hour]);
+      await holder.query('SELECT pg_advisory_lock(4242)');
+      const appended = writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{"t":1}' });
+      const waiting = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted";
+      for (let i = 0; i < 200 && (await count(waiting)) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(await count(waiting)).toBe(1);
+      // The settle read the hour before the batch: no readings, nothing to write.
+      const settled = rollups.settleHour(devices[0]!, hour, [], { to: hour + 3_600_000, readings: 0 });
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await holder.query('SELECT pg_advisory_unlock(4242)');
+      await appended;
+      expect(await settled).toBe(false);
+      expect(await count('SELECT count(*) AS n FROM rollup_dirty')).toBe(1);
+    } finally {
+      await holder.query('SELECT pg_advisory_unlock_all()');
+      holder.release();
+      await observer.query('DROP TRIGGER hold_commit ON reading_count_deltas; DROP FUNCTION hold_commit()');
       await observer.query('UPDATE rollup_late SET late_before = $1', [lateBefore]);
     }
   });

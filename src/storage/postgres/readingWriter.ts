@@ -23,7 +23,12 @@ interface Waiting extends PendingReading {
  * batch; a device deleted meanwhile is not counted). A reading older than $5
  * (the rollups' lateBefore: its minute may already be rolled up) marks its hour dirty in the
  * same statement, so an acknowledged late reading is never missed by the rollups; with
- * readings stamped now, that CTE inserts nothing. The mark is the later of $5 (this process's)
+ * readings stamped now, that CTE inserts nothing. An hour already marked gets its mark
+ * rewritten, not left alone: the rewrite holds the row until commit, so a settle of that
+ * hour (rollups.settleHour deletes the mark, then counts the readings) waits for this batch
+ * and counts its reading, where DO NOTHING would let it clear the mark and miss the reading.
+ * Marks are written in (device, hour) order, so two batches of late readings wait for each
+ * other, never deadlock. The mark is the later of $5 (this process's)
  * and rollup_late's (the node running the rollup pass moves it), whose row the statement
  * holds FOR SHARE until it commits: the pass's move waits for the batches in flight, so a
  * reading either commits before the pass reads its minute or sees the moved mark. The ids
@@ -55,7 +60,8 @@ const INSERT_BATCH = `
   ), late AS (
     INSERT INTO rollup_dirty (device_seq, hour)
     SELECT DISTINCT device_seq, time - ((time % 3600000) + 3600000) % 3600000 FROM batch, mark WHERE time < mark.late_before
-    ON CONFLICT DO NOTHING
+    ORDER BY 1, 2
+    ON CONFLICT (device_seq, hour) DO UPDATE SET hour = excluded.hour
   )
   SELECT b.seq FROM batch b CROSS JOIN (
     SELECT CASE WHEN $6::text IS NOT NULL THEN

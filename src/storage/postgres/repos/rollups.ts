@@ -53,7 +53,11 @@ const rawAfter = prepared(
    ORDER BY time, seq LIMIT $5`,
 );
 
-const markDirty = prepared('rollup-mark-dirty', 'INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2) ON CONFLICT DO NOTHING');
+// An existing mark is rewritten, which holds it until commit: a settle of the hour waits (readingWriter.ts, INSERT_BATCH).
+const markDirty = prepared(
+  'rollup-mark-dirty',
+  'INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2) ON CONFLICT (device_seq, hour) DO UPDATE SET hour = excluded.hour',
+);
 const dirtyOfDevice = prepared<{ hour: number }>(
   'rollup-dirty-of-device',
   'SELECT hour FROM rollup_dirty WHERE device_seq = $1 ORDER BY hour',
@@ -141,11 +145,11 @@ export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository
      * the device still has the `read.readings` readings in [hour, read.to) the writes were
      * computed from; otherwise rolled back, the mark kept, and false.
      *
-     * The mark is deleted before the readings are counted: a late reading's batch that
-     * commits meanwhile re-inserts the mark (its INSERT … ON CONFLICT waits on the deleted
-     * row until this transaction ends), so either the count sees that reading and nothing is
-     * settled, or the hour is marked again after this settle. SQLite has the same guarantee
-     * from its write lock.
+     * The mark is deleted before the readings are counted, and a late reading's batch writes
+     * the mark whether or not it exists, holding it until it commits. A batch that wrote it
+     * first makes the delete wait for its commit, so the count sees its reading and nothing is
+     * settled; a batch that comes after the delete waits for this transaction and marks the
+     * hour again. SQLite has the same guarantee from its write lock.
      */
     settleHour: (deviceSeq: number, hour: number, writes: RollupLevelWrite[], read: { to: number; readings: number }): Promise<boolean> =>
       inTransaction<boolean>(pool, async (client) => {
