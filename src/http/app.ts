@@ -108,7 +108,7 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     hideUntagged: true,
   });
 
-  await app.register(healthRoutes, { services, version: opts.version });
+  await app.register(healthRoutes, { services, version: opts.version, storage: config.databaseUrl ? 'postgres' : 'sqlite' });
   await app.register(publicApiRoutes, { prefix: '/v1', services });
   await app.register(deviceApiRoutes, { prefix: '/api/devices', services });
   await app.register(snapshotRoutes, { prefix: '/api/devices', services });

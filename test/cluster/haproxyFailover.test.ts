@@ -11,17 +11,26 @@ import { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { clusterHaproxyConfig } from '../helpers/clusterConfig.js';
 import { type RunningHaproxy, runHaproxy } from '../helpers/haproxy.js';
+import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { freePort } from '../helpers/process.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { certPath } from '../mqtt/support.js';
 
 describe('haproxy in front of a cluster with a node that died before its check noticed', () => {
+  let pg: PostgresServer;
   let live: TestServer;
   let proxy: RunningHaproxy;
   let a: Awaited<ReturnType<typeof seedAccount>>;
 
   beforeAll(async () => {
-    live = await startTestServer({ 'mqtt-port': '0', 'trust-proxy': true, 'mqtt-proxy-protocol': true });
+    // A cluster's node: its checks expect PostgreSQL storage.
+    pg = await startPostgres();
+    live = await startTestServer({
+      'database-url': await createDatabase(pg),
+      'mqtt-port': '0',
+      'trust-proxy': true,
+      'mqtt-proxy-protocol': true,
+    });
     a = await seedAccount(live);
     // Nothing listens on the dead node's ports; its checks run once a minute, so haproxy
     // still takes it for up during the test.
@@ -37,6 +46,7 @@ describe('haproxy in front of a cluster with a node that died before its check n
   afterAll(async () => {
     await proxy?.stop();
     await live?.stop();
+    await pg?.stop();
   });
 
   it('connects every MQTT device and answers every request through the live node', async () => {
@@ -72,5 +82,55 @@ describe('haproxy in front of a cluster with a node that died before its check n
     }
     const history = await (await live.request(`/v1/devices/${a.device.id}/telemetry?range=1h`, { key: a.key })).json();
     expect(history.data).toHaveLength(8);
+  });
+});
+
+describe('haproxy in front of a cluster with a node started without its database URL', () => {
+  let pg: PostgresServer;
+  let node: TestServer;
+  let stray: TestServer;
+  let proxy: RunningHaproxy;
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+    const options = { 'mqtt-port': '0', 'trust-proxy': true, 'mqtt-proxy-protocol': true };
+    node = await startTestServer({ 'database-url': await createDatabase(pg), ...options });
+    // Same flags but no database URL: a SQLite file in its own data dir.
+    stray = await startTestServer(options);
+    const ports = { http: await freePort(), mqttTls: await freePort() };
+    const portsOf = (s: TestServer) => ({ http: Number(new URL(s.httpUrl).port), mqttTls: s.mqttPort!, mqttPlain: 0 });
+    proxy = await runHaproxy(
+      clusterHaproxyConfig({
+        bind: { http: `127.0.0.1:${ports.http}`, mqttTls: `127.0.0.1:${ports.mqttTls}` },
+        nodes: [portsOf(node), portsOf(stray)],
+        checkInterval: '100',
+      }),
+      ports,
+    );
+  });
+  afterAll(async () => {
+    await proxy?.stop();
+    await stray?.stop();
+    await node?.stop();
+    await pg?.stop();
+  });
+
+  it('takes it out of both backends, so it acknowledges nothing the cluster does not see', async () => {
+    for (let i = 0; i < 100 && (proxy.output().match(/node2 is DOWN/g) ?? []).length < 2; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(proxy.output()).toMatch(/telemetryd_http\/node2 is DOWN/);
+    expect(proxy.output()).toMatch(/telemetryd_mqtt\/node2 is DOWN/);
+    expect(proxy.output()).not.toMatch(/node1 is DOWN/);
+    // Round robin would send half of these to the stray node, which does not know the device.
+    const a = await seedAccount(node);
+    for (let i = 0; i < 4; i++) {
+      const res = await fetch(`http://127.0.0.1:${proxy.ports.http}/api/devices/ingest`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ device_id: a.device.id, access_token: a.token, data: { i } }),
+      });
+      expect(res.status, proxy.output()).toBe(200);
+    }
+    const history = await (await node.request(`/v1/devices/${a.device.id}/telemetry?range=1h`, { key: a.key })).json();
+    expect(history.data).toHaveLength(4);
   });
 });

@@ -126,7 +126,11 @@ describe('a cluster of three nodes behind haproxy', () => {
     config = replaceOnce(config, 'bind :8883\n', `bind 127.0.0.1:${ports.mqtt}\n`);
     for (const [i, node] of cluster.nodes.entries()) {
       config = replaceOnce(config, `10.0.0.1${i + 1}:8080 `, `127.0.0.1:${node.ports.http} `);
-      config = replaceOnce(config, `10.0.0.1${i + 1}:8884 `, `127.0.0.1:${node.ports.mqttTls} `);
+      config = replaceOnce(
+        config,
+        `10.0.0.1${i + 1}:8884 send-proxy-v2 check port 8080 `,
+        `127.0.0.1:${node.ports.mqttTls} send-proxy-v2 check port ${node.ports.http} `,
+      );
     }
     config = config.replaceAll('inter 5s', 'inter 200');
     const proxy = await runHaproxy(config, ports);
@@ -156,7 +160,7 @@ describe('a cluster of three nodes behind haproxy', () => {
       expect(fingerprints).toContain(presented);
       const stored = (await historyOn(cluster.nodes[0]!.url, seed)).map((r) => r.n);
       expect(stored).toEqual(expect.arrayContaining([100, 101, 102, 103]));
-      // Rounds of checks ran against every node (HTTP /healthz, MQTT with a LOCAL header): none failed.
+      // Rounds of checks (/healthz, for the MQTT backend too) ran against every node: none failed.
       await new Promise((r) => setTimeout(r, 1_000));
       expect(proxy.output()).not.toMatch(/is DOWN|Health check.*failed/i);
     } finally {

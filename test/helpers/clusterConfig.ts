@@ -31,10 +31,16 @@ export interface HaproxyConfigOptions {
  * connections since MQTT connections are long-lived.
  */
 export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
+  // Every backend is checked on the node's HTTP port: MQTT too, so a node that cannot write
+  // (and so sends no PUBACK) takes no new devices.
   const servers = (port: (n: NodePorts) => number, extra: string) =>
     o.nodes.map(
-      (n, i) => `    server node${i + 1} ${n.host ?? '127.0.0.1'}:${port(n)} ${extra}check inter ${o.checkInterval} fall 2 rise 2`,
+      (n, i) =>
+        `    server node${i + 1} ${n.host ?? '127.0.0.1'}:${port(n)} ${extra}check${port(n) === n.http ? '' : ` port ${n.http}`} inter ${o.checkInterval} fall 2 rise 2`,
     );
+  // Up only while the node takes writes, into PostgreSQL: a node restarted without its
+  // database URL would acknowledge readings into a SQLite file of its own.
+  const healthCheck = ['    option httpchk GET /healthz', `    http-check expect rstring '"status":"ok".*"storage":"postgres"'`];
   return [
     'global',
     '    maxconn 4096',
@@ -53,8 +59,7 @@ export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
     'backend telemetryd_http',
     '    mode http',
     '    balance roundrobin',
-    '    option httpchk GET /healthz',
-    '    http-check expect status 200',
+    ...healthCheck,
     // A request that found a dead node before its check did goes to another node once;
     // ingest is not idempotent, so only failed connections are retried, never sent requests.
     '    retries 2',
@@ -76,6 +81,7 @@ export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
     // until its check fails: a connection refused there is tried on another node.
     '    retries 2',
     '    option redispatch 1',
+    ...healthCheck,
     ...servers((n) => n.mqttTls, 'send-proxy-v2 '),
     '',
     ...(o.bind.mqttPlain === undefined
@@ -93,6 +99,7 @@ export function clusterHaproxyConfig(o: HaproxyConfigOptions): string {
           '    timeout server 10m',
           '    retries 2',
           '    option redispatch 1',
+          ...healthCheck,
           ...servers((n) => n.mqttPlain, 'send-proxy-v2 '),
           '',
         ]),

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import { countAllReadings, storedRows } from '../helpers/backend.js';
+import { countAllReadings, onPostgres, storedRows } from '../helpers/backend.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 describe('HTTP ingest', () => {
@@ -178,9 +178,9 @@ describe('HTTP ingest', () => {
     expect(await res.json()).toEqual({ success: false, error: 'not found' });
   });
 
-  it('/healthz reports the database', async () => {
+  it('/healthz reports the database and which backend holds it', async () => {
     const res = await server.request('/healthz');
     expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({ status: 'ok', database: 'ok' });
+    expect(await res.json()).toMatchObject({ status: 'ok', database: 'ok', storage: onPostgres ? 'postgres' : 'sqlite' });
   });
 });
