@@ -91,6 +91,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     onPostgresError: (err, what) =>
       app && postgresErrors.report((details, message) => app!.log.warn(details, message), what, `${what} failed`, { err }),
   });
+  const stopFlushingPostgresErrors = postgresErrors.flushEveryWindow();
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run"),
   // one per cluster on PostgreSQL, so every node prints and accepts the same link
@@ -105,6 +106,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       await services.cluster.forgetSharedValue(SHARED_VALUES.setupToken);
     }
   } catch (err) {
+    stopFlushingPostgresErrors();
     await closeStorage();
     throw err;
   }
@@ -127,6 +129,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     stopWatching = null;
     services.storageStatus.stop();
     await backgroundJobs.stop();
+    stopFlushingPostgresErrors();
   };
   /** Undoes a start that failed part way (port in use, MQTT listener refused), then rethrows. */
   const abortStart = async (err: unknown): Promise<never> => {

@@ -39,6 +39,19 @@ export class ThrottledLog {
     state.write = write;
   }
 
+  /**
+   * Flushes once a window on an unref'd timer, for keys whose burst may simply end (nothing
+   * else flushes them). Returns the stop, which writes every count still held back.
+   */
+  flushEveryWindow(): () => void {
+    const timer = setInterval(() => this.flush(), this.windowMs);
+    timer.unref();
+    return () => {
+      clearInterval(timer);
+      this.flush(true);
+    };
+  }
+
   /** Writes held-back counts whose window has passed; all of them with `all` (shutdown). */
   flush(all = false): void {
     const t = this.now();

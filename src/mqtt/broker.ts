@@ -112,6 +112,7 @@ export async function startMqtt(
   const servers: net.Server[] = [];
   const close = async () => {
     stopWatching();
+    for (const stop of stopFlushingLogs) stop();
     const closing = servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve())));
     await new Promise<void>((resolve) => broker!.close(() => resolve()));
     // Connections that never completed CONNECT are not aedes clients yet.
@@ -129,6 +130,7 @@ export async function startMqtt(
    */
   const headerlessLog = new ThrottledLog(MINUTE_MS);
   const notTlsLog = new ThrottledLog(MINUTE_MS);
+  const stopFlushingLogs = [headerlessLog.flushEveryWindow(), notTlsLog.flushEveryWindow()];
   const acceptProxied = (next: (socket: Socket, address: string | undefined) => void) => (socket: Socket) => {
     track(socket);
     readProxyHeader(socket, CONNECT_TIMEOUT_MS).then(

@@ -40,4 +40,23 @@ describe('ThrottledLog', () => {
     expect(lines[4]).toEqual({ details: { reason: 'e', count: 3 }, message: 'writes refused' });
     expect(lines).toHaveLength(5);
   });
+
+  it('writes a burst that ended on its own timer, and what is left when stopped', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const write = (details: Record<string, unknown>) => lines.push(details);
+    const log = new ThrottledLog(40);
+    const stop = log.flushEveryWindow();
+    try {
+      for (let i = 0; i < 5; i++) log.report(write, 'not-tls', 'closed', { i });
+      expect(lines).toEqual([{ i: 0, count: 1 }]);
+      // Nothing more comes under the key: the timer writes the 4 held back.
+      for (let t = 0; t < 100 && lines.length < 2; t++) await new Promise((r) => setTimeout(r, 10));
+      expect(lines[1]).toEqual({ i: 4, count: 4 });
+      log.report(write, 'not-tls', 'closed', { i: 5 });
+      log.report(write, 'not-tls', 'closed', { i: 6 });
+    } finally {
+      stop();
+    }
+    expect(lines.at(-1)).toEqual({ i: 6, count: lines.length === 3 ? 2 : 1 });
+  });
 });
