@@ -1,0 +1,98 @@
+/**
+ * Transactions of several connections (nodes, a node's jobs, an admin command) interleaved on
+ * purpose: each test holds one side at a chosen point with a row or advisory lock, waits in
+ * pg_stat_activity until the other side waits on it, then lets it go, so the interleaving is
+ * the same on every run.
+ */
+import type { Pool, PoolClient } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
+import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { migratePostgres } from '../../src/storage/postgres/migrations.js';
+import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
+
+describe('PostgreSQL transactions that run at the same time', () => {
+  let pg: PostgresServer;
+  let url: string;
+  let pool: Pool;
+  let accountNumber = 0;
+
+  const newAccount = async (): Promise<number> => {
+    accountNumber++;
+    return (
+      await pool.query(
+        `INSERT INTO accounts (id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
+           snapshot_retention_days, field_limit, created_at, updated_at)
+         VALUES ($1, $2, 'starter', 10, 1000, 10, 30, 10, 30, 10, 0, 0) RETURNING seq`,
+        [`acc_${accountNumber}`, `a${accountNumber}@example.com`],
+      )
+    ).rows[0].seq;
+  };
+
+  /** Waits until `n` statements of other connections wait for a lock (a row's, a transaction's, an advisory one). */
+  const lockWaiters = async (n: number): Promise<void> => {
+    const waiting = async () =>
+      (
+        await pool.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+        )
+      ).rows[0]!.n;
+    for (let i = 0; i < 500 && (await waiting()) < n; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await waiting()).toBe(n);
+  };
+
+  const begin = async (): Promise<PoolClient> => {
+    const client = await pool.connect();
+    await client.query('BEGIN');
+    return client;
+  };
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+    url = await createDatabase(pg);
+    pool = await connectPostgres(url, { max: 8 });
+    await migratePostgres(pool);
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await pg?.stop();
+  });
+
+  describe('shared rate limit counts', () => {
+    const DAY = 20_000;
+    const MINUTE = DAY * 1_440 + 600;
+
+    it('counts a request of the ending minute and one of the next minute at once, neither failing', async () => {
+      const account = await newAccount();
+      const counts = postgresRateCounts(pool);
+      expect((await counts.consume(account, MINUTE, DAY, 2, 100)).allowed).toBe(true);
+      // A third request holds the day's row, as any request of the account does while it counts.
+      const third = await begin();
+      try {
+        await third.query("SELECT 1 FROM rate_limit_counts WHERE account_seq = $1 AND window_kind = 'd' FOR UPDATE", [account]);
+        // A request of the ending minute (sent just before it ended, on another node) waits for the day's row;
+        const ending = counts.consume(account, MINUTE, DAY, 2, 100);
+        await lockWaiters(1);
+        // the first request of the next minute, which removes the ended minute's row, too.
+        const next = counts.consume(account, MINUTE + 1, DAY, 2, 100);
+        await lockWaiters(2);
+        await third.query('COMMIT');
+        const [a, b] = await Promise.allSettled([ending, next]);
+        expect(a).toMatchObject({ status: 'fulfilled', value: { allowed: true, minuteCount: 2, dayCount: 2 } });
+        expect(b).toMatchObject({ status: 'fulfilled', value: { allowed: true, minuteCount: 1, dayCount: 3 } });
+      } finally {
+        third.release();
+      }
+    });
+
+    it('refuses a request of a full minute that reaches the database after the next minute began', async () => {
+      const account = await newAccount();
+      const counts = postgresRateCounts(pool);
+      for (let i = 0; i < 2; i++) expect((await counts.consume(account, MINUTE, DAY, 2, 100)).allowed).toBe(true);
+      // Node A's first request of the next minute commits first; node B's request, stamped in
+      // the full minute a moment before, reaches the database after it.
+      expect((await counts.consume(account, MINUTE + 1, DAY, 2, 100)).allowed).toBe(true);
+      expect(await counts.consume(account, MINUTE, DAY, 2, 100)).toEqual({ allowed: false, minuteCount: 2, dayCount: 3 });
+    });
+  });
+});
