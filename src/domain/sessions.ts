@@ -86,7 +86,9 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       lastUsedAt: now,
       expiresAt: now + SESSION_IDLE_MS,
     };
-    await repos.sessions.insert(session);
+    // Refused when the password changed since it was checked: its reset signed out every
+    // session, and this one would have outlived it.
+    if (!(await repos.sessions.insert(session, account.passwordHash))) throw unauthorized(SIGN_IN_FAILED);
     return { sessionId, session };
   }
 

@@ -452,7 +452,14 @@ export interface AlertsRepository {
 
 export interface SessionsRepository {
   findByHash(idHash: string): Awaitable<SessionRecord | null>;
-  insert(s: SessionRecord): Awaitable<void>;
+  /**
+   * Inserts the session only while its account's password hash is still `passwordHash`, the
+   * one the sign-in checked; false, inserting nothing, once it changed. One statement that
+   * reads the hash as it is when the row goes in (PostgreSQL: holding the account row until
+   * commit), so a password changed or reset meanwhile, whose removeOthers then finds no such
+   * session, refuses it instead of leaving a session of the old password signed in.
+   */
+  insert(s: SessionRecord, passwordHash: string | null): Awaitable<boolean>;
   touch(idHash: string, now: number, expiresAt: number): Awaitable<void>;
   remove(idHash: string): Awaitable<void>;
   /**

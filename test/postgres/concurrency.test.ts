@@ -6,15 +6,21 @@
  */
 import type { Pool, PoolClient } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { accountService } from '../../src/domain/accounts.js';
+import { DomainEvents } from '../../src/domain/events.js';
+import { sessionService } from '../../src/domain/sessions.js';
 import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
 import { migratePostgres } from '../../src/storage/postgres/migrations.js';
+import { systemClock } from '../../src/time.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 
 describe('PostgreSQL transactions that run at the same time', () => {
   let pg: PostgresServer;
   let url: string;
   let pool: Pool;
+  let repos: PostgresRepositories;
   let accountNumber = 0;
 
   const newAccount = async (): Promise<number> => {
@@ -29,16 +35,46 @@ describe('PostgreSQL transactions that run at the same time', () => {
     ).rows[0].seq;
   };
 
+  const waitingForLocks = async () =>
+    (await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).rows[0]!.n;
+
   /** Waits until `n` statements of other connections wait for a lock (a row's, a transaction's, an advisory one). */
   const lockWaiters = async (n: number): Promise<void> => {
-    const waiting = async () =>
-      (
-        await pool.query<{ n: number }>(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
-        )
-      ).rows[0]!.n;
-    for (let i = 0; i < 500 && (await waiting()) < n; i++) await new Promise((resolve) => setTimeout(resolve, 10));
-    expect(await waiting()).toBe(n);
+    for (let i = 0; i < 500 && (await waitingForLocks()) < n; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await waitingForLocks()).toBe(n);
+  };
+
+  /** Waits until `n` statements wait for a lock, or `work` has settled without waiting for one. */
+  const lockWaitersOrDone = async (n: number, work: Promise<unknown>): Promise<void> => {
+    let settled = false;
+    work.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    for (let i = 0; i < 500 && !settled && (await waitingForLocks()) < n; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(settled || (await waitingForLocks()) === n).toBe(true);
+  };
+
+  /**
+   * Makes every INSERT into `table` wait, row by row before it goes in, until release() is
+   * called; returns release. The statement's reads (and the row locks they take) are done by then.
+   */
+  const holdInserts = async (table: string): Promise<() => Promise<void>> => {
+    const holder = await pool.connect();
+    await holder.query('SELECT pg_advisory_lock(4343)');
+    await pool.query(`
+      CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_xact_lock_shared(4343); RETURN NEW; END $$;
+      CREATE TRIGGER hold_insert BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_insert();`);
+    let released = false;
+    return async () => {
+      if (released) return;
+      released = true;
+      await holder.query('SELECT pg_advisory_unlock_all()');
+      holder.release();
+      // After the held inserts went on: dropping the trigger waits for them.
+      await pool.query(`DROP TRIGGER hold_insert ON ${table}; DROP FUNCTION hold_insert()`);
+    };
   };
 
   const begin = async (): Promise<PoolClient> => {
@@ -52,6 +88,7 @@ describe('PostgreSQL transactions that run at the same time', () => {
     url = await createDatabase(pg);
     pool = await connectPostgres(url, { max: 8 });
     await migratePostgres(pool);
+    repos = await createPostgresRepositories(pool);
   });
   afterAll(async () => {
     await pool?.end();
@@ -93,6 +130,33 @@ describe('PostgreSQL transactions that run at the same time', () => {
       // the full minute a moment before, reaches the database after it.
       expect((await counts.consume(account, MINUTE + 1, DAY, 2, 100)).allowed).toBe(true);
       expect(await counts.consume(account, MINUTE, DAY, 2, 100)).toEqual({ allowed: false, minuteCount: 2, dayCount: 3 });
+    });
+  });
+
+  describe('dashboard sessions', () => {
+    it('signs out a sign-in with the old password that completes while the password is reset', async () => {
+      const events = new DomainEvents();
+      const accounts = accountService(repos, events, systemClock);
+      const sessions = sessionService(repos, accounts, systemClock);
+      const account = await accounts.create({ email: 'reset@example.com', password: 'old password' });
+      const release = await holdInserts('sessions');
+      let signIn: Promise<{ sessionId: string }>;
+      let reset: Promise<unknown>;
+      try {
+        // The old password is checked, and the session is about to go in,
+        signIn = sessions.signIn(account.email, 'old password', '192.0.2.1');
+        await lockWaiters(1);
+        // when an admin resets the password (accounts set-password), which signs out every session.
+        reset = sessions.resetPassword(account.id, 'new password');
+        await lockWaitersOrDone(2, reset);
+      } finally {
+        await release();
+      }
+      const [signedIn] = await Promise.allSettled([signIn, reset]);
+      await reset;
+      // Refused, or signed in and then signed out: no session of the old password outlives the reset.
+      if (signedIn.status === 'fulfilled') expect(await sessions.resolve(signedIn.value.sessionId)).toBeNull();
+      expect((await pool.query('SELECT count(*)::int AS n FROM sessions WHERE account_seq = $1', [account.seq])).rows[0].n).toBe(0);
     });
   });
 });

@@ -572,12 +572,18 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
         lastUsedAt: NOW - HOUR_MS,
         expiresAt,
       });
-      await r.sessions.insert(session('s1', ACC_A, NOW + DAY_MS));
-      await r.sessions.insert(session('s2', ACC_A, NOW + DAY_MS));
-      await r.sessions.insert(session('s3', ACC_A, NOW - 1));
-      await r.sessions.insert(session('s4', ACC_B, NOW + DAY_MS));
-      await r.sessions.insert(session('s5', ACC_B, NOW));
-      out.duplicateSession = await refused(() => r.sessions.insert(session('s1', ACC_B, NOW)));
+      out.inserted = [
+        await r.sessions.insert(session('s1', ACC_A, NOW + DAY_MS), 'pw-a'),
+        await r.sessions.insert(session('s2', ACC_A, NOW + DAY_MS), 'pw-a'),
+        await r.sessions.insert(session('s3', ACC_A, NOW - 1), 'pw-a'),
+        await r.sessions.insert(session('s4', ACC_B, NOW + DAY_MS), 'pw-b'),
+        await r.sessions.insert(session('s5', ACC_B, NOW), 'pw-b'),
+        // Checked against a password changed since: nothing goes in.
+        await r.sessions.insert(session('s6', ACC_B, NOW + DAY_MS), null),
+        await r.sessions.insert(session('s7', ACC_A, NOW + DAY_MS), 'pw-old'),
+      ];
+      out.staleSessions = [await r.sessions.findByHash('s6'), await r.sessions.findByHash('s7')];
+      out.duplicateSession = await refused(() => r.sessions.insert(session('s1', ACC_B, NOW), 'pw-b'));
       await r.sessions.touch('s1', NOW, NOW + 2 * DAY_MS);
       out.session = await r.sessions.findByHash('s1');
       out.removedOthers = await r.sessions.removeOthers(ACC_A, 's1');
@@ -591,6 +597,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       ];
     });
     expect(rec.duplicateHash).toBe('unique');
+    expect(rec.inserted).toEqual([true, true, true, true, true, false, false]);
+    expect(rec.staleSessions).toEqual([null, null]);
     expect(rec.duplicateSession).toBe('unique');
     expect((rec.list as { id: string }[]).map((k) => k.id)).toEqual(['key_2', 'key_1', 'key_3']);
     expect(rec.byHash).toMatchObject({ revokedAt: NOW - 100 });
