@@ -427,10 +427,12 @@ export interface AlertsRepository {
    * Returns one result per item, in the batch's order. Rejects (nothing recorded) only when
    * the transaction as a whole fails.
    *
+   * A trigger of an alert disabled since it was evaluated (the evaluator's list is cached;
+   * another process may have disabled it) records nothing and has no event (and no error).
    * Where several processes evaluate readings (PostgreSQL), a trigger first claims the alert
-   * on its row: past its cooldown (a no_data alert: while `ok`). A resolution applies only to
-   * a firing alert not triggered after it. An item whose claim fails records nothing and has
-   * no event (and no error): another process recorded that change.
+   * on its row: enabled, past its cooldown (a no_data alert: while `ok`). A resolution applies
+   * only to a firing alert not triggered after it. An item whose claim fails records nothing
+   * and has no event (and no error): another process recorded that change.
    */
   recordOutcomes(batch: AlertOutcome[]): Awaitable<RecordedOutcome[]>;
 

@@ -159,4 +159,56 @@ describe('PostgreSQL transactions that run at the same time', () => {
       expect((await pool.query('SELECT count(*)::int AS n FROM sessions WHERE account_seq = $1', [account.seq])).rows[0].n).toBe(0);
     });
   });
+
+  describe('alert triggers', () => {
+    it('records no trigger for an alert disabled while the trigger waited for its row', async () => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_alert_${account}`, account],
+        )
+      ).rows[0].seq;
+      const alertSeq = (
+        await pool.query(
+          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 60, 0, 0, 0) RETURNING seq`,
+          [`alert_${account}`, account, deviceSeq],
+        )
+      ).rows[0].seq;
+      // The dashboard on one node disables the alert (repository setEnabled: the row first);
+      const disabling = await begin();
+      try {
+        await disabling.query('UPDATE alerts SET enabled = false, updated_at = 1 WHERE seq = $1', [alertSeq]);
+        // another node evaluated a matching reading with the alert still enabled in its cache.
+        const recorded = repos.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq,
+            event: {
+              id: `evt_${account}`,
+              alertSeq,
+              deviceId: `dev_alert_${account}`,
+              conditionValue: 31,
+              severity: 'warning',
+              triggeredAt: 1_000,
+              readingSeq: null,
+              deliveries: [{ action: 'email', status: 'pending', at: 1_000 }],
+            },
+          },
+        ]);
+        await lockWaiters(1);
+        await disabling.query('COMMIT');
+        expect(await recorded).toEqual([{ event: null }]);
+      } finally {
+        disabling.release();
+      }
+      const { rows } = await pool.query(
+        'SELECT enabled, state, last_triggered, (SELECT count(*)::int FROM alert_events) AS events FROM alerts WHERE seq = $1',
+        [alertSeq],
+      );
+      expect(rows).toEqual([{ enabled: false, state: 'ok', last_triggered: null, events: 0 }]);
+    });
+  });
 });

@@ -898,6 +898,13 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       await r.alerts.recordOutcomes([{ type: 'triggered', alertSeq: 1, event: event('evt_3', 1, t + 10_000, 9) }]);
       await r.alerts.setEnabled(1, false, t + 11_000);
       out.disabled = [await r.alerts.findBySeq(1), await r.alerts.findEventById('evt_3')];
+      // A trigger evaluated while the alert was still enabled (another node's cached list, a
+      // reading evaluated just before the CLI's commit) and recorded after it was disabled
+      // records nothing: the alert stays disabled and ok.
+      out.triggeredWhileDisabled = outcomes(
+        await r.alerts.recordOutcomes([{ type: 'triggered', alertSeq: 1, event: event('evt_off', 1, t + 30_000, 10) }]),
+      );
+      out.afterDisabledTrigger = [await r.alerts.findBySeq(1), await r.alerts.findEventById('evt_off')];
       await r.alerts.setEnabled(1, true, t + 12_000);
       await r.alerts.update(3, alertValues(t + 13_000, { enabled: true, severity: 'critical' }), false);
       out.enabled = [await r.alerts.findBySeq(1), await r.alerts.findBySeq(3), await r.alerts.countEnabled(ACC_A)];
@@ -942,6 +949,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       { resolvedAt: NOW - HOUR_MS + 9_000, resolutionDeliveries: [] },
     ]);
     expect(rec.disabled).toMatchObject([{ state: 'ok', enabled: false }, { resolvedAt: NOW - HOUR_MS + 11_000 }]);
+    expect(rec.triggeredWhileDisabled).toEqual([{ event: null, failed: false }]);
+    expect(rec.afterDisabledTrigger).toMatchObject([{ state: 'ok', enabled: false, lastTriggered: NOW - HOUR_MS + 10_000 }, null]);
     expect(rec.enabled).toMatchObject([{ enabled: true, enabledAt: NOW - HOUR_MS + 12_000 }, { enabledAt: NOW - HOUR_MS + 13_000 }, 3]);
     expect(rec.stillFiring).toMatchObject([{ state: 'firing', name: 'renamed' }, { resolvedAt: null }, ['dev_3']]);
     expect(rec.watchesNone).toEqual([]);

@@ -138,6 +138,7 @@ export function alertsRepo(db: Db) {
     'UPDATE alerts SET last_triggered = max(coalesce(last_triggered, @at), @at) WHERE seq = @seq',
   );
   const setState = db.prepare<[AlertState, number]>('UPDATE alerts SET state = ? WHERE seq = ?');
+  const isDisabled = db.prepare<[number], { enabled: number }>('SELECT enabled FROM alerts WHERE seq = ? AND enabled = 0');
   const remove = db.prepare('DELETE FROM alerts WHERE seq = ?');
 
   const eventById = db.prepare<[string], EventRow>('SELECT * FROM alert_events WHERE id = ?');
@@ -212,6 +213,9 @@ export function alertsRepo(db: Db) {
   // alone, inside the batch's transaction.
   const recordOne = db.transaction((o: AlertOutcome): AlertEvent | null => {
     if (o.type === 'triggered') {
+      // Evaluated against the cached alert, which another process (the CLI) may have
+      // disabled since: a disabled alert records nothing (and stays ok, as disabling left it).
+      if (isDisabled.get(o.alertSeq)) return null;
       const seq = insertEventRow(o.event);
       setLastTriggered.run({ at: o.event.triggeredAt, seq: o.alertSeq });
       setState.run('firing', o.alertSeq);

@@ -57,12 +57,14 @@ const setEnabled = prepared(
 // A trigger claims the alert: several nodes evaluate readings of one device at once, and the
 // row tells which of them fires. A threshold alert is claimed past its cooldown (with no
 // cooldown, by every matching reading: each is evaluated once, by the node that stored it,
-// and batches of one node may commit out of order), a no_data alert while it is `ok`. The
-// row lock taken here makes a concurrent claim wait and then see this one's values.
+// and batches of one node may commit out of order), a no_data alert while it is `ok`; either
+// only while enabled: the evaluator's cached alert may have been disabled since, and a
+// disabled alert records nothing. The row lock taken here makes a concurrent claim (or a
+// change of the alert) wait, and the condition is then checked again on its values.
 const claimTrigger = prepared<{ seq: number }>(
   'alert-claim-trigger',
   `UPDATE alerts SET last_triggered = greatest(coalesce(last_triggered, $2), $2), state = 'firing'
-   WHERE seq = $1 AND CASE WHEN kind = 'no_data' THEN state = 'ok'
+   WHERE seq = $1 AND enabled AND CASE WHEN kind = 'no_data' THEN state = 'ok'
      ELSE cooldown = 0 OR last_triggered IS NULL OR $2 >= last_triggered + cooldown * 1000 END
    RETURNING seq`,
 );
