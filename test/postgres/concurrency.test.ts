@@ -7,8 +7,10 @@
 import type { Pool, PoolClient } from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accountService } from '../../src/domain/accounts.js';
+import { alertEvaluator } from '../../src/domain/alerts/evaluator.js';
 import { DomainEvents } from '../../src/domain/events.js';
 import { sessionService } from '../../src/domain/sessions.js';
+import { createNotifier } from '../../src/notify/index.js';
 import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
@@ -209,6 +211,89 @@ describe('PostgreSQL transactions that run at the same time', () => {
         [alertSeq],
       );
       expect(rows).toEqual([{ enabled: false, state: 'ok', last_triggered: null, events: 0 }]);
+    });
+  });
+
+  describe('the alert evaluator of another node', () => {
+    it('does not keep a list of alerts read before an alert was created, once told of the creation', async () => {
+      const account = await newAccount();
+      const deviceId = `dev_eval_${account}`;
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [deviceId, account],
+        )
+      ).rows[0].seq;
+      // Node B reads a device's alerts through a view that waits on an advisory lock after
+      // the statement's snapshot is taken (a stable function without arguments: evaluated
+      // once, when the statement starts executing): its list is held as of before the
+      // creation below.
+      await pool.query(`
+        ALTER TABLE alerts RENAME TO alerts_stored;
+        CREATE FUNCTION hold_read() RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+        BEGIN PERFORM pg_advisory_xact_lock_shared(4444); RETURN true; END $$;
+        CREATE VIEW alerts AS SELECT * FROM alerts_stored WHERE hold_read();`);
+      const holder = await pool.connect();
+      const nodeB = await connectPostgres(url, { max: 4 });
+      const events = new DomainEvents();
+      const reposB = await createPostgresRepositories(nodeB);
+      const stopWatching = reposB.externalCommits.watch(
+        () => events.emit('external.change', {}),
+        0,
+        () => {},
+      );
+      const evaluator = alertEvaluator({
+        repos: reposB,
+        events,
+        accounts: accountService(reposB, events, systemClock),
+        notifier: createNotifier({ smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
+      });
+      try {
+        // Node B listens before anything changes.
+        for (let i = 0; i < 200 && !reposB.externalCommits.listening; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        const device = (await reposB.devices.findBySeq(deviceSeq))!;
+        const owner = (await reposB.accounts.findBySeq(account))!;
+        const reading = (seq: number, temperature: number) => ({
+          seq,
+          deviceSeq,
+          time: Date.now(),
+          data: `{"temperature":${temperature}}`,
+        });
+        await holder.query('SELECT pg_advisory_lock(4444)');
+        // A reading on node B: its device's alerts are read (none yet), and held.
+        const first = evaluator.evaluate(device, owner, reading(1, 20), { temperature: 20 });
+        await lockWaiters(1);
+        // Node A creates an alert on the device; node B hears of it while its read is held.
+        const seenBefore = reposB.externalCommits.current();
+        await pool.query(
+          `INSERT INTO alerts_stored (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0)`,
+          [`alert_eval_${account}`, account, deviceSeq],
+        );
+        for (let i = 0; i < 200 && reposB.externalCommits.current() === seenBefore; i++)
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(reposB.externalCommits.current()).not.toBe(seenBefore);
+        // Another reading of the device, evaluated once node B knows of the change (its cache
+        // dropped), while the first read is still held.
+        const second = evaluator.evaluate(device, owner, reading(2, 21), { temperature: 21 });
+        await holder.query('SELECT pg_advisory_unlock(4444)');
+        await Promise.all([first, second]);
+        // The next matching reading on node B triggers the new alert.
+        await evaluator.evaluate(device, owner, reading(3, 35), { temperature: 35 });
+        const { rows } = await pool.query(
+          'SELECT count(*)::int AS n FROM alert_events e JOIN alerts_stored a ON a.seq = e.alert_seq WHERE a.device_seq = $1',
+          [deviceSeq],
+        );
+        expect(rows[0].n).toBe(1);
+      } finally {
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+        await evaluator.close(0);
+        stopWatching();
+        await nodeB.end();
+        await pool.query('DROP VIEW alerts; DROP FUNCTION hold_read(); ALTER TABLE alerts_stored RENAME TO alerts');
+      }
     });
   });
 });

@@ -92,6 +92,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * check still sees them one after the other.
    */
   const loading = new Map<number, Promise<CachedAlert[]>>();
+  /**
+   * Counts the drops of the whole cache: a list read before one (an asynchronous backend's
+   * read, whose snapshot may predate the change that caused the drop) is used by the readings
+   * waiting on it but not cached, or it would stand until the next change anywhere.
+   */
+  let cacheDrops = 0;
   /** no_data alerts: the time of the latest matching reading known, by alert id. */
   const lastMatch = new Map<string, number>();
   /**
@@ -126,6 +132,8 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const dropCache = () => {
     flushQueued();
     enabledByDevice.clear();
+    loading.clear();
+    cacheDrops++;
     watches = null;
   };
   let seenExternal = repos.externalCommits.current();
@@ -159,6 +167,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     const pending = loading.get(deviceSeq);
     if (pending) return pending;
     const read = repos.alerts.enabledOfDevice(deviceSeq);
+    const drops = cacheDrops;
     if (!isPromise(read)) {
       const list = toCached(read);
       enabledByDevice.set(deviceSeq, list);
@@ -166,17 +175,17 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     }
     const load = read.then(
       (alerts) => {
-        loading.delete(deviceSeq);
+        if (loading.get(deviceSeq) === load) loading.delete(deviceSeq);
         // A cache dropped while reading may hold a newer list already.
         let list = enabledByDevice.get(deviceSeq);
         if (!list) {
           list = toCached(alerts);
-          enabledByDevice.set(deviceSeq, list);
+          if (drops === cacheDrops) enabledByDevice.set(deviceSeq, list);
         }
         return list;
       },
       (err: unknown) => {
-        loading.delete(deviceSeq);
+        if (loading.get(deviceSeq) === load) loading.delete(deviceSeq);
         throw err;
       },
     );
