@@ -215,20 +215,14 @@ describe('PostgreSQL transactions that run at the same time', () => {
   });
 
   describe('the alert evaluator of another node', () => {
-    it('does not keep a list of alerts read before an alert was created, once told of the creation', async () => {
-      const account = await newAccount();
-      const deviceId = `dev_eval_${account}`;
-      const deviceSeq = (
-        await pool.query(
-          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
-           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
-          [deviceId, account],
-        )
-      ).rows[0].seq;
-      // Node B reads a device's alerts through a view that waits on an advisory lock after
-      // the statement's snapshot is taken (a stable function without arguments: evaluated
-      // once, when the statement starts executing): its list is held as of before the
-      // creation below.
+    /**
+     * Node B, with repositories over a pool of its own, listening for other nodes' changes,
+     * and an alert evaluator; its reads of `alerts` go through a view that waits on an
+     * advisory lock while the test holds it, after the statement's snapshot is taken (a
+     * stable function without arguments, evaluated once, when the statement starts
+     * executing): what it reads then is held as of before whatever node A commits meanwhile.
+     */
+    const startNodeB = async () => {
       await pool.query(`
         ALTER TABLE alerts RENAME TO alerts_stored;
         CREATE FUNCTION hold_read() RETURNS boolean LANGUAGE plpgsql STABLE AS $$
@@ -249,50 +243,118 @@ describe('PostgreSQL transactions that run at the same time', () => {
         accounts: accountService(reposB, events, systemClock),
         notifier: createNotifier({ smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
       });
+      for (let i = 0; i < 200 && !reposB.externalCommits.listening; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(reposB.externalCommits.listening).toBe(true);
+      return {
+        repos: reposB,
+        evaluator,
+        hold: () => holder.query('SELECT pg_advisory_lock(4444)'),
+        release: () => holder.query('SELECT pg_advisory_unlock(4444)'),
+        /** Runs `change` on node A and waits until node B has heard of it. */
+        async changeOnNodeA(change: () => Promise<unknown>): Promise<void> {
+          const seenBefore = reposB.externalCommits.current();
+          await change();
+          for (let i = 0; i < 200 && reposB.externalCommits.current() === seenBefore; i++)
+            await new Promise((resolve) => setTimeout(resolve, 10));
+          expect(reposB.externalCommits.current()).not.toBe(seenBefore);
+        },
+        async stop(): Promise<void> {
+          await holder.query('SELECT pg_advisory_unlock_all()');
+          holder.release();
+          await evaluator.close(0);
+          stopWatching();
+          await nodeB.end();
+          await pool.query('DROP VIEW alerts; DROP FUNCTION hold_read(); ALTER TABLE alerts_stored RENAME TO alerts');
+        },
+      };
+    };
+
+    const newDevice = async (account: number, id: string): Promise<number> =>
+      (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [id, account],
+        )
+      ).rows[0].seq;
+
+    const eventsOfDevice = async (deviceSeq: number): Promise<number> =>
+      (
+        await pool.query(
+          'SELECT count(*)::int AS n FROM alert_events e JOIN alerts_stored a ON a.seq = e.alert_seq WHERE a.device_seq = $1',
+          [deviceSeq],
+        )
+      ).rows[0].n;
+
+    it('does not keep a list of alerts read before an alert was created, once told of the creation', async () => {
+      const account = await newAccount();
+      const deviceSeq = await newDevice(account, `dev_eval_${account}`);
+      const nodeB = await startNodeB();
       try {
-        // Node B listens before anything changes.
-        for (let i = 0; i < 200 && !reposB.externalCommits.listening; i++) await new Promise((resolve) => setTimeout(resolve, 10));
-        const device = (await reposB.devices.findBySeq(deviceSeq))!;
-        const owner = (await reposB.accounts.findBySeq(account))!;
+        const device = (await nodeB.repos.devices.findBySeq(deviceSeq))!;
+        const owner = (await nodeB.repos.accounts.findBySeq(account))!;
         const reading = (seq: number, temperature: number) => ({
           seq,
           deviceSeq,
           time: Date.now(),
           data: `{"temperature":${temperature}}`,
         });
-        await holder.query('SELECT pg_advisory_lock(4444)');
+        await nodeB.hold();
         // A reading on node B: its device's alerts are read (none yet), and held.
-        const first = evaluator.evaluate(device, owner, reading(1, 20), { temperature: 20 });
+        const first = nodeB.evaluator.evaluate(device, owner, reading(1, 20), { temperature: 20 });
         await lockWaiters(1);
         // Node A creates an alert on the device; node B hears of it while its read is held.
-        const seenBefore = reposB.externalCommits.current();
-        await pool.query(
-          `INSERT INTO alerts_stored (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
-           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0)`,
-          [`alert_eval_${account}`, account, deviceSeq],
+        await nodeB.changeOnNodeA(() =>
+          pool.query(
+            `INSERT INTO alerts_stored (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at,
+               created_at, updated_at)
+             VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0)`,
+            [`alert_eval_${account}`, account, deviceSeq],
+          ),
         );
-        for (let i = 0; i < 200 && reposB.externalCommits.current() === seenBefore; i++)
-          await new Promise((resolve) => setTimeout(resolve, 10));
-        expect(reposB.externalCommits.current()).not.toBe(seenBefore);
         // Another reading of the device, evaluated once node B knows of the change (its cache
         // dropped), while the first read is still held.
-        const second = evaluator.evaluate(device, owner, reading(2, 21), { temperature: 21 });
-        await holder.query('SELECT pg_advisory_unlock(4444)');
+        const second = nodeB.evaluator.evaluate(device, owner, reading(2, 21), { temperature: 21 });
+        await nodeB.release();
         await Promise.all([first, second]);
         // The next matching reading on node B triggers the new alert.
-        await evaluator.evaluate(device, owner, reading(3, 35), { temperature: 35 });
-        const { rows } = await pool.query(
-          'SELECT count(*)::int AS n FROM alert_events e JOIN alerts_stored a ON a.seq = e.alert_seq WHERE a.device_seq = $1',
-          [deviceSeq],
-        );
-        expect(rows[0].n).toBe(1);
+        await nodeB.evaluator.evaluate(device, owner, reading(3, 35), { temperature: 35 });
+        expect(await eventsOfDevice(deviceSeq)).toBe(1);
       } finally {
-        await holder.query('SELECT pg_advisory_unlock_all()');
-        holder.release();
-        await evaluator.close(0);
-        stopWatching();
-        await nodeB.end();
-        await pool.query('DROP VIEW alerts; DROP FUNCTION hold_read(); ALTER TABLE alerts_stored RENAME TO alerts');
+        await nodeB.stop();
+      }
+    });
+
+    it('does not keep the silence checks’ list read before a no_data alert was created, once told of the creation', async () => {
+      const account = await newAccount();
+      const silentSeq = await newDevice(account, `dev_silent_${account}`);
+      const otherSeq = await newDevice(account, `dev_other_${account}`);
+      const nodeB = await startNodeB();
+      try {
+        const other = (await nodeB.repos.devices.findBySeq(otherSeq))!;
+        const owner = (await nodeB.repos.accounts.findBySeq(account))!;
+        await nodeB.hold();
+        // The leading node's silence check reads the no_data alerts (none yet), held.
+        const check = nodeB.evaluator.checkSilences();
+        await lockWaiters(1);
+        // Node A creates a no_data alert of 10 s on a device silent since long before.
+        await nodeB.changeOnNodeA(() =>
+          pool.query(
+            `INSERT INTO alerts_stored (id, account_seq, device_seq, name, kind, field, operator, value, severity, enabled_at,
+               created_at, updated_at)
+             VALUES ($1, $2, $3, 'silent', 'no_data', '*', 'no_data', 10, 'warning', 0, 0, 0)`,
+            [`alert_silent_${account}`, account, silentSeq],
+          ),
+        );
+        // A reading of another device evaluated on node B meanwhile (node B knows of the change).
+        const evaluated = nodeB.evaluator.evaluate(other, owner, { seq: 1, deviceSeq: otherSeq, time: Date.now(), data: '{}' }, {});
+        await nodeB.release();
+        await Promise.all([check, evaluated]);
+        // The next check fires the alert.
+        await nodeB.evaluator.checkSilences();
+        expect(await eventsOfDevice(silentSeq)).toBe(1);
+      } finally {
+        await nodeB.stop();
       }
     });
   });

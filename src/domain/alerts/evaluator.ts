@@ -112,6 +112,16 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const storedSearches = new Map<string, { after: number; before: number }>();
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
+  /**
+   * Counts the times the list was forgotten: a list read before one (an asynchronous
+   * backend's read, whose snapshot may predate the change) serves the check that read it but
+   * is not kept, or it would stand until the next change anywhere.
+   */
+  let watchesForgotten = 0;
+  const forgetWatches = () => {
+    watches = null;
+    watchesForgotten++;
+  };
   let silenceTimer: NodeJS.Timeout | null = null;
   /**
    * Set by close() where other processes share the database: deliveries still running are
@@ -134,7 +144,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     enabledByDevice.clear();
     loading.clear();
     cacheDrops++;
-    watches = null;
+    forgetWatches();
   };
   let seenExternal = repos.externalCommits.current();
   function dropCacheIfChangedElsewhere() {
@@ -275,7 +285,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       log('could not record alert changes', { err, alerts: batch.map((q) => q.alert.id) });
       // The cached last_triggered and state values were not stored: reload them from the database.
       enabledByDevice.clear();
-      watches = null;
+      forgetWatches();
     };
     let recorded: Awaitable<RecordedOutcome[]>;
     try {
@@ -553,12 +563,15 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (closed) return;
     dropCacheIfChangedElsewhere();
     flushQueued();
-    if (watches === null) {
-      watches = await repos.alerts.noDataWatches();
+    let list = watches;
+    if (list === null) {
+      const forgotten = watchesForgotten;
+      list = await repos.alerts.noDataWatches();
+      if (forgotten === watchesForgotten) watches = list;
       // Entries of alerts no longer watched go with them (deleted or disabled by the CLI, gone
       // with their device, a paused device's): if watched again, the first check reads it back.
       if (lastMatch.size > 0 || searches.size > 0) {
-        const watched = new Set(watches.map((w) => w.alert.id));
+        const watched = new Set(list.map((w) => w.alert.id));
         for (const id of lastMatch.keys()) if (!watched.has(id)) lastMatch.delete(id);
         for (const id of searches.keys()) if (!watched.has(id)) searches.delete(id);
         for (const id of storedSearches.keys()) if (!watched.has(id)) storedSearches.delete(id);
@@ -566,7 +579,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     }
     const now = clock.now();
     const budget = { rows: SEARCH_ROWS_PER_CHECK };
-    for (const watch of watches) {
+    for (const watch of list) {
       const { alert } = watch;
       if (alert.state !== 'ok') continue;
       let last = lastMatch.get(alert.id);
@@ -626,7 +639,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
         if (seen === undefined || reading.time > seen) lastMatch.set(alert.id, reading.time);
         if (alert.state === 'firing') {
           resolve(alert, account, device, reading, null);
-          watches = null;
+          forgetWatches();
         }
         continue;
       }
