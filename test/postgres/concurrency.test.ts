@@ -14,7 +14,7 @@ import { createNotifier } from '../../src/notify/index.js';
 import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
-import { migratePostgres } from '../../src/storage/postgres/migrations.js';
+import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
 import { systemClock } from '../../src/time.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 
@@ -356,6 +356,135 @@ describe('PostgreSQL transactions that run at the same time', () => {
       } finally {
         await nodeB.stop();
       }
+    });
+  });
+
+  describe('a settle of a dirty hour beside the deletions of its rollups', () => {
+    const HOUR = 3_600_000;
+    const H = Date.UTC(2026, 10, 24, 10);
+
+    /** A device with two readings in hour H, its minute and hour rollups of H, and H marked dirty. */
+    const rolledDevice = async (): Promise<number> => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_rolled_${account}`, account],
+        )
+      ).rows[0].seq;
+      await readingPartitions(pool, [H]);
+      await pool.query(
+        `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
+        [deviceSeq, H + 60_000, deviceSeq * 1_000],
+      );
+      await pool.query(
+        `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}'), ($1, 0, $2 + 60000, '{"t":2}'), ($1, 2, $3, '{"t":[2,1,2,3]}')`,
+        [deviceSeq, H + 60_000, H],
+      );
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
+      return deviceSeq;
+    };
+
+    /** What settling H writes: its minutes and its hour, recomputed. */
+    const settleWrites = [
+      {
+        level: 0,
+        deleteFrom: H,
+        deleteTo: H + HOUR,
+        rows: [[H + 60_000, '{"t":1}'] as [number, string], [H + 120_000, '{"t":2}'] as [number, string]],
+      },
+      { level: 2, deleteFrom: H, deleteTo: H + HOUR, rows: [[H, '{"t":[2,1,2,3]}'] as [number, string]] },
+    ];
+
+    /**
+     * Makes a settle stop right after it has taken its hour's mark (a BEFORE DELETE trigger
+     * runs once the row is locked) until release() is called.
+     */
+    const holdMarkDeletes = async (): Promise<() => Promise<void>> => {
+      const holder = await pool.connect();
+      await holder.query('SELECT pg_advisory_lock(4545)');
+      await pool.query(`
+        CREATE FUNCTION hold_mark_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock_shared(4545); RETURN OLD; END $$;
+        CREATE TRIGGER hold_mark_delete BEFORE DELETE ON rollup_dirty FOR EACH ROW EXECUTE FUNCTION hold_mark_delete();`);
+      let released = false;
+      return async () => {
+        if (released) return;
+        released = true;
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+      };
+    };
+    const dropHold = () => pool.query('DROP TRIGGER hold_mark_delete ON rollup_dirty; DROP FUNCTION hold_mark_delete()');
+
+    it('deletes a device whose dirty hour is being settled, neither failing', async () => {
+      const deviceSeq = await rolledDevice();
+      const release = await holdMarkDeletes();
+      try {
+        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
+        await lockWaiters(1);
+        // The device is deleted meanwhile (its readings were deleted in batches before).
+        const removed = Promise.resolve(repos.devices.removeWithRollups(deviceSeq));
+        await lockWaitersOrDone(2, removed);
+        await release();
+        const [a, b] = await Promise.allSettled([settled, removed]);
+        expect(a).toEqual({ status: 'fulfilled', value: true });
+        expect(b).toEqual({ status: 'fulfilled', value: undefined });
+      } finally {
+        await release();
+        await dropHold();
+      }
+      const left = await pool.query(
+        `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
+           (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
+        [deviceSeq],
+      );
+      expect(left.rows).toEqual([{ rollups: 0, marks: 0, readings: 0, devices: 0 }]);
+    });
+
+    it('expires readings of an hour being settled, neither failing, and leaves the hour dirty', async () => {
+      const deviceSeq = await rolledDevice();
+      const release = await holdMarkDeletes();
+      const cutoff = H + 90_000;
+      try {
+        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
+        await lockWaiters(1);
+        // Retention cuts into the hour meanwhile: the first reading goes, with its rollups.
+        const expired = Promise.resolve(repos.readings.expireBatch(deviceSeq, cutoff, 1_000, 3));
+        await lockWaitersOrDone(2, expired);
+        await release();
+        const [a, b] = await Promise.allSettled([settled, expired]);
+        expect(a).toEqual({ status: 'fulfilled', value: true });
+        expect(b).toEqual({ status: 'fulfilled', value: 1 });
+      } finally {
+        await release();
+        await dropHold();
+      }
+      // The hour is dirty again, to be recomputed from the reading left; nothing before the cutoff is kept.
+      expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour: H }]);
+      expect((await pool.query('SELECT level, bucket FROM rollups WHERE device_seq = $1 ORDER BY 1, 2', [deviceSeq])).rows).toEqual([
+        { level: 0, bucket: H + 120_000 },
+      ]);
+    });
+
+    it('clears every rollup (a rebuild) while an hour is being settled, neither failing', async () => {
+      const deviceSeq = await rolledDevice();
+      const release = await holdMarkDeletes();
+      try {
+        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
+        await lockWaiters(1);
+        const cleared = Promise.resolve(repos.rollups.clear());
+        await lockWaitersOrDone(2, cleared);
+        await release();
+        const [a, b] = await Promise.allSettled([settled, cleared]);
+        expect(a).toEqual({ status: 'fulfilled', value: true });
+        expect(b).toEqual({ status: 'fulfilled', value: undefined });
+      } finally {
+        await release();
+        await dropHold();
+      }
+      expect((await pool.query('SELECT count(*)::int AS n FROM rollups')).rows).toEqual([{ n: 0 }]);
     });
   });
 });
