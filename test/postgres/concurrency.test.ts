@@ -15,6 +15,7 @@ import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
+import type { AlertOutcome, RecordedOutcome } from '../../src/storage/repositories.js';
 import { systemClock } from '../../src/time.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 
@@ -211,6 +212,67 @@ describe('PostgreSQL transactions that run at the same time', () => {
         [alertSeq],
       );
       expect(rows).toEqual([{ enabled: false, state: 'ok', last_triggered: null, events: 0 }]);
+    });
+  });
+
+  describe('alert outcomes recorded by two nodes at once', () => {
+    it('records the triggers of two alerts met in opposite orders on two nodes, none failing', async () => {
+      const account = await newAccount();
+      const alertSeqs: number[] = [];
+      for (const name of ['a', 'b']) {
+        const deviceSeq = (
+          await pool.query(
+            `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+             VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+            [`dev_order_${name}_${account}`, account],
+          )
+        ).rows[0].seq;
+        alertSeqs.push(
+          (
+            await pool.query(
+              `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+               VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0) RETURNING seq`,
+              [`alert_order_${name}_${account}`, account, deviceSeq],
+            )
+          ).rows[0].seq,
+        );
+      }
+      const trigger = (alertSeq: number, id: string): AlertOutcome => ({
+        type: 'triggered',
+        alertSeq,
+        event: {
+          id,
+          alertSeq,
+          deviceId: 'dev',
+          conditionValue: 31,
+          severity: 'warning',
+          triggeredAt: 1_000,
+          readingSeq: null,
+          deliveries: [],
+        },
+      });
+      const [a, b] = alertSeqs as [number, number];
+      // Each node stops after its first event went in, holding its first alert's row.
+      const release = await holdInserts('alert_events');
+      let results: PromiseSettledResult<RecordedOutcome[]>[];
+      try {
+        const nodeA = Promise.resolve(repos.alerts.recordOutcomes([trigger(a, `evt_a1_${account}`), trigger(b, `evt_b1_${account}`)]));
+        const nodeB = Promise.resolve(repos.alerts.recordOutcomes([trigger(b, `evt_b2_${account}`), trigger(a, `evt_a2_${account}`)]));
+        await lockWaiters(2);
+        await release();
+        results = await Promise.allSettled([nodeA, nodeB]);
+      } finally {
+        await release();
+      }
+      expect(
+        results.map((r) => (r.status === 'fulfilled' ? r.value.map((o) => o.error === undefined && o.event !== null) : r.reason)),
+      ).toEqual([
+        [true, true],
+        [true, true],
+      ]);
+      expect((await pool.query('SELECT count(*)::int AS n FROM alert_events WHERE alert_seq = ANY($1)', [alertSeqs])).rows).toEqual([
+        { n: 4 },
+      ]);
     });
   });
 

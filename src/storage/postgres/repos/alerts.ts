@@ -76,6 +76,11 @@ const claimResolution = prepared<{ seq: number }>(
    RETURNING seq`,
 );
 const setState = prepared('alert-set-state', 'UPDATE alerts SET state = $2 WHERE seq = $1');
+// The alerts of a batch of outcomes, locked in seq order before any is recorded: two nodes
+// whose readings came in different orders record the same alerts in different orders, and
+// claiming them one by one, each held one row and waited for the other's, until PostgreSQL
+// ended one of the items as a deadlock (its trigger or resolution lost).
+const lockAlerts = prepared('alerts-lock', 'SELECT 1 FROM alerts WHERE seq = ANY($1::bigint[]) ORDER BY seq FOR NO KEY UPDATE');
 const stateForUpdate = prepared<{ state: AlertState }>('alert-state-for-update', 'SELECT state FROM alerts WHERE seq = $1 FOR UPDATE');
 const remove = prepared('alert-remove', 'DELETE FROM alerts WHERE seq = $1');
 
@@ -202,6 +207,7 @@ export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepositor
      */
     recordOutcomes: (batch: AlertOutcome[]): Promise<RecordedOutcome[]> =>
       inTransaction(pool, async (client) => {
+        if (batch.length > 1) await lockAlerts.run(client, [[...new Set(batch.map((o) => o.alertSeq))]]);
         const results: RecordedOutcome[] = [];
         for (const o of batch) {
           await client.query('SAVEPOINT outcome');
