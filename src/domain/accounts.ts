@@ -84,9 +84,10 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
       return { account, secret };
     },
 
-    async setPassword(seq: number, password: string): Promise<void> {
+    /** Sets the password; with `replacing`, only while the stored hash is that one (false otherwise). */
+    async setPassword(seq: number, password: string, replacing?: string | null): Promise<boolean> {
       if (password.length < MIN_PASSWORD_LENGTH) throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
-      await repos.accounts.setPasswordHash(seq, await hashPassword(password), clock.now());
+      return await repos.accounts.setPasswordHash(seq, await hashPassword(password), clock.now(), replacing);
     },
   };
 }

@@ -149,7 +149,10 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
     /** Needs the current password; signs out every other session of the account. */
     async changePassword(resolved: ResolvedSession, current: string, next: string): Promise<void> {
       if (!(await verifyPassword(current ?? '', resolved.account.passwordHash))) throw badRequest('the current password is wrong');
-      await accounts.setPassword(resolved.account.seq, next ?? '');
+      // Only over the hash just checked: a reset made meanwhile (the CLI, another node) stands.
+      if (!(await accounts.setPassword(resolved.account.seq, next ?? '', resolved.account.passwordHash))) {
+        throw badRequest('the current password is wrong');
+      }
       await repos.sessions.removeOthers(resolved.account.seq, resolved.session.idHash);
     },
 

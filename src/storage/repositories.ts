@@ -222,7 +222,13 @@ export interface AccountsRepository {
   setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Awaitable<void>;
   setStatus(seq: number, status: 'active' | 'suspended', now: number): Awaitable<void>;
   setWebhookSecret(seq: number, secret: string, now: number): Awaitable<void>;
-  setPasswordHash(seq: number, hash: string, now: number): Awaitable<void>;
+  /**
+   * Sets the password hash; with `replacing`, only while the stored hash is still that one
+   * (the one a password change checked the current password against), in one statement, so
+   * a change that raced a reset (on another node, or by the CLI) does not undo it. Returns
+   * whether it was set.
+   */
+  setPasswordHash(seq: number, hash: string, now: number, replacing?: string | null): Awaitable<boolean>;
 }
 
 export interface ApiKeysRepository {

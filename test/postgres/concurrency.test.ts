@@ -9,10 +9,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { accountService } from '../../src/domain/accounts.js';
 import { alertEvaluator } from '../../src/domain/alerts/evaluator.js';
 import { DomainEvents } from '../../src/domain/events.js';
+import { verifyPassword } from '../../src/domain/passwords.js';
 import { sessionService } from '../../src/domain/sessions.js';
 import { createNotifier } from '../../src/notify/index.js';
 import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
-import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { connectPostgres, poolNode } from '../../src/storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
 import type { AlertOutcome, RecordedOutcome } from '../../src/storage/repositories.js';
@@ -160,6 +161,50 @@ describe('PostgreSQL transactions that run at the same time', () => {
       // Refused, or signed in and then signed out: no session of the old password outlives the reset.
       if (signedIn.status === 'fulfilled') expect(await sessions.resolve(signedIn.value.sessionId)).toBeNull();
       expect((await pool.query('SELECT count(*)::int AS n FROM sessions WHERE account_seq = $1', [account.seq])).rows[0].n).toBe(0);
+    });
+  });
+
+  describe('passwords', () => {
+    it('keeps an admin’s reset made while a change with the old password was on its way', async () => {
+      const events = new DomainEvents();
+      const accounts = accountService(repos, events, systemClock);
+      const sessions = sessionService(repos, accounts, systemClock);
+      const account = await accounts.create({ email: 'change@example.com', password: 'old password' });
+      const { sessionId } = await sessions.signIn(account.email, 'old password', '192.0.2.1');
+      const resolved = (await sessions.resolve(sessionId))!;
+      // The admin command is another process: its own pool, its own node name.
+      const adminPool = await connectPostgres(url, { max: 2 });
+      const adminRepos = await createPostgresRepositories(adminPool);
+      const adminSessions = sessionService(adminRepos, accountService(adminRepos, events, systemClock), systemClock);
+      // The dashboard's change has checked the current password; its UPDATE waits before it
+      // touches the row (a statement trigger, for this pool's connections only).
+      const holder = await pool.connect();
+      await holder.query('SELECT pg_advisory_lock(4646)');
+      await pool.query(`
+        CREATE FUNCTION hold_update() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF current_setting('telemetryd.node', true) = '${poolNode(pool)}' THEN PERFORM pg_advisory_xact_lock_shared(4646); END IF;
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER hold_update BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION hold_update();`);
+      let changed: PromiseSettledResult<void>;
+      try {
+        const change = sessions.changePassword(resolved, 'old password', 'changed password');
+        await lockWaiters(1);
+        // The admin resets it meanwhile (accounts set-password), signing every session out.
+        await adminSessions.resetPassword(account.id, 'admin password');
+        await holder.query('SELECT pg_advisory_unlock(4646)');
+        [changed] = await Promise.allSettled([change]);
+      } finally {
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+        await pool.query('DROP TRIGGER hold_update ON accounts; DROP FUNCTION hold_update()');
+        await adminPool.end();
+      }
+      // The change checked a password that was no longer the account's: refused, the reset stands.
+      expect(changed).toMatchObject({ status: 'rejected', reason: { status: 400 } });
+      const stored = (await pool.query('SELECT password_hash FROM accounts WHERE seq = $1', [account.seq])).rows[0].password_hash;
+      expect(await verifyPassword('admin password', stored)).toBe(true);
     });
   });
 

@@ -427,12 +427,19 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       await r.accounts.setStatus(ACC_B, 'suspended', NOW - 9 * DAY_MS);
       await r.accounts.setStatus(ACC_B, 'active', NOW - 9 * DAY_MS + 1);
       await r.accounts.setWebhookSecret(ACC_A, 'whsec_a2', NOW - 9 * DAY_MS);
-      await r.accounts.setPasswordHash(ACC_B, 'pw-b', NOW - 9 * DAY_MS + 2);
+      out.passwordSet = [
+        await r.accounts.setPasswordHash(ACC_B, 'pw-b', NOW - 9 * DAY_MS + 2),
+        // Over a hash that is no longer the account's: nothing changes.
+        await r.accounts.setPasswordHash(ACC_B, 'pw-x', NOW - 9 * DAY_MS + 3, 'pw-old'),
+        await r.accounts.setPasswordHash(ACC_B, 'pw-x', NOW - 9 * DAY_MS + 3, null),
+        await r.accounts.setPasswordHash(ACC_A, 'pw-a', NOW - 9 * DAY_MS + 3, 'pw-a'),
+      ];
       out.changed = [await r.accounts.findBySeq(ACC_A), await r.accounts.findBySeq(ACC_B)];
     });
     expect(rec.duplicateEmail).toBe('unique');
     expect(rec.count).toBe(2);
     expect((rec.byEmail as { id: string }).id).toBe('acc_a');
+    expect(rec.passwordSet).toEqual([true, false, false, true]);
     expect(rec.changed).toMatchObject([{ webhookSecret: 'whsec_a2' }, { plan: 'business', status: 'active', passwordHash: 'pw-b' }]);
   });
 

@@ -79,7 +79,10 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     WHERE seq = @seq`);
   const updateStatus = db.prepare('UPDATE accounts SET status = ?, updated_at = ? WHERE seq = ?');
   const updateSecret = db.prepare('UPDATE accounts SET webhook_secret = ?, updated_at = ? WHERE seq = ?');
-  const updatePassword = db.prepare('UPDATE accounts SET password_hash = ?, updated_at = ? WHERE seq = ?');
+  // With a hash to replace, only over that one (repositories.ts): one statement.
+  const updatePassword = db.prepare(
+    'UPDATE accounts SET password_hash = ?, updated_at = ? WHERE seq = ? AND (? = 0 OR password_hash IS ?)',
+  );
 
   return {
     findById: (id: string) => toAccount(byId.get(id)),
@@ -104,7 +107,8 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
       void updatePlan.run({ seq, plan, now, ...limitParams(limits) }),
     setStatus: (seq: number, status: 'active' | 'suspended', now: number) => void updateStatus.run(status, now, seq),
     setWebhookSecret: (seq: number, secret: string, now: number) => void updateSecret.run(secret, now, seq),
-    setPasswordHash: (seq: number, hash: string, now: number) => void updatePassword.run(hash, now, seq),
+    setPasswordHash: (seq: number, hash: string, now: number, replacing?: string | null) =>
+      updatePassword.run(hash, now, seq, replacing !== undefined ? 1 : 0, replacing ?? null).changes > 0,
   };
 }
 

@@ -29,7 +29,12 @@ const updatePlan = prepared(
 );
 const updateStatus = prepared('account-set-status', 'UPDATE accounts SET status = $2, updated_at = $3 WHERE seq = $1');
 const updateSecret = prepared('account-set-secret', 'UPDATE accounts SET webhook_secret = $2, updated_at = $3 WHERE seq = $1');
-const updatePassword = prepared('account-set-password', 'UPDATE accounts SET password_hash = $2, updated_at = $3 WHERE seq = $1');
+// With $4, only over the hash $5: a row changed meanwhile is checked again on its new values
+// once the change that held it commits.
+const updatePassword = prepared(
+  'account-set-password',
+  'UPDATE accounts SET password_hash = $2, updated_at = $3 WHERE seq = $1 AND (NOT $4::boolean OR password_hash IS NOT DISTINCT FROM $5::text)',
+);
 
 const limitValues = (l: PlanLimits) => [
   l.ratePerMinute,
@@ -65,8 +70,7 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
     async setWebhookSecret(seq: number, secret: string, now: number): Promise<void> {
       await cache.writing(updateSecret.run(pool, [seq, secret, now]));
     },
-    async setPasswordHash(seq: number, hash: string, now: number): Promise<void> {
-      await cache.writing(updatePassword.run(pool, [seq, hash, now]));
-    },
+    setPasswordHash: async (seq: number, hash: string, now: number, replacing?: string | null): Promise<boolean> =>
+      (await cache.writing(updatePassword.run(pool, [seq, hash, now, replacing !== undefined, replacing ?? null]))) > 0,
   };
 }
