@@ -452,8 +452,10 @@ export interface AlertsRepository {
   /**
    * Events whose deliveries (`triggered`) or resolution notices (`resolved`) another process
    * left pending when it ended, claimed for this one: each is returned to one caller only, at
-   * least `graceMs` after it was last claimed. Never any on SQLite, where one server sends
-   * everything and a shutdown records what it abandons as failed.
+   * least `graceMs` after it was last claimed, and once its process has been seen gone for
+   * `graceMs` (a process whose connection dropped and came back meanwhile still sends them).
+   * Never any on SQLite, where one server sends everything and a shutdown records what it
+   * abandons as failed.
    */
   adoptAbandonedDeliveries(now: number, graceMs: number): Awaitable<{ eventId: string; type: 'triggered' | 'resolved' }[]>;
 }

@@ -15,6 +15,7 @@ import { createNotifier } from '../../src/notify/index.js';
 import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
 import { connectPostgres, poolNode } from '../../src/storage/postgres/connect.js';
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
+import { NODE_LOCK_CLASS } from '../../src/storage/postgres/leadership.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
 import type { AlertOutcome, RecordedOutcome } from '../../src/storage/repositories.js';
 import { systemClock } from '../../src/time.js';
@@ -318,6 +319,84 @@ describe('PostgreSQL transactions that run at the same time', () => {
       expect((await pool.query('SELECT count(*)::int AS n FROM alert_events WHERE alert_seq = ANY($1)', [alertSeqs])).rows).toEqual([
         { n: 4 },
       ]);
+    });
+  });
+
+  describe('alert deliveries left pending', () => {
+    it('are not adopted from a node whose connection dropped and came back, but are from one that is gone', async () => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_adopt_${account}`, account],
+        )
+      ).rows[0].seq;
+      const alertSeq = (
+        await pool.query(
+          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0) RETURNING seq`,
+          [`alert_adopt_${account}`, account, deviceSeq],
+        )
+      ).rows[0].seq;
+      // Node A runs, holding its node lock, and records a trigger whose webhook it is still
+      // retrying, a minute after it began.
+      const poolA = await connectPostgres(url, { max: 2 });
+      const nodeA = await createPostgresRepositories(poolA);
+      const stopFollowing = nodeA.leadership.follow(() => {});
+      const nodeLockHeld = async () =>
+        (
+          await pool.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2",
+            [NODE_LOCK_CLASS, nodeA.leadership.nodeKey],
+          )
+        ).rows[0]!.n === 1;
+      const waitForNodeLock = async () => {
+        for (let i = 0; i < 500 && !(await nodeLockHeld()); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await nodeLockHeld()).toBe(true);
+      };
+      const now = Date.now();
+      try {
+        await waitForNodeLock();
+        const [recorded] = await nodeA.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq,
+            event: {
+              id: `evt_adopt_${account}`,
+              alertSeq,
+              deviceId: `dev_adopt_${account}`,
+              conditionValue: 31,
+              severity: 'warning',
+              triggeredAt: now - 60_000,
+              readingSeq: null,
+              deliveries: [{ action: 'webhook', status: 'pending', at: now - 60_000 }],
+            },
+          },
+        ]);
+        expect(recorded!.event).not.toBeNull();
+        // Its connection holding the lock drops (a PostgreSQL restart, a network cut): the
+        // leading node looks for abandoned deliveries before node A has connected again.
+        await pool.query(
+          "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid",
+          [NODE_LOCK_CLASS, nodeA.leadership.nodeKey],
+        );
+        for (let i = 0; i < 500 && (await nodeLockHeld()); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await repos.alerts.adoptAbandonedDeliveries(now, 5_000)).toEqual([]);
+        // Node A connects again within its poll and takes its lock back: still its own.
+        await waitForNodeLock();
+        expect(await repos.alerts.adoptAbandonedDeliveries(now + 10_000, 5_000)).toEqual([]);
+      } finally {
+        await stopFollowing();
+        await nodeA.leadership.close();
+        await poolA.end();
+      }
+      // Node A is gone for good: its delivery is adopted once it has been seen gone for the grace.
+      expect(await repos.alerts.adoptAbandonedDeliveries(now + 20_000, 5_000)).toEqual([]);
+      expect(await repos.alerts.adoptAbandonedDeliveries(now + 25_000, 5_000)).toEqual([
+        { eventId: `evt_adopt_${account}`, type: 'triggered' },
+      ]);
+      expect(await repos.alerts.adoptAbandonedDeliveries(now + 40_000, 5_000)).toEqual([]);
     });
   });
 

@@ -465,6 +465,15 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
       END $$;
     `,
   },
+  {
+    // When the leading node first found a delivery's node without its lock (repos/alerts.ts,
+    // adoptAbandonedDeliveries): a node whose connection dropped and came back is still
+    // sending its deliveries, so they are adopted only once the lock has been missing for the
+    // grace, not at the first sight of its absence.
+    version: 11,
+    name: 'deliveries seen unowned',
+    sql: 'ALTER TABLE delivery_owners ADD COLUMN unowned_since bigint',
+  },
 ];
 
 /** Session-level advisory lock held while migrating: 'tlmg'. */

@@ -116,15 +116,27 @@ const ownDeliveries = prepared(
   `INSERT INTO delivery_owners (event_seq, notice, node_key, since) VALUES ($1, $2, $3, $4)
    ON CONFLICT (event_seq, notice) DO UPDATE SET node_key = excluded.node_key, since = excluded.since`,
 );
-// Pending deliveries whose node no longer holds its lock (it stopped, or was killed: its
-// connection ended), claimed for this node in one statement: two adopters cannot both get one.
+/** Whether the node named by o.node_key holds its lock (leadership.ts), NODE_LOCK_CLASS being parameter `lockClass`: it runs. */
+const nodeRuns = (lockClass: string) => `EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+  AND l.classid = ${lockClass}::bigint::oid AND l.objid = o.node_key::bigint::oid AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`;
+// A node without its lock may have stopped or been killed, or only lost the connection that
+// holds it (a PostgreSQL restart, a network cut) and be still sending, connecting again
+// within its poll (leadership.ts). So the first look notes when a delivery's node was found
+// without its lock (unowned_since), and forgets it when the node has its lock again.
+const noteUnowned = prepared(
+  'delivery-note-unowned',
+  `UPDATE delivery_owners o SET unowned_since = CASE WHEN ${nodeRuns('$3')} THEN NULL ELSE $2::bigint END
+   WHERE o.node_key <> $1 AND (o.unowned_since IS NULL) = NOT ${nodeRuns('$3')}`,
+);
+// Pending deliveries whose node has been without its lock for the grace, and last claimed at
+// least the grace ago, claimed for this node in one statement: two adopters cannot both get one.
 const adoptDeliveries = prepared<{ id: string; notice: 'triggered' | 'resolved' }>(
   'delivery-adopt',
-  `UPDATE delivery_owners o SET node_key = $1, since = $2
+  `UPDATE delivery_owners o SET node_key = $1, since = $2, unowned_since = NULL
    FROM alert_events e
    WHERE e.seq = o.event_seq AND o.node_key <> $1 AND o.since <= $2::bigint - $3::bigint
-     AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $4::bigint::oid
-       AND l.objid = o.node_key::bigint::oid AND l.objsubid = 2 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+     AND o.unowned_since <= $2::bigint - $3::bigint AND NOT ${nodeRuns('$4')}
    RETURNING e.id, o.notice`,
 );
 const hasPending = (deliveries: ActionDelivery[]) => deliveries.some((d) => d.status === 'pending');
@@ -234,8 +246,10 @@ export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepositor
     async setResolutionDeliveries(seq: number, deliveries: ActionDelivery[]): Promise<void> {
       await setResolutionDeliveries.run(pool, [seq, JSON.stringify(deliveries), hasPending(deliveries)]);
     },
-    adoptAbandonedDeliveries: async (now: number, graceMs: number) =>
-      (await adoptDeliveries.rows(pool, [nodeKey, now, graceMs, NODE_LOCK_CLASS])).map((r) => ({ eventId: r.id, type: r.notice })),
+    adoptAbandonedDeliveries: async (now: number, graceMs: number) => {
+      await noteUnowned.run(pool, [nodeKey, now, NODE_LOCK_CLASS]);
+      return (await adoptDeliveries.rows(pool, [nodeKey, now, graceMs, NODE_LOCK_CLASS])).map((r) => ({ eventId: r.id, type: r.notice }));
+    },
   };
 }
 /**
