@@ -169,7 +169,10 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       ) {
         throw unauthorized('this setup link is no longer valid');
       }
-      const account = await accounts.create({ email, password: password ?? '' });
+      // Created only while there is still no account: the same link used twice at once (two
+      // tabs, two nodes) passed the check above both times.
+      const account = await accounts.createFirst({ email, password: password ?? '' });
+      if (!account) throw unauthorized('this setup link is no longer valid');
       // accounts.create validated the password length only when one is given.
       return { ...(await open(account)), account };
     },

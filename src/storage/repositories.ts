@@ -219,6 +219,13 @@ export interface AccountsRepository {
   count(): Awaitable<number>;
   /** Status `active`; a duplicate id or email fails (unique constraint). */
   insert(a: NewAccount): Awaitable<void>;
+  /**
+   * Inserts the account as insert does, only while there is no account at all (the first-run
+   * setup); false, inserting nothing, when there is one. Atomic (SQLite: one statement;
+   * PostgreSQL: under a transaction-level advisory lock, then a check), so two setups at once
+   * cannot both create a first account.
+   */
+  insertFirst(a: NewAccount): Awaitable<boolean>;
   setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Awaitable<void>;
   setStatus(seq: number, status: 'active' | 'suspended', now: number): Awaitable<void>;
   setWebhookSecret(seq: number, secret: string, now: number): Awaitable<void>;

@@ -165,6 +165,48 @@ describe('PostgreSQL transactions that run at the same time', () => {
     });
   });
 
+  describe('the first-run setup', () => {
+    it('creates one first account when the setup link is used twice at once', async () => {
+      // A database of its own: the setup works only while there is no account.
+      const setupPool = await connectPostgres(await createDatabase(pg), { max: 6 });
+      await migratePostgres(setupPool);
+      const setupRepos = await createPostgresRepositories(setupPool);
+      const events = new DomainEvents();
+      const sessions = sessionService(setupRepos, accountService(setupRepos, events, systemClock), systemClock);
+      const holder = await setupPool.connect();
+      await holder.query('SELECT pg_advisory_lock(4747)');
+      await setupPool.query(`
+        CREATE FUNCTION hold_account() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock_shared(4747); RETURN NEW; END $$;
+        CREATE TRIGGER hold_account BEFORE INSERT ON accounts FOR EACH ROW EXECUTE FUNCTION hold_account();`);
+      const waiting = async () =>
+        (await setupPool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).rows[0]!.n;
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        // The form sent twice (a double click, two tabs, through two nodes): the first
+        // account is about to go in when the second request gets there.
+        const first = sessions.completeSetup('setup-token', 'setup-token', 'first@example.com', 'password one');
+        for (let i = 0; i < 500 && (await waiting()) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        const second = sessions.completeSetup('setup-token', 'setup-token', 'second@example.com', 'password two');
+        for (let i = 0; i < 500 && (await waiting()) < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await waiting()).toBe(2);
+        await holder.query('SELECT pg_advisory_unlock(4747)');
+        results = await Promise.allSettled([first, second]);
+      } finally {
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+        await setupPool.query('DROP TRIGGER hold_account ON accounts; DROP FUNCTION hold_account()');
+      }
+      try {
+        expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+        expect(results[1]).toMatchObject({ reason: { status: 401 } });
+        expect((await setupPool.query('SELECT email FROM accounts')).rows).toEqual([{ email: 'first@example.com' }]);
+      } finally {
+        await setupPool.end();
+      }
+    });
+  });
+
   describe('passwords', () => {
     it('keeps an admin’s reset made while a change with the old password was on its way', async () => {
       const events = new DomainEvents();

@@ -384,7 +384,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
 
   it('accounts: insert, look-ups (e-mail in any case), list, count, plan, status, secret, password', async () => {
     const rec = await both(async ({ repos: r }, out) => {
-      await r.accounts.insert({
+      // The first account, as the first-run setup makes it: only while there is none.
+      out.insertedFirst = await r.accounts.insertFirst({
         id: 'acc_a',
         email: 'Alice@Example.com',
         name: 'Alice',
@@ -403,6 +404,16 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
         limits: limits(10, 90),
         webhookSecret: 'whsec_b',
         now: NOW - 10 * DAY_MS,
+      });
+      out.notFirst = await r.accounts.insertFirst({
+        id: 'acc_second',
+        email: 'second@example.com',
+        name: 'Second',
+        passwordHash: null,
+        plan: 'pro',
+        limits: limits(10, 90),
+        webhookSecret: 'whsec_s',
+        now: NOW,
       });
       // Last insert of the table in this test: PostgreSQL's identity uses a number even for a refused row.
       out.duplicateEmail = await refused(() =>
@@ -436,6 +447,7 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       ];
       out.changed = [await r.accounts.findBySeq(ACC_A), await r.accounts.findBySeq(ACC_B)];
     });
+    expect([rec.insertedFirst, rec.notFirst]).toEqual([true, false]);
     expect(rec.duplicateEmail).toBe('unique');
     expect(rec.count).toBe(2);
     expect((rec.byEmail as { id: string }).id).toBe('acc_a');

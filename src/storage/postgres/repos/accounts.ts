@@ -4,7 +4,7 @@ import type { Account } from '../../../domain/types.js';
 import { type AccountRow, toAccount } from '../../repos/accounts.js';
 import type { AccountsRepository, NewAccount } from '../../repositories.js';
 import type { AuthCache } from '../authCache.js';
-import { prepared } from './sql.js';
+import { inTransaction, prepared, Rollback } from './sql.js';
 
 const COLUMNS = `seq, id, email, name, password_hash, plan, status, rate_per_minute, rate_per_day, device_limit, retention_days,
   snapshots_per_day, snapshot_retention_days, field_limit, webhook_secret, created_at, updated_at`;
@@ -22,6 +22,9 @@ const insert = prepared(
      snapshots_per_day, snapshot_retention_days, field_limit, webhook_secret, created_at, updated_at)
    VALUES ($1, $2, $3, $4, $5, 'active', $6, $7, $8, $9, $10, $11, $12, $13, $14, $14)`,
 );
+/** Transaction-level advisory lock of a first account's insert (insertFirst): 'tlfa'. */
+const FIRST_ACCOUNT_LOCK = 0x746c6661;
+const anyAccount = prepared<{ any: boolean }>('accounts-any', 'SELECT EXISTS (SELECT 1 FROM accounts) AS any');
 const updatePlan = prepared(
   'account-set-plan',
   `UPDATE accounts SET plan = $2, rate_per_minute = $3, rate_per_day = $4, device_limit = $5, retention_days = $6,
@@ -46,6 +49,8 @@ const limitValues = (l: PlanLimits) => [
   l.fieldLimit,
 ];
 
+const insertValues = (a: NewAccount) => [a.id, a.email, a.name, a.passwordHash, a.plan, ...limitValues(a.limits), a.webhookSecret, a.now];
+
 /** Accounts on PostgreSQL (AccountsRepository, src/storage/repositories.ts). */
 export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepository {
   const findBySeq = async (seq: number): Promise<Account | null> => toAccount(await bySeq.first(pool, [seq]));
@@ -57,10 +62,21 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
     list: async (): Promise<Account[]> => (await all.rows(pool, [])).map((r) => toAccount(r)!),
     count: async (): Promise<number> => (await count.first(pool, []))!.n,
     async insert(a: NewAccount): Promise<void> {
-      await cache.writing(
-        insert.run(pool, [a.id, a.email, a.name, a.passwordHash, a.plan, ...limitValues(a.limits), a.webhookSecret, a.now]),
-      );
+      await cache.writing(insert.run(pool, insertValues(a)));
     },
+    /**
+     * Only while there is no account: two setups at once take the lock one after the other,
+     * and the second's check, a statement begun after the first committed, sees its account.
+     */
+    insertFirst: (a: NewAccount): Promise<boolean> =>
+      cache.writing(
+        inTransaction(pool, async (client) => {
+          await client.query('SELECT pg_advisory_xact_lock($1)', [FIRST_ACCOUNT_LOCK]);
+          if ((await anyAccount.first(client, []))!.any) return new Rollback(false);
+          await insert.run(client, insertValues(a));
+          return true;
+        }),
+      ),
     async setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Promise<void> {
       await cache.writing(updatePlan.run(pool, [seq, plan, ...limitValues(limits), now]));
     },
