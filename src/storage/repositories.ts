@@ -151,8 +151,17 @@ export interface NoDataWatch {
 export type NewAlertEvent = Omit<AlertEvent, 'seq' | 'acknowledged' | 'acknowledgedAt' | 'resolvedAt' | 'resolutionDeliveries'>;
 
 /** One change of an alert's state the evaluator observed, to be recorded (alerts.recordOutcomes). */
+/** What a threshold or no_data alert checks: the columns a trigger was evaluated against. */
+export type AlertCondition = Pick<Alert, 'kind' | 'field' | 'operator' | 'value'>;
+
 export type AlertOutcome =
-  | { type: 'triggered'; alertSeq: number; event: NewAlertEvent }
+  | {
+      type: 'triggered';
+      alertSeq: number;
+      event: NewAlertEvent;
+      /** The condition as the evaluator held it: recorded only while the alert still has it. */
+      condition?: AlertCondition;
+    }
   | {
       type: 'resolved';
       alertSeq: number;
@@ -440,8 +449,9 @@ export interface AlertsRepository {
    * Returns one result per item, in the batch's order. Rejects (nothing recorded) only when
    * the transaction as a whole fails.
    *
-   * A trigger of an alert disabled since it was evaluated (the evaluator's list is cached;
-   * another process may have disabled it) records nothing and has no event (and no error).
+   * A trigger of an alert disabled since it was evaluated, or whose condition is no longer the
+   * one given (the evaluator's list is cached; another process may have changed it), records
+   * nothing and has no event (and no error).
    * Where several processes evaluate readings (PostgreSQL), a trigger first claims the alert
    * on its row: enabled, past its cooldown (a no_data alert: while `ok`). A resolution applies
    * only to a firing alert not triggered after it. An item whose claim fails records nothing

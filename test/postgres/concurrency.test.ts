@@ -301,6 +301,56 @@ describe('PostgreSQL transactions that run at the same time', () => {
       );
       expect(rows).toEqual([{ enabled: false, state: 'ok', last_triggered: null, events: 0 }]);
     });
+    it('records no trigger evaluated against a condition changed while the trigger waited for its row', async () => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_cond_${account}`, account],
+        )
+      ).rows[0].seq;
+      const alertSeq = (
+        await pool.query(
+          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 60, 0, 0, 0) RETURNING seq`,
+          [`alert_cond_${account}`, account, deviceSeq],
+        )
+      ).rows[0].seq;
+      // The dashboard on one node raises the threshold from 30 to 50;
+      const changing = await begin();
+      try {
+        await changing.query('UPDATE alerts SET value = 50, updated_at = 1 WHERE seq = $1', [alertSeq]);
+        // another node found 35 over the old threshold, with the alert as its cache held it.
+        const recorded = repos.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq,
+            condition: { kind: 'threshold', field: 'temperature', operator: '>', value: 30 },
+            event: {
+              id: `evt_cond_${account}`,
+              alertSeq,
+              deviceId: `dev_cond_${account}`,
+              conditionValue: 35,
+              severity: 'warning',
+              triggeredAt: 1_000,
+              readingSeq: null,
+              deliveries: [{ action: 'email', status: 'pending', at: 1_000 }],
+            },
+          },
+        ]);
+        await lockWaiters(1);
+        await changing.query('COMMIT');
+        expect(await recorded).toEqual([{ event: null }]);
+      } finally {
+        changing.release();
+      }
+      const { rows } = await pool.query(
+        'SELECT value, state, last_triggered, (SELECT count(*)::int FROM alert_events WHERE alert_seq = $1) AS events FROM alerts WHERE seq = $1',
+        [alertSeq],
+      );
+      expect(rows).toEqual([{ value: 50, state: 'ok', last_triggered: null, events: 0 }]);
+    });
   });
 
   describe('alert outcomes recorded by two nodes at once', () => {

@@ -927,6 +927,18 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       await r.alerts.setEnabled(1, true, t + 12_000);
       await r.alerts.update(3, alertValues(t + 13_000, { enabled: true, severity: 'critical' }), false);
       out.enabled = [await r.alerts.findBySeq(1), await r.alerts.findBySeq(3), await r.alerts.countEnabled(ACC_A)];
+      // A trigger evaluated against a condition changed since (alert 3 is `> 30.5` now) records nothing either.
+      out.triggeredOnOldCondition = outcomes(
+        await r.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq: 3,
+            condition: { kind: 'threshold', field: 'temperature', operator: '>', value: 25 },
+            event: event('evt_old', 3, t + 30_000, 11, 'dev_2'),
+          },
+        ]),
+      );
+      out.afterOldConditionTrigger = [await r.alerts.findBySeq(3), await r.alerts.findEventById('evt_old')];
       // A firing alert updated without ending its firing stays firing.
       await r.alerts.recordOutcomes([{ type: 'triggered', alertSeq: 4, event: event('evt_4', 4, t + 14_000, null, 'dev_3') }]);
       await r.alerts.update(4, alertValues(t + 15_000, { kind: 'no_data', value: 60, name: 'renamed' }), false);
@@ -969,6 +981,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
     ]);
     expect(rec.disabled).toMatchObject([{ state: 'ok', enabled: false }, { resolvedAt: NOW - HOUR_MS + 11_000 }]);
     expect(rec.triggeredWhileDisabled).toEqual([{ event: null, failed: false }]);
+    expect(rec.triggeredOnOldCondition).toEqual([{ event: null, failed: false }]);
+    expect(rec.afterOldConditionTrigger).toMatchObject([{ state: 'ok', lastTriggered: null }, null]);
     expect(rec.afterDisabledTrigger).toMatchObject([{ state: 'ok', enabled: false, lastTriggered: NOW - HOUR_MS + 10_000 }, null]);
     expect(rec.enabled).toMatchObject([{ enabled: true, enabledAt: NOW - HOUR_MS + 12_000 }, { enabledAt: NOW - HOUR_MS + 13_000 }, 3]);
     expect(rec.stillFiring).toMatchObject([{ state: 'firing', name: 'renamed' }, { resolvedAt: null }, ['dev_3']]);

@@ -273,7 +273,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     const outcomes = batch.map(
       (q): AlertOutcome =>
         q.type === 'triggered'
-          ? { type: 'triggered', alertSeq: q.alert.seq, event: q.event }
+          ? {
+              type: 'triggered',
+              alertSeq: q.alert.seq,
+              event: q.event,
+              condition: { kind: q.alert.kind, field: q.alert.field, operator: q.alert.operator, value: q.alert.value },
+            }
           : {
               type: 'resolved',
               alertSeq: q.alert.seq,

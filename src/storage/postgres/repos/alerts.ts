@@ -58,13 +58,16 @@ const setEnabled = prepared(
 // row tells which of them fires. A threshold alert is claimed past its cooldown (with no
 // cooldown, by every matching reading: each is evaluated once, by the node that stored it,
 // and batches of one node may commit out of order), a no_data alert while it is `ok`; either
-// only while enabled: the evaluator's cached alert may have been disabled since, and a
-// disabled alert records nothing. The row lock taken here makes a concurrent claim (or a
-// change of the alert) wait, and the condition is then checked again on its values.
+// only while enabled and with the condition it was evaluated against ($3, when given): the
+// evaluator's cached alert may have been disabled or changed since, and such a trigger
+// records nothing. The row lock taken here makes a concurrent claim (or a change of the
+// alert) wait, and the condition is then checked again on its values.
 const claimTrigger = prepared<{ seq: number }>(
   'alert-claim-trigger',
   `UPDATE alerts SET last_triggered = greatest(coalesce(last_triggered, $2), $2), state = 'firing'
-   WHERE seq = $1 AND enabled AND CASE WHEN kind = 'no_data' THEN state = 'ok'
+   WHERE seq = $1 AND enabled
+     AND ($3::text IS NULL OR (kind = $3 AND field = $4::text AND operator = $5::text AND value = $6::double precision))
+     AND CASE WHEN kind = 'no_data' THEN state = 'ok'
      ELSE cooldown = 0 OR last_triggered IS NULL OR $2 >= last_triggered + cooldown * 1000 END
    RETURNING seq`,
 );
@@ -260,7 +263,10 @@ export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepositor
 async function recordOutcome(db: Queryable, o: AlertOutcome, nodeKey: number): Promise<AlertEvent | null> {
   if (o.type === 'triggered') {
     const e = o.event;
-    if (!(await claimTrigger.first(db, [o.alertSeq, e.triggeredAt]))) {
+    const c = o.condition;
+    if (
+      !(await claimTrigger.first(db, [o.alertSeq, e.triggeredAt, c?.kind ?? null, c?.field ?? null, c?.operator ?? null, c?.value ?? null]))
+    ) {
       // An alert deleted meanwhile is a failed item, as its event's foreign key makes it on SQLite.
       if (!(await bySeq.first(db, [o.alertSeq]))) throw new Error(`alert ${o.alertSeq} no longer exists`);
       return null;
