@@ -1,6 +1,6 @@
 import { badRequest, conflict, notFound } from '../errors.js';
 import { newId, randomBase62 } from '../ids.js';
-import type { Repositories } from '../storage/repositories.js';
+import type { NewAccount, Repositories } from '../storage/repositories.js';
 import type { Clock } from '../time.js';
 import type { DomainEvents } from './events.js';
 import { hashPassword, MIN_PASSWORD_LENGTH } from './passwords.js';
@@ -10,6 +10,13 @@ import type { Account } from './types.js';
 const EMAIL = /^[^\s@]+@[^\s@]+$/;
 
 export type PlanOverrides = Partial<PlanLimits>;
+
+interface NewAccountInput {
+  email: string;
+  name?: string;
+  plan?: string;
+  password?: string | null;
+}
 
 export function accountService(repos: Repositories, events: DomainEvents, clock: Clock) {
   const newWebhookSecret = () => `whsec_${randomBase62(32)}`;
@@ -21,34 +28,49 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
     return account;
   }
 
+  /** The row of a new account, checked: the input's values, its plan's defaults. */
+  async function newAccount(input: NewAccountInput): Promise<NewAccount> {
+    const email = input.email.trim();
+    if (!EMAIL.test(email)) throw badRequest(`invalid email address "${input.email}"`);
+    const plan = input.plan ?? 'starter';
+    if (!isPlanName(plan)) throw badRequest(`unknown plan "${plan}" (one of ${PLAN_NAMES.join(', ')})`);
+    if (input.password != null && input.password.length < MIN_PASSWORD_LENGTH) {
+      throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
+    }
+    const passwordHash = input.password != null ? await hashPassword(input.password) : null;
+    if (await repos.accounts.findByEmail(email)) throw conflict(`an account with email ${email} exists`);
+    return {
+      id: newId('acc'),
+      email,
+      name: input.name?.trim() ?? '',
+      passwordHash,
+      plan,
+      limits: PLAN_DEFAULTS[plan],
+      webhookSecret: newWebhookSecret(),
+      now: clock.now(),
+    };
+  }
+
   return {
     resolve,
     get: async (seq: number) => await repos.accounts.findBySeq(seq),
     list: async () => await repos.accounts.list(),
     count: async () => await repos.accounts.count(),
 
-    async create(input: { email: string; name?: string; plan?: string; password?: string | null }): Promise<Account> {
-      const email = input.email.trim();
-      if (!EMAIL.test(email)) throw badRequest(`invalid email address "${input.email}"`);
-      const plan = input.plan ?? 'starter';
-      if (!isPlanName(plan)) throw badRequest(`unknown plan "${plan}" (one of ${PLAN_NAMES.join(', ')})`);
-      if (input.password != null && input.password.length < MIN_PASSWORD_LENGTH) {
-        throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
-      }
-      const passwordHash = input.password != null ? await hashPassword(input.password) : null;
-      if (await repos.accounts.findByEmail(email)) throw conflict(`an account with email ${email} exists`);
-      const id = newId('acc');
-      await repos.accounts.insert({
-        id,
-        email,
-        name: input.name?.trim() ?? '',
-        passwordHash,
-        plan,
-        limits: PLAN_DEFAULTS[plan],
-        webhookSecret: newWebhookSecret(),
-        now: clock.now(),
-      });
-      return (await repos.accounts.findById(id))!;
+    async create(input: NewAccountInput): Promise<Account> {
+      const account = await newAccount(input);
+      await repos.accounts.insert(account);
+      return (await repos.accounts.findById(account.id))!;
+    },
+
+    /**
+     * The first-run setup's account: created only while there is no account, checked when it
+     * goes in (repos.accounts.insertFirst), so two setups at once make one; null when one exists.
+     */
+    async createFirst(input: NewAccountInput): Promise<Account | null> {
+      const account = await newAccount(input);
+      if (!(await repos.accounts.insertFirst(account))) return null;
+      return (await repos.accounts.findById(account.id))!;
     },
 
     /** Sets the whole plan at once: its defaults, then this call's overrides (docs/cli.md, "accounts"). */
@@ -84,9 +106,10 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
       return { account, secret };
     },
 
-    async setPassword(seq: number, password: string): Promise<void> {
+    /** Sets the password; with `replacing`, only while the stored hash is that one (false otherwise). */
+    async setPassword(seq: number, password: string, replacing?: string | null): Promise<boolean> {
       if (password.length < MIN_PASSWORD_LENGTH) throw badRequest(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
-      await repos.accounts.setPasswordHash(seq, await hashPassword(password), clock.now());
+      return await repos.accounts.setPasswordHash(seq, await hashPassword(password), clock.now(), replacing);
     },
   };
 }

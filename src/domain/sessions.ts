@@ -86,7 +86,9 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       lastUsedAt: now,
       expiresAt: now + SESSION_IDLE_MS,
     };
-    await repos.sessions.insert(session);
+    // Refused when the password changed since it was checked: its reset signed out every
+    // session, and this one would have outlived it.
+    if (!(await repos.sessions.insert(session, account.passwordHash))) throw unauthorized(SIGN_IN_FAILED);
     return { sessionId, session };
   }
 
@@ -147,7 +149,10 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
     /** Needs the current password; signs out every other session of the account. */
     async changePassword(resolved: ResolvedSession, current: string, next: string): Promise<void> {
       if (!(await verifyPassword(current ?? '', resolved.account.passwordHash))) throw badRequest('the current password is wrong');
-      await accounts.setPassword(resolved.account.seq, next ?? '');
+      // Only over the hash just checked: a reset made meanwhile (the CLI, another node) stands.
+      if (!(await accounts.setPassword(resolved.account.seq, next ?? '', resolved.account.passwordHash))) {
+        throw badRequest('the current password is wrong');
+      }
       await repos.sessions.removeOthers(resolved.account.seq, resolved.session.idHash);
     },
 
@@ -164,7 +169,10 @@ export function sessionService(repos: Repositories, accounts: AccountService, cl
       ) {
         throw unauthorized('this setup link is no longer valid');
       }
-      const account = await accounts.create({ email, password: password ?? '' });
+      // Created only while there is still no account: the same link used twice at once (two
+      // tabs, two nodes) passed the check above both times.
+      const account = await accounts.createFirst({ email, password: password ?? '' });
+      if (!account) throw unauthorized('this setup link is no longer valid');
       // accounts.create validated the password length only when one is given.
       return { ...(await open(account)), account };
     },

@@ -151,8 +151,17 @@ export interface NoDataWatch {
 export type NewAlertEvent = Omit<AlertEvent, 'seq' | 'acknowledged' | 'acknowledgedAt' | 'resolvedAt' | 'resolutionDeliveries'>;
 
 /** One change of an alert's state the evaluator observed, to be recorded (alerts.recordOutcomes). */
+/** What a threshold or no_data alert checks: the columns a trigger was evaluated against. */
+export type AlertCondition = Pick<Alert, 'kind' | 'field' | 'operator' | 'value'>;
+
 export type AlertOutcome =
-  | { type: 'triggered'; alertSeq: number; event: NewAlertEvent }
+  | {
+      type: 'triggered';
+      alertSeq: number;
+      event: NewAlertEvent;
+      /** The condition as the evaluator held it: recorded only while the alert still has it. */
+      condition?: AlertCondition;
+    }
   | {
       type: 'resolved';
       alertSeq: number;
@@ -219,10 +228,23 @@ export interface AccountsRepository {
   count(): Awaitable<number>;
   /** Status `active`; a duplicate id or email fails (unique constraint). */
   insert(a: NewAccount): Awaitable<void>;
+  /**
+   * Inserts the account as insert does, only while there is no account at all (the first-run
+   * setup); false, inserting nothing, when there is one. Atomic (SQLite: one statement;
+   * PostgreSQL: under a transaction-level advisory lock, then a check), so two setups at once
+   * cannot both create a first account.
+   */
+  insertFirst(a: NewAccount): Awaitable<boolean>;
   setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Awaitable<void>;
   setStatus(seq: number, status: 'active' | 'suspended', now: number): Awaitable<void>;
   setWebhookSecret(seq: number, secret: string, now: number): Awaitable<void>;
-  setPasswordHash(seq: number, hash: string, now: number): Awaitable<void>;
+  /**
+   * Sets the password hash; with `replacing`, only while the stored hash is still that one
+   * (the one a password change checked the current password against), in one statement, so
+   * a change that raced a reset (on another node, or by the CLI) does not undo it. Returns
+   * whether it was set.
+   */
+  setPasswordHash(seq: number, hash: string, now: number, replacing?: string | null): Awaitable<boolean>;
 }
 
 export interface ApiKeysRepository {
@@ -427,10 +449,13 @@ export interface AlertsRepository {
    * Returns one result per item, in the batch's order. Rejects (nothing recorded) only when
    * the transaction as a whole fails.
    *
+   * A trigger of an alert disabled since it was evaluated, or whose condition is no longer the
+   * one given (the evaluator's list is cached; another process may have changed it), records
+   * nothing and has no event (and no error).
    * Where several processes evaluate readings (PostgreSQL), a trigger first claims the alert
-   * on its row: past its cooldown (a no_data alert: while `ok`). A resolution applies only to
-   * a firing alert not triggered after it. An item whose claim fails records nothing and has
-   * no event (and no error): another process recorded that change.
+   * on its row: enabled, past its cooldown (a no_data alert: while `ok`). A resolution applies
+   * only to a firing alert not triggered after it. An item whose claim fails records nothing
+   * and has no event (and no error): another process recorded that change.
    */
   recordOutcomes(batch: AlertOutcome[]): Awaitable<RecordedOutcome[]>;
 
@@ -444,15 +469,24 @@ export interface AlertsRepository {
   /**
    * Events whose deliveries (`triggered`) or resolution notices (`resolved`) another process
    * left pending when it ended, claimed for this one: each is returned to one caller only, at
-   * least `graceMs` after it was last claimed. Never any on SQLite, where one server sends
-   * everything and a shutdown records what it abandons as failed.
+   * least `graceMs` after it was last claimed, and once its process has been seen gone for
+   * `graceMs` (a process whose connection dropped and came back meanwhile still sends them).
+   * Never any on SQLite, where one server sends everything and a shutdown records what it
+   * abandons as failed.
    */
   adoptAbandonedDeliveries(now: number, graceMs: number): Awaitable<{ eventId: string; type: 'triggered' | 'resolved' }[]>;
 }
 
 export interface SessionsRepository {
   findByHash(idHash: string): Awaitable<SessionRecord | null>;
-  insert(s: SessionRecord): Awaitable<void>;
+  /**
+   * Inserts the session only while its account's password hash is still `passwordHash`, the
+   * one the sign-in checked; false, inserting nothing, once it changed. One statement that
+   * reads the hash as it is when the row goes in (PostgreSQL: holding the account row until
+   * commit), so a password changed or reset meanwhile, whose removeOthers then finds no such
+   * session, refuses it instead of leaving a session of the old password signed in.
+   */
+  insert(s: SessionRecord, passwordHash: string | null): Awaitable<boolean>;
   touch(idHash: string, now: number, expiresAt: number): Awaitable<void>;
   remove(idHash: string): Awaitable<void>;
   /**

@@ -384,7 +384,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
 
   it('accounts: insert, look-ups (e-mail in any case), list, count, plan, status, secret, password', async () => {
     const rec = await both(async ({ repos: r }, out) => {
-      await r.accounts.insert({
+      // The first account, as the first-run setup makes it: only while there is none.
+      out.insertedFirst = await r.accounts.insertFirst({
         id: 'acc_a',
         email: 'Alice@Example.com',
         name: 'Alice',
@@ -403,6 +404,16 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
         limits: limits(10, 90),
         webhookSecret: 'whsec_b',
         now: NOW - 10 * DAY_MS,
+      });
+      out.notFirst = await r.accounts.insertFirst({
+        id: 'acc_second',
+        email: 'second@example.com',
+        name: 'Second',
+        passwordHash: null,
+        plan: 'pro',
+        limits: limits(10, 90),
+        webhookSecret: 'whsec_s',
+        now: NOW,
       });
       // Last insert of the table in this test: PostgreSQL's identity uses a number even for a refused row.
       out.duplicateEmail = await refused(() =>
@@ -427,12 +438,20 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       await r.accounts.setStatus(ACC_B, 'suspended', NOW - 9 * DAY_MS);
       await r.accounts.setStatus(ACC_B, 'active', NOW - 9 * DAY_MS + 1);
       await r.accounts.setWebhookSecret(ACC_A, 'whsec_a2', NOW - 9 * DAY_MS);
-      await r.accounts.setPasswordHash(ACC_B, 'pw-b', NOW - 9 * DAY_MS + 2);
+      out.passwordSet = [
+        await r.accounts.setPasswordHash(ACC_B, 'pw-b', NOW - 9 * DAY_MS + 2),
+        // Over a hash that is no longer the account's: nothing changes.
+        await r.accounts.setPasswordHash(ACC_B, 'pw-x', NOW - 9 * DAY_MS + 3, 'pw-old'),
+        await r.accounts.setPasswordHash(ACC_B, 'pw-x', NOW - 9 * DAY_MS + 3, null),
+        await r.accounts.setPasswordHash(ACC_A, 'pw-a', NOW - 9 * DAY_MS + 3, 'pw-a'),
+      ];
       out.changed = [await r.accounts.findBySeq(ACC_A), await r.accounts.findBySeq(ACC_B)];
     });
+    expect([rec.insertedFirst, rec.notFirst]).toEqual([true, false]);
     expect(rec.duplicateEmail).toBe('unique');
     expect(rec.count).toBe(2);
     expect((rec.byEmail as { id: string }).id).toBe('acc_a');
+    expect(rec.passwordSet).toEqual([true, false, false, true]);
     expect(rec.changed).toMatchObject([{ webhookSecret: 'whsec_a2' }, { plan: 'business', status: 'active', passwordHash: 'pw-b' }]);
   });
 
@@ -572,12 +591,18 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
         lastUsedAt: NOW - HOUR_MS,
         expiresAt,
       });
-      await r.sessions.insert(session('s1', ACC_A, NOW + DAY_MS));
-      await r.sessions.insert(session('s2', ACC_A, NOW + DAY_MS));
-      await r.sessions.insert(session('s3', ACC_A, NOW - 1));
-      await r.sessions.insert(session('s4', ACC_B, NOW + DAY_MS));
-      await r.sessions.insert(session('s5', ACC_B, NOW));
-      out.duplicateSession = await refused(() => r.sessions.insert(session('s1', ACC_B, NOW)));
+      out.inserted = [
+        await r.sessions.insert(session('s1', ACC_A, NOW + DAY_MS), 'pw-a'),
+        await r.sessions.insert(session('s2', ACC_A, NOW + DAY_MS), 'pw-a'),
+        await r.sessions.insert(session('s3', ACC_A, NOW - 1), 'pw-a'),
+        await r.sessions.insert(session('s4', ACC_B, NOW + DAY_MS), 'pw-b'),
+        await r.sessions.insert(session('s5', ACC_B, NOW), 'pw-b'),
+        // Checked against a password changed since: nothing goes in.
+        await r.sessions.insert(session('s6', ACC_B, NOW + DAY_MS), null),
+        await r.sessions.insert(session('s7', ACC_A, NOW + DAY_MS), 'pw-old'),
+      ];
+      out.staleSessions = [await r.sessions.findByHash('s6'), await r.sessions.findByHash('s7')];
+      out.duplicateSession = await refused(() => r.sessions.insert(session('s1', ACC_B, NOW), 'pw-b'));
       await r.sessions.touch('s1', NOW, NOW + 2 * DAY_MS);
       out.session = await r.sessions.findByHash('s1');
       out.removedOthers = await r.sessions.removeOthers(ACC_A, 's1');
@@ -591,6 +616,8 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       ];
     });
     expect(rec.duplicateHash).toBe('unique');
+    expect(rec.inserted).toEqual([true, true, true, true, true, false, false]);
+    expect(rec.staleSessions).toEqual([null, null]);
     expect(rec.duplicateSession).toBe('unique');
     expect((rec.list as { id: string }[]).map((k) => k.id)).toEqual(['key_2', 'key_1', 'key_3']);
     expect(rec.byHash).toMatchObject({ revokedAt: NOW - 100 });
@@ -890,9 +917,28 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       await r.alerts.recordOutcomes([{ type: 'triggered', alertSeq: 1, event: event('evt_3', 1, t + 10_000, 9) }]);
       await r.alerts.setEnabled(1, false, t + 11_000);
       out.disabled = [await r.alerts.findBySeq(1), await r.alerts.findEventById('evt_3')];
+      // A trigger evaluated while the alert was still enabled (another node's cached list, a
+      // reading evaluated just before the CLI's commit) and recorded after it was disabled
+      // records nothing: the alert stays disabled and ok.
+      out.triggeredWhileDisabled = outcomes(
+        await r.alerts.recordOutcomes([{ type: 'triggered', alertSeq: 1, event: event('evt_off', 1, t + 30_000, 10) }]),
+      );
+      out.afterDisabledTrigger = [await r.alerts.findBySeq(1), await r.alerts.findEventById('evt_off')];
       await r.alerts.setEnabled(1, true, t + 12_000);
       await r.alerts.update(3, alertValues(t + 13_000, { enabled: true, severity: 'critical' }), false);
       out.enabled = [await r.alerts.findBySeq(1), await r.alerts.findBySeq(3), await r.alerts.countEnabled(ACC_A)];
+      // A trigger evaluated against a condition changed since (alert 3 is `> 30.5` now) records nothing either.
+      out.triggeredOnOldCondition = outcomes(
+        await r.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq: 3,
+            condition: { kind: 'threshold', field: 'temperature', operator: '>', value: 25 },
+            event: event('evt_old', 3, t + 30_000, 11, 'dev_2'),
+          },
+        ]),
+      );
+      out.afterOldConditionTrigger = [await r.alerts.findBySeq(3), await r.alerts.findEventById('evt_old')];
       // A firing alert updated without ending its firing stays firing.
       await r.alerts.recordOutcomes([{ type: 'triggered', alertSeq: 4, event: event('evt_4', 4, t + 14_000, null, 'dev_3') }]);
       await r.alerts.update(4, alertValues(t + 15_000, { kind: 'no_data', value: 60, name: 'renamed' }), false);
@@ -934,6 +980,10 @@ describe('storage repositories: SQLite and PostgreSQL keep one contract', () => 
       { resolvedAt: NOW - HOUR_MS + 9_000, resolutionDeliveries: [] },
     ]);
     expect(rec.disabled).toMatchObject([{ state: 'ok', enabled: false }, { resolvedAt: NOW - HOUR_MS + 11_000 }]);
+    expect(rec.triggeredWhileDisabled).toEqual([{ event: null, failed: false }]);
+    expect(rec.triggeredOnOldCondition).toEqual([{ event: null, failed: false }]);
+    expect(rec.afterOldConditionTrigger).toMatchObject([{ state: 'ok', lastTriggered: null }, null]);
+    expect(rec.afterDisabledTrigger).toMatchObject([{ state: 'ok', enabled: false, lastTriggered: NOW - HOUR_MS + 10_000 }, null]);
     expect(rec.enabled).toMatchObject([{ enabled: true, enabledAt: NOW - HOUR_MS + 12_000 }, { enabledAt: NOW - HOUR_MS + 13_000 }, 3]);
     expect(rec.stillFiring).toMatchObject([{ state: 'firing', name: 'renamed' }, { resolvedAt: null }, ['dev_3']]);
     expect(rec.watchesNone).toEqual([]);

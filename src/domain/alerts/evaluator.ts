@@ -92,6 +92,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * check still sees them one after the other.
    */
   const loading = new Map<number, Promise<CachedAlert[]>>();
+  /**
+   * Counts the drops of the whole cache: a list read before one (an asynchronous backend's
+   * read, whose snapshot may predate the change that caused the drop) is used by the readings
+   * waiting on it but not cached, or it would stand until the next change anywhere.
+   */
+  let cacheDrops = 0;
   /** no_data alerts: the time of the latest matching reading known, by alert id. */
   const lastMatch = new Map<string, number>();
   /**
@@ -106,6 +112,16 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const storedSearches = new Map<string, { after: number; before: number }>();
   /** The silence checker's list; null when it must be read again. */
   let watches: NoDataWatch[] | null = null;
+  /**
+   * Counts the times the list was forgotten: a list read before one (an asynchronous
+   * backend's read, whose snapshot may predate the change) serves the check that read it but
+   * is not kept, or it would stand until the next change anywhere.
+   */
+  let watchesForgotten = 0;
+  const forgetWatches = () => {
+    watches = null;
+    watchesForgotten++;
+  };
   let silenceTimer: NodeJS.Timeout | null = null;
   /**
    * Set by close() where other processes share the database: deliveries still running are
@@ -126,7 +142,9 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   const dropCache = () => {
     flushQueued();
     enabledByDevice.clear();
-    watches = null;
+    loading.clear();
+    cacheDrops++;
+    forgetWatches();
   };
   let seenExternal = repos.externalCommits.current();
   function dropCacheIfChangedElsewhere() {
@@ -159,6 +177,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     const pending = loading.get(deviceSeq);
     if (pending) return pending;
     const read = repos.alerts.enabledOfDevice(deviceSeq);
+    const drops = cacheDrops;
     if (!isPromise(read)) {
       const list = toCached(read);
       enabledByDevice.set(deviceSeq, list);
@@ -166,17 +185,17 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     }
     const load = read.then(
       (alerts) => {
-        loading.delete(deviceSeq);
+        if (loading.get(deviceSeq) === load) loading.delete(deviceSeq);
         // A cache dropped while reading may hold a newer list already.
         let list = enabledByDevice.get(deviceSeq);
         if (!list) {
           list = toCached(alerts);
-          enabledByDevice.set(deviceSeq, list);
+          if (drops === cacheDrops) enabledByDevice.set(deviceSeq, list);
         }
         return list;
       },
       (err: unknown) => {
-        loading.delete(deviceSeq);
+        if (loading.get(deviceSeq) === load) loading.delete(deviceSeq);
         throw err;
       },
     );
@@ -254,7 +273,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     const outcomes = batch.map(
       (q): AlertOutcome =>
         q.type === 'triggered'
-          ? { type: 'triggered', alertSeq: q.alert.seq, event: q.event }
+          ? {
+              type: 'triggered',
+              alertSeq: q.alert.seq,
+              event: q.event,
+              condition: { kind: q.alert.kind, field: q.alert.field, operator: q.alert.operator, value: q.alert.value },
+            }
           : {
               type: 'resolved',
               alertSeq: q.alert.seq,
@@ -266,7 +290,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       log('could not record alert changes', { err, alerts: batch.map((q) => q.alert.id) });
       // The cached last_triggered and state values were not stored: reload them from the database.
       enabledByDevice.clear();
-      watches = null;
+      forgetWatches();
     };
     let recorded: Awaitable<RecordedOutcome[]>;
     try {
@@ -544,12 +568,15 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (closed) return;
     dropCacheIfChangedElsewhere();
     flushQueued();
-    if (watches === null) {
-      watches = await repos.alerts.noDataWatches();
+    let list = watches;
+    if (list === null) {
+      const forgotten = watchesForgotten;
+      list = await repos.alerts.noDataWatches();
+      if (forgotten === watchesForgotten) watches = list;
       // Entries of alerts no longer watched go with them (deleted or disabled by the CLI, gone
       // with their device, a paused device's): if watched again, the first check reads it back.
       if (lastMatch.size > 0 || searches.size > 0) {
-        const watched = new Set(watches.map((w) => w.alert.id));
+        const watched = new Set(list.map((w) => w.alert.id));
         for (const id of lastMatch.keys()) if (!watched.has(id)) lastMatch.delete(id);
         for (const id of searches.keys()) if (!watched.has(id)) searches.delete(id);
         for (const id of storedSearches.keys()) if (!watched.has(id)) storedSearches.delete(id);
@@ -557,7 +584,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     }
     const now = clock.now();
     const budget = { rows: SEARCH_ROWS_PER_CHECK };
-    for (const watch of watches) {
+    for (const watch of list) {
       const { alert } = watch;
       if (alert.state !== 'ok') continue;
       let last = lastMatch.get(alert.id);
@@ -617,7 +644,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
         if (seen === undefined || reading.time > seen) lastMatch.set(alert.id, reading.time);
         if (alert.state === 'firing') {
           resolve(alert, account, device, reading, null);
-          watches = null;
+          forgetWatches();
         }
         continue;
       }

@@ -422,6 +422,58 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
       END $$;
     `,
   },
+  {
+    // rate_limit_consume (migration 5) again, with two changes for requests of two windows
+    // counted at once (a request stamped just before a minute or day ended, on one node,
+    // reaches the database after the first request of the next one, on another):
+    // - the rows of ended windows are deleted after this request's own rows are locked, day
+    //   first then minute, so every request takes its locks in that one order; deleting first
+    //   locked the ended minute's row before the day's, while a request of that minute held
+    //   the day's row and waited for its minute's: a deadlock, and one of them failed;
+    // - the window just before the current one is kept, deleted only when the window after
+    //   begins: a late request of a full window still finds its count there and is refused,
+    //   where a deleted row was created again at 0 and let it through.
+    version: 10,
+    name: 'rate limit counts locked in one order, the previous window kept',
+    sql: `
+      CREATE OR REPLACE FUNCTION rate_limit_consume(
+        p_account bigint, p_minute bigint, p_day bigint, p_per_minute integer, p_per_day integer,
+        OUT minute_count integer, OUT day_count integer, OUT allowed boolean
+      ) LANGUAGE plpgsql AS $$
+      DECLARE
+        created integer;
+      BEGIN
+        INSERT INTO rate_limit_counts VALUES (p_account, 'd', p_day, 0) ON CONFLICT DO NOTHING;
+        INSERT INTO rate_limit_counts VALUES (p_account, 'm', p_minute, 0) ON CONFLICT DO NOTHING;
+        GET DIAGNOSTICS created = ROW_COUNT;
+        SELECT n INTO day_count FROM rate_limit_counts
+          WHERE account_seq = p_account AND window_kind = 'd' AND window_start = p_day FOR UPDATE;
+        SELECT n INTO minute_count FROM rate_limit_counts
+          WHERE account_seq = p_account AND window_kind = 'm' AND window_start = p_minute FOR UPDATE;
+        allowed := day_count < p_per_day AND minute_count < p_per_minute;
+        IF allowed THEN
+          UPDATE rate_limit_counts SET n = n + 1
+          WHERE account_seq = p_account AND ((window_kind = 'd' AND window_start = p_day) OR (window_kind = 'm' AND window_start = p_minute));
+          day_count := day_count + 1;
+          minute_count := minute_count + 1;
+        END IF;
+        IF created > 0 THEN
+          DELETE FROM rate_limit_counts
+          WHERE account_seq = p_account
+            AND ((window_kind = 'm' AND window_start < p_minute - 1) OR (window_kind = 'd' AND window_start < p_day - 1));
+        END IF;
+      END $$;
+    `,
+  },
+  {
+    // When the leading node first found a delivery's node without its lock (repos/alerts.ts,
+    // adoptAbandonedDeliveries): a node whose connection dropped and came back is still
+    // sending its deliveries, so they are adopted only once the lock has been missing for the
+    // grace, not at the first sight of its absence.
+    version: 11,
+    name: 'deliveries seen unowned',
+    sql: 'ALTER TABLE delivery_owners ADD COLUMN unowned_since bigint',
+  },
 ];
 
 /** Session-level advisory lock held while migrating: 'tlmg'. */

@@ -59,6 +59,17 @@ const limitParams = (l: PlanLimits) => ({
   field_limit: l.fieldLimit,
 });
 
+const accountParams = (a: NewAccount) => ({
+  id: a.id,
+  email: a.email,
+  name: a.name,
+  password_hash: a.passwordHash,
+  plan: a.plan,
+  webhook_secret: a.webhookSecret,
+  now: a.now,
+  ...limitParams(a.limits),
+});
+
 export function accountsRepo(db: Db, changes?: TableChanges) {
   const byId = db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?');
   const bySeq = db.prepare<[number], AccountRow>('SELECT * FROM accounts WHERE seq = ?');
@@ -72,6 +83,15 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     VALUES (@id, @email, @name, @password_hash, @plan, 'active', @rate_per_minute, @rate_per_day,
       @device_limit, @retention_days, @snapshots_per_day, @snapshot_retention_days, @field_limit,
       @webhook_secret, @now, @now)`);
+  // The same row, only while there is none (the first-run setup): one statement under the write lock.
+  const insertFirst = db.prepare(`
+    INSERT INTO accounts (id, email, name, password_hash, plan, status, rate_per_minute, rate_per_day,
+      device_limit, retention_days, snapshots_per_day, snapshot_retention_days, field_limit,
+      webhook_secret, created_at, updated_at)
+    SELECT @id, @email, @name, @password_hash, @plan, 'active', @rate_per_minute, @rate_per_day,
+      @device_limit, @retention_days, @snapshots_per_day, @snapshot_retention_days, @field_limit,
+      @webhook_secret, @now, @now
+    WHERE NOT EXISTS (SELECT 1 FROM accounts)`);
   const updatePlan = db.prepare(`
     UPDATE accounts SET plan = @plan, rate_per_minute = @rate_per_minute, rate_per_day = @rate_per_day,
       device_limit = @device_limit, retention_days = @retention_days, snapshots_per_day = @snapshots_per_day,
@@ -79,7 +99,10 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     WHERE seq = @seq`);
   const updateStatus = db.prepare('UPDATE accounts SET status = ?, updated_at = ? WHERE seq = ?');
   const updateSecret = db.prepare('UPDATE accounts SET webhook_secret = ?, updated_at = ? WHERE seq = ?');
-  const updatePassword = db.prepare('UPDATE accounts SET password_hash = ?, updated_at = ? WHERE seq = ?');
+  // With a hash to replace, only over that one (repositories.ts): one statement.
+  const updatePassword = db.prepare(
+    'UPDATE accounts SET password_hash = ?, updated_at = ? WHERE seq = ? AND (? = 0 OR password_hash IS ?)',
+  );
 
   return {
     findById: (id: string) => toAccount(byId.get(id)),
@@ -89,22 +112,15 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     list: () => all.all().map((r) => toAccount(r)!),
     count: () => count.get()!.n,
     insert(a: NewAccount): void {
-      insert.run({
-        id: a.id,
-        email: a.email,
-        name: a.name,
-        password_hash: a.passwordHash,
-        plan: a.plan,
-        webhook_secret: a.webhookSecret,
-        now: a.now,
-        ...limitParams(a.limits),
-      });
+      insert.run(accountParams(a));
     },
+    insertFirst: (a: NewAccount): boolean => insertFirst.run(accountParams(a)).changes > 0,
     setPlan: (seq: number, plan: string, limits: PlanLimits, now: number) =>
       void updatePlan.run({ seq, plan, now, ...limitParams(limits) }),
     setStatus: (seq: number, status: 'active' | 'suspended', now: number) => void updateStatus.run(status, now, seq),
     setWebhookSecret: (seq: number, secret: string, now: number) => void updateSecret.run(secret, now, seq),
-    setPasswordHash: (seq: number, hash: string, now: number) => void updatePassword.run(hash, now, seq),
+    setPasswordHash: (seq: number, hash: string, now: number, replacing?: string | null) =>
+      updatePassword.run(hash, now, seq, replacing !== undefined ? 1 : 0, replacing ?? null).changes > 0,
   };
 }
 

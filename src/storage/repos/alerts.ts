@@ -138,6 +138,13 @@ export function alertsRepo(db: Db) {
     'UPDATE alerts SET last_triggered = max(coalesce(last_triggered, @at), @at) WHERE seq = @seq',
   );
   const setState = db.prepare<[AlertState, number]>('UPDATE alerts SET state = ? WHERE seq = ?');
+  const changedSince = db.prepare<
+    { seq: number; kind: string | null; field: string | null; operator: string | null; value: number | null },
+    { seq: number }
+  >(
+    `SELECT seq FROM alerts WHERE seq = @seq
+       AND (enabled = 0 OR (@kind IS NOT NULL AND (kind IS NOT @kind OR field IS NOT @field OR operator IS NOT @operator OR value IS NOT @value)))`,
+  );
   const remove = db.prepare('DELETE FROM alerts WHERE seq = ?');
 
   const eventById = db.prepare<[string], EventRow>('SELECT * FROM alert_events WHERE id = ?');
@@ -212,6 +219,17 @@ export function alertsRepo(db: Db) {
   // alone, inside the batch's transaction.
   const recordOne = db.transaction((o: AlertOutcome): AlertEvent | null => {
     if (o.type === 'triggered') {
+      // Evaluated against the cached alert, which another process (the CLI) may have disabled
+      // or changed since: such a trigger records nothing (the alert stays as the change left it).
+      const c = o.condition;
+      const current = {
+        seq: o.alertSeq,
+        kind: c?.kind ?? null,
+        field: c?.field ?? null,
+        operator: c?.operator ?? null,
+        value: c?.value ?? null,
+      };
+      if (changedSince.get(current)) return null;
       const seq = insertEventRow(o.event);
       setLastTriggered.run({ at: o.event.triggeredAt, seq: o.alertSeq });
       setState.run('firing', o.alertSeq);

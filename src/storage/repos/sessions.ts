@@ -24,8 +24,11 @@ const toSession = (r: SessionRow | undefined): SessionRecord | null =>
 
 export function sessionsRepo(db: Db) {
   const byHash = db.prepare<[string], SessionRow>('SELECT * FROM sessions WHERE id_hash = ?');
+  // Only while the account's password is the one the sign-in checked (repositories.ts): one
+  // statement, so a password change by another connection comes wholly before or after it.
   const insert = db.prepare(
-    'INSERT INTO sessions (id_hash, account_seq, csrf_token, created_at, last_used_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)',
+    `INSERT INTO sessions (id_hash, account_seq, csrf_token, created_at, last_used_at, expires_at)
+     SELECT ?, seq, ?, ?, ?, ? FROM accounts WHERE seq = ? AND password_hash IS ?`,
   );
   const touch = db.prepare('UPDATE sessions SET last_used_at = ?, expires_at = ? WHERE id_hash = ?');
   const remove = db.prepare('DELETE FROM sessions WHERE id_hash = ?');
@@ -34,7 +37,8 @@ export function sessionsRepo(db: Db) {
 
   return {
     findByHash: (idHash: string) => toSession(byHash.get(idHash)),
-    insert: (s: SessionRecord) => void insert.run(s.idHash, s.accountSeq, s.csrfToken, s.createdAt, s.lastUsedAt, s.expiresAt),
+    insert: (s: SessionRecord, passwordHash: string | null) =>
+      insert.run(s.idHash, s.csrfToken, s.createdAt, s.lastUsedAt, s.expiresAt, s.accountSeq, passwordHash).changes > 0,
     touch: (idHash: string, now: number, expiresAt: number) => void touch.run(now, expiresAt, idHash),
     remove: (idHash: string) => void remove.run(idHash),
     removeOthers: (accountSeq: number, keepIdHash: string | null) => removeOthers.run(accountSeq, keepIdHash).changes,

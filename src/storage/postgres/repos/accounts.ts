@@ -4,7 +4,7 @@ import type { Account } from '../../../domain/types.js';
 import { type AccountRow, toAccount } from '../../repos/accounts.js';
 import type { AccountsRepository, NewAccount } from '../../repositories.js';
 import type { AuthCache } from '../authCache.js';
-import { prepared } from './sql.js';
+import { inTransaction, prepared, Rollback } from './sql.js';
 
 const COLUMNS = `seq, id, email, name, password_hash, plan, status, rate_per_minute, rate_per_day, device_limit, retention_days,
   snapshots_per_day, snapshot_retention_days, field_limit, webhook_secret, created_at, updated_at`;
@@ -22,6 +22,9 @@ const insert = prepared(
      snapshots_per_day, snapshot_retention_days, field_limit, webhook_secret, created_at, updated_at)
    VALUES ($1, $2, $3, $4, $5, 'active', $6, $7, $8, $9, $10, $11, $12, $13, $14, $14)`,
 );
+/** Transaction-level advisory lock of a first account's insert (insertFirst): 'tlfa'. */
+const FIRST_ACCOUNT_LOCK = 0x746c6661;
+const anyAccount = prepared<{ any: boolean }>('accounts-any', 'SELECT EXISTS (SELECT 1 FROM accounts) AS any');
 const updatePlan = prepared(
   'account-set-plan',
   `UPDATE accounts SET plan = $2, rate_per_minute = $3, rate_per_day = $4, device_limit = $5, retention_days = $6,
@@ -29,7 +32,12 @@ const updatePlan = prepared(
 );
 const updateStatus = prepared('account-set-status', 'UPDATE accounts SET status = $2, updated_at = $3 WHERE seq = $1');
 const updateSecret = prepared('account-set-secret', 'UPDATE accounts SET webhook_secret = $2, updated_at = $3 WHERE seq = $1');
-const updatePassword = prepared('account-set-password', 'UPDATE accounts SET password_hash = $2, updated_at = $3 WHERE seq = $1');
+// With $4, only over the hash $5: a row changed meanwhile is checked again on its new values
+// once the change that held it commits.
+const updatePassword = prepared(
+  'account-set-password',
+  'UPDATE accounts SET password_hash = $2, updated_at = $3 WHERE seq = $1 AND (NOT $4::boolean OR password_hash IS NOT DISTINCT FROM $5::text)',
+);
 
 const limitValues = (l: PlanLimits) => [
   l.ratePerMinute,
@@ -40,6 +48,8 @@ const limitValues = (l: PlanLimits) => [
   l.snapshotRetentionDays,
   l.fieldLimit,
 ];
+
+const insertValues = (a: NewAccount) => [a.id, a.email, a.name, a.passwordHash, a.plan, ...limitValues(a.limits), a.webhookSecret, a.now];
 
 /** Accounts on PostgreSQL (AccountsRepository, src/storage/repositories.ts). */
 export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepository {
@@ -52,10 +62,21 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
     list: async (): Promise<Account[]> => (await all.rows(pool, [])).map((r) => toAccount(r)!),
     count: async (): Promise<number> => (await count.first(pool, []))!.n,
     async insert(a: NewAccount): Promise<void> {
-      await cache.writing(
-        insert.run(pool, [a.id, a.email, a.name, a.passwordHash, a.plan, ...limitValues(a.limits), a.webhookSecret, a.now]),
-      );
+      await cache.writing(insert.run(pool, insertValues(a)));
     },
+    /**
+     * Only while there is no account: two setups at once take the lock one after the other,
+     * and the second's check, a statement begun after the first committed, sees its account.
+     */
+    insertFirst: (a: NewAccount): Promise<boolean> =>
+      cache.writing(
+        inTransaction(pool, async (client) => {
+          await client.query('SELECT pg_advisory_xact_lock($1)', [FIRST_ACCOUNT_LOCK]);
+          if ((await anyAccount.first(client, []))!.any) return new Rollback(false);
+          await insert.run(client, insertValues(a));
+          return true;
+        }),
+      ),
     async setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Promise<void> {
       await cache.writing(updatePlan.run(pool, [seq, plan, ...limitValues(limits), now]));
     },
@@ -65,8 +86,7 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
     async setWebhookSecret(seq: number, secret: string, now: number): Promise<void> {
       await cache.writing(updateSecret.run(pool, [seq, secret, now]));
     },
-    async setPasswordHash(seq: number, hash: string, now: number): Promise<void> {
-      await cache.writing(updatePassword.run(pool, [seq, hash, now]));
-    },
+    setPasswordHash: async (seq: number, hash: string, now: number, replacing?: string | null): Promise<boolean> =>
+      (await cache.writing(updatePassword.run(pool, [seq, hash, now, replacing !== undefined, replacing ?? null]))) > 0,
   };
 }

@@ -57,12 +57,17 @@ const setEnabled = prepared(
 // A trigger claims the alert: several nodes evaluate readings of one device at once, and the
 // row tells which of them fires. A threshold alert is claimed past its cooldown (with no
 // cooldown, by every matching reading: each is evaluated once, by the node that stored it,
-// and batches of one node may commit out of order), a no_data alert while it is `ok`. The
-// row lock taken here makes a concurrent claim wait and then see this one's values.
+// and batches of one node may commit out of order), a no_data alert while it is `ok`; either
+// only while enabled and with the condition it was evaluated against ($3, when given): the
+// evaluator's cached alert may have been disabled or changed since, and such a trigger
+// records nothing. The row lock taken here makes a concurrent claim (or a change of the
+// alert) wait, and the condition is then checked again on its values.
 const claimTrigger = prepared<{ seq: number }>(
   'alert-claim-trigger',
   `UPDATE alerts SET last_triggered = greatest(coalesce(last_triggered, $2), $2), state = 'firing'
-   WHERE seq = $1 AND CASE WHEN kind = 'no_data' THEN state = 'ok'
+   WHERE seq = $1 AND enabled
+     AND ($3::text IS NULL OR (kind = $3 AND field = $4::text AND operator = $5::text AND value = $6::double precision))
+     AND CASE WHEN kind = 'no_data' THEN state = 'ok'
      ELSE cooldown = 0 OR last_triggered IS NULL OR $2 >= last_triggered + cooldown * 1000 END
    RETURNING seq`,
 );
@@ -74,6 +79,11 @@ const claimResolution = prepared<{ seq: number }>(
    RETURNING seq`,
 );
 const setState = prepared('alert-set-state', 'UPDATE alerts SET state = $2 WHERE seq = $1');
+// The alerts of a batch of outcomes, locked in seq order before any is recorded: two nodes
+// whose readings came in different orders record the same alerts in different orders, and
+// claiming them one by one, each held one row and waited for the other's, until PostgreSQL
+// ended one of the items as a deadlock (its trigger or resolution lost).
+const lockAlerts = prepared('alerts-lock', 'SELECT 1 FROM alerts WHERE seq = ANY($1::bigint[]) ORDER BY seq FOR NO KEY UPDATE');
 const stateForUpdate = prepared<{ state: AlertState }>('alert-state-for-update', 'SELECT state FROM alerts WHERE seq = $1 FOR UPDATE');
 const remove = prepared('alert-remove', 'DELETE FROM alerts WHERE seq = $1');
 
@@ -109,15 +119,27 @@ const ownDeliveries = prepared(
   `INSERT INTO delivery_owners (event_seq, notice, node_key, since) VALUES ($1, $2, $3, $4)
    ON CONFLICT (event_seq, notice) DO UPDATE SET node_key = excluded.node_key, since = excluded.since`,
 );
-// Pending deliveries whose node no longer holds its lock (it stopped, or was killed: its
-// connection ended), claimed for this node in one statement: two adopters cannot both get one.
+/** Whether the node named by o.node_key holds its lock (leadership.ts), NODE_LOCK_CLASS being parameter `lockClass`: it runs. */
+const nodeRuns = (lockClass: string) => `EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
+  AND l.classid = ${lockClass}::bigint::oid AND l.objid = o.node_key::bigint::oid AND l.objsubid = 2
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`;
+// A node without its lock may have stopped or been killed, or only lost the connection that
+// holds it (a PostgreSQL restart, a network cut) and be still sending, connecting again
+// within its poll (leadership.ts). So the first look notes when a delivery's node was found
+// without its lock (unowned_since), and forgets it when the node has its lock again.
+const noteUnowned = prepared(
+  'delivery-note-unowned',
+  `UPDATE delivery_owners o SET unowned_since = CASE WHEN ${nodeRuns('$3')} THEN NULL ELSE $2::bigint END
+   WHERE o.node_key <> $1 AND (o.unowned_since IS NULL) = NOT ${nodeRuns('$3')}`,
+);
+// Pending deliveries whose node has been without its lock for the grace, and last claimed at
+// least the grace ago, claimed for this node in one statement: two adopters cannot both get one.
 const adoptDeliveries = prepared<{ id: string; notice: 'triggered' | 'resolved' }>(
   'delivery-adopt',
-  `UPDATE delivery_owners o SET node_key = $1, since = $2
+  `UPDATE delivery_owners o SET node_key = $1, since = $2, unowned_since = NULL
    FROM alert_events e
    WHERE e.seq = o.event_seq AND o.node_key <> $1 AND o.since <= $2::bigint - $3::bigint
-     AND NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $4::bigint::oid
-       AND l.objid = o.node_key::bigint::oid AND l.objsubid = 2 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
+     AND o.unowned_since <= $2::bigint - $3::bigint AND NOT ${nodeRuns('$4')}
    RETURNING e.id, o.notice`,
 );
 const hasPending = (deliveries: ActionDelivery[]) => deliveries.some((d) => d.status === 'pending');
@@ -200,6 +222,7 @@ export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepositor
      */
     recordOutcomes: (batch: AlertOutcome[]): Promise<RecordedOutcome[]> =>
       inTransaction(pool, async (client) => {
+        if (batch.length > 1) await lockAlerts.run(client, [[...new Set(batch.map((o) => o.alertSeq))]]);
         const results: RecordedOutcome[] = [];
         for (const o of batch) {
           await client.query('SAVEPOINT outcome');
@@ -226,8 +249,10 @@ export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepositor
     async setResolutionDeliveries(seq: number, deliveries: ActionDelivery[]): Promise<void> {
       await setResolutionDeliveries.run(pool, [seq, JSON.stringify(deliveries), hasPending(deliveries)]);
     },
-    adoptAbandonedDeliveries: async (now: number, graceMs: number) =>
-      (await adoptDeliveries.rows(pool, [nodeKey, now, graceMs, NODE_LOCK_CLASS])).map((r) => ({ eventId: r.id, type: r.notice })),
+    adoptAbandonedDeliveries: async (now: number, graceMs: number) => {
+      await noteUnowned.run(pool, [nodeKey, now, NODE_LOCK_CLASS]);
+      return (await adoptDeliveries.rows(pool, [nodeKey, now, graceMs, NODE_LOCK_CLASS])).map((r) => ({ eventId: r.id, type: r.notice }));
+    },
   };
 }
 /**
@@ -238,7 +263,10 @@ export function postgresAlertsRepo(pool: Pool, nodeKey: number): AlertsRepositor
 async function recordOutcome(db: Queryable, o: AlertOutcome, nodeKey: number): Promise<AlertEvent | null> {
   if (o.type === 'triggered') {
     const e = o.event;
-    if (!(await claimTrigger.first(db, [o.alertSeq, e.triggeredAt]))) {
+    const c = o.condition;
+    if (
+      !(await claimTrigger.first(db, [o.alertSeq, e.triggeredAt, c?.kind ?? null, c?.field ?? null, c?.operator ?? null, c?.value ?? null]))
+    ) {
       // An alert deleted meanwhile is a failed item, as its event's foreign key makes it on SQLite.
       if (!(await bySeq.first(db, [o.alertSeq]))) throw new Error(`alert ${o.alertSeq} no longer exists`);
       return null;

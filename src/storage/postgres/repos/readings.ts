@@ -273,8 +273,9 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
                FROM (SELECT x.seq, (SELECT max(r.time) FROM ${table} r WHERE r.device_seq = x.seq) AS newest FROM devices x) m
                WHERE d.seq = m.seq AND m.newest IS NOT NULL AND m.newest > coalesce(d.last_seen, 0)`,
               );
-              await client.query('DELETE FROM rollups WHERE level < $1 AND bucket >= 0 AND bucket < $2', [levels, end]);
+              // Marks before rollups, as a settle takes them (rollups.ts, deleteRollupsBefore).
               await client.query('DELETE FROM rollup_dirty WHERE hour < $1', [end - HOUR_MS + 1]);
+              await client.query('DELETE FROM rollups WHERE level < $1 AND bucket >= 0 AND bucket < $2', [levels, end]);
               for (const counts of ['reading_counts', 'reading_count_deltas'])
                 await client.query(`DELETE FROM ${counts} WHERE minute >= $1 AND minute < $2`, [start / MINUTE_MS, end / MINUTE_MS]);
               await client.query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);

@@ -82,17 +82,22 @@ async function applyWrites(db: Queryable, deviceSeq: number, writes: RollupLevel
  * Retention removed the readings before `cutoff`: their rollups go, and the hour the cutoff
  * cuts into is marked dirty, to be recomputed from the readings left in it. On `db`, so it
  * runs in the retention step's transaction (readings.expireBatch).
+ *
+ * Marks before rollups, here and wherever both are deleted: a settle (settleHour) takes its
+ * hour's mark first and writes the hour's rollups after. Taken in the same order, a deletion
+ * waits for a settle at the mark; the other way round each held what the other waited for,
+ * and PostgreSQL ended one of them as a deadlock.
  */
 export async function deleteRollupsBefore(db: Queryable, deviceSeq: number, cutoff: number, levels: number): Promise<void> {
-  await deleteLevelsBefore.run(db, [deviceSeq, levels, cutoff]);
   await clearDirtyBefore.run(db, [deviceSeq, cutoff - HOUR_MS + 1]);
   if (cutoff % HOUR_MS !== 0) await markDirty.run(db, [deviceSeq, Math.floor(cutoff / HOUR_MS) * HOUR_MS]);
+  await deleteLevelsBefore.run(db, [deviceSeq, levels, cutoff]);
 }
 
-/** A device's rollups and dirty hours, on `db` (device deletion, in its transaction). */
+/** A device's dirty hours and rollups, in that order (deleteRollupsBefore), on `db` (device deletion, in its transaction). */
 export async function deleteRollupsOfDevice(db: Queryable, deviceSeq: number): Promise<void> {
-  await deleteOfDevice.run(db, [deviceSeq]);
   await clearDirtyOfDevice.run(db, [deviceSeq]);
+  await deleteOfDevice.run(db, [deviceSeq]);
 }
 
 /**
@@ -170,8 +175,9 @@ export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository
     /** Drops every rollup, for a rebuild from the readings. */
     async clear(): Promise<void> {
       await inTransaction(pool, async (client) => {
-        await client.query('DELETE FROM rollups');
+        // Marks before rollups, as a settle takes them (deleteRollupsBefore).
         await client.query('DELETE FROM rollup_dirty');
+        await client.query('DELETE FROM rollups');
         await client.query('UPDATE rollup_state SET rolled_until = 0');
         await client.query('UPDATE rollup_late SET late_before = 0');
       });

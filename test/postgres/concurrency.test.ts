@@ -1,0 +1,768 @@
+/**
+ * Transactions of several connections (nodes, a node's jobs, an admin command) interleaved on
+ * purpose: each test holds one side at a chosen point with a row or advisory lock, waits in
+ * pg_stat_activity until the other side waits on it, then lets it go, so the interleaving is
+ * the same on every run.
+ */
+import type { Pool, PoolClient } from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { accountService } from '../../src/domain/accounts.js';
+import { alertEvaluator } from '../../src/domain/alerts/evaluator.js';
+import { DomainEvents } from '../../src/domain/events.js';
+import { verifyPassword } from '../../src/domain/passwords.js';
+import { sessionService } from '../../src/domain/sessions.js';
+import { createNotifier } from '../../src/notify/index.js';
+import { postgresRateCounts } from '../../src/storage/postgres/cluster.js';
+import { connectPostgres, poolNode } from '../../src/storage/postgres/connect.js';
+import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
+import { NODE_LOCK_CLASS } from '../../src/storage/postgres/leadership.js';
+import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
+import type { AlertOutcome, RecordedOutcome } from '../../src/storage/repositories.js';
+import { systemClock } from '../../src/time.js';
+import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
+
+describe('PostgreSQL transactions that run at the same time', () => {
+  let pg: PostgresServer;
+  let url: string;
+  let pool: Pool;
+  let repos: PostgresRepositories;
+  let accountNumber = 0;
+
+  const newAccount = async (): Promise<number> => {
+    accountNumber++;
+    return (
+      await pool.query(
+        `INSERT INTO accounts (id, email, plan, rate_per_minute, rate_per_day, device_limit, retention_days, snapshots_per_day,
+           snapshot_retention_days, field_limit, created_at, updated_at)
+         VALUES ($1, $2, 'starter', 10, 1000, 10, 30, 10, 30, 10, 0, 0) RETURNING seq`,
+        [`acc_${accountNumber}`, `a${accountNumber}@example.com`],
+      )
+    ).rows[0].seq;
+  };
+
+  const waitingForLocks = async () =>
+    (await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).rows[0]!.n;
+
+  /** Waits until `n` statements of other connections wait for a lock (a row's, a transaction's, an advisory one). */
+  const lockWaiters = async (n: number): Promise<void> => {
+    for (let i = 0; i < 500 && (await waitingForLocks()) < n; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(await waitingForLocks()).toBe(n);
+  };
+
+  /** Waits until `n` statements wait for a lock, or `work` has settled without waiting for one. */
+  const lockWaitersOrDone = async (n: number, work: Promise<unknown>): Promise<void> => {
+    let settled = false;
+    work.then(
+      () => (settled = true),
+      () => (settled = true),
+    );
+    for (let i = 0; i < 500 && !settled && (await waitingForLocks()) < n; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(settled || (await waitingForLocks()) === n).toBe(true);
+  };
+
+  /**
+   * Makes every INSERT into `table` wait, row by row before it goes in, until release() is
+   * called; returns release. The statement's reads (and the row locks they take) are done by then.
+   */
+  const holdInserts = async (table: string): Promise<() => Promise<void>> => {
+    const holder = await pool.connect();
+    await holder.query('SELECT pg_advisory_lock(4343)');
+    await pool.query(`
+      CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_xact_lock_shared(4343); RETURN NEW; END $$;
+      CREATE TRIGGER hold_insert BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_insert();`);
+    let released = false;
+    return async () => {
+      if (released) return;
+      released = true;
+      await holder.query('SELECT pg_advisory_unlock_all()');
+      holder.release();
+      // After the held inserts went on: dropping the trigger waits for them.
+      await pool.query(`DROP TRIGGER hold_insert ON ${table}; DROP FUNCTION hold_insert()`);
+    };
+  };
+
+  const begin = async (): Promise<PoolClient> => {
+    const client = await pool.connect();
+    await client.query('BEGIN');
+    return client;
+  };
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+    url = await createDatabase(pg);
+    pool = await connectPostgres(url, { max: 8 });
+    await migratePostgres(pool);
+    repos = await createPostgresRepositories(pool);
+  });
+  afterAll(async () => {
+    await pool?.end();
+    await pg?.stop();
+  });
+
+  describe('shared rate limit counts', () => {
+    const DAY = 20_000;
+    const MINUTE = DAY * 1_440 + 600;
+
+    it('counts a request of the ending minute and one of the next minute at once, neither failing', async () => {
+      const account = await newAccount();
+      const counts = postgresRateCounts(pool);
+      expect((await counts.consume(account, MINUTE, DAY, 2, 100)).allowed).toBe(true);
+      // A third request holds the day's row, as any request of the account does while it counts.
+      const third = await begin();
+      try {
+        await third.query("SELECT 1 FROM rate_limit_counts WHERE account_seq = $1 AND window_kind = 'd' FOR UPDATE", [account]);
+        // A request of the ending minute (sent just before it ended, on another node) waits for the day's row;
+        const ending = counts.consume(account, MINUTE, DAY, 2, 100);
+        await lockWaiters(1);
+        // the first request of the next minute, which removes the ended minute's row, too.
+        const next = counts.consume(account, MINUTE + 1, DAY, 2, 100);
+        await lockWaiters(2);
+        await third.query('COMMIT');
+        const [a, b] = await Promise.allSettled([ending, next]);
+        expect(a).toMatchObject({ status: 'fulfilled', value: { allowed: true, minuteCount: 2, dayCount: 2 } });
+        expect(b).toMatchObject({ status: 'fulfilled', value: { allowed: true, minuteCount: 1, dayCount: 3 } });
+      } finally {
+        third.release();
+      }
+    });
+
+    it('refuses a request of a full minute that reaches the database after the next minute began', async () => {
+      const account = await newAccount();
+      const counts = postgresRateCounts(pool);
+      for (let i = 0; i < 2; i++) expect((await counts.consume(account, MINUTE, DAY, 2, 100)).allowed).toBe(true);
+      // Node A's first request of the next minute commits first; node B's request, stamped in
+      // the full minute a moment before, reaches the database after it.
+      expect((await counts.consume(account, MINUTE + 1, DAY, 2, 100)).allowed).toBe(true);
+      expect(await counts.consume(account, MINUTE, DAY, 2, 100)).toEqual({ allowed: false, minuteCount: 2, dayCount: 3 });
+    });
+  });
+
+  describe('dashboard sessions', () => {
+    it('signs out a sign-in with the old password that completes while the password is reset', async () => {
+      const events = new DomainEvents();
+      const accounts = accountService(repos, events, systemClock);
+      const sessions = sessionService(repos, accounts, systemClock);
+      const account = await accounts.create({ email: 'reset@example.com', password: 'old password' });
+      const release = await holdInserts('sessions');
+      let signIn: Promise<{ sessionId: string }>;
+      let reset: Promise<unknown>;
+      try {
+        // The old password is checked, and the session is about to go in,
+        signIn = sessions.signIn(account.email, 'old password', '192.0.2.1');
+        await lockWaiters(1);
+        // when an admin resets the password (accounts set-password), which signs out every session.
+        reset = sessions.resetPassword(account.id, 'new password');
+        await lockWaitersOrDone(2, reset);
+      } finally {
+        await release();
+      }
+      const [signedIn] = await Promise.allSettled([signIn, reset]);
+      await reset;
+      // Refused, or signed in and then signed out: no session of the old password outlives the reset.
+      if (signedIn.status === 'fulfilled') expect(await sessions.resolve(signedIn.value.sessionId)).toBeNull();
+      expect((await pool.query('SELECT count(*)::int AS n FROM sessions WHERE account_seq = $1', [account.seq])).rows[0].n).toBe(0);
+    });
+  });
+
+  describe('the first-run setup', () => {
+    it('creates one first account when the setup link is used twice at once', async () => {
+      // A database of its own: the setup works only while there is no account.
+      const setupPool = await connectPostgres(await createDatabase(pg), { max: 6 });
+      await migratePostgres(setupPool);
+      const setupRepos = await createPostgresRepositories(setupPool);
+      const events = new DomainEvents();
+      const sessions = sessionService(setupRepos, accountService(setupRepos, events, systemClock), systemClock);
+      const holder = await setupPool.connect();
+      await holder.query('SELECT pg_advisory_lock(4747)');
+      await setupPool.query(`
+        CREATE FUNCTION hold_account() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock_shared(4747); RETURN NEW; END $$;
+        CREATE TRIGGER hold_account BEFORE INSERT ON accounts FOR EACH ROW EXECUTE FUNCTION hold_account();`);
+      const waiting = async () =>
+        (await setupPool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).rows[0]!.n;
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        // The form sent twice (a double click, two tabs, through two nodes): the first
+        // account is about to go in when the second request gets there.
+        const first = sessions.completeSetup('setup-token', 'setup-token', 'first@example.com', 'password one');
+        for (let i = 0; i < 500 && (await waiting()) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        const second = sessions.completeSetup('setup-token', 'setup-token', 'second@example.com', 'password two');
+        for (let i = 0; i < 500 && (await waiting()) < 2; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await waiting()).toBe(2);
+        await holder.query('SELECT pg_advisory_unlock(4747)');
+        results = await Promise.allSettled([first, second]);
+      } finally {
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+        await setupPool.query('DROP TRIGGER hold_account ON accounts; DROP FUNCTION hold_account()');
+      }
+      try {
+        expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+        expect(results[1]).toMatchObject({ reason: { status: 401 } });
+        expect((await setupPool.query('SELECT email FROM accounts')).rows).toEqual([{ email: 'first@example.com' }]);
+      } finally {
+        await setupPool.end();
+      }
+    });
+  });
+
+  describe('passwords', () => {
+    it('keeps an admin’s reset made while a change with the old password was on its way', async () => {
+      const events = new DomainEvents();
+      const accounts = accountService(repos, events, systemClock);
+      const sessions = sessionService(repos, accounts, systemClock);
+      const account = await accounts.create({ email: 'change@example.com', password: 'old password' });
+      const { sessionId } = await sessions.signIn(account.email, 'old password', '192.0.2.1');
+      const resolved = (await sessions.resolve(sessionId))!;
+      // The admin command is another process: its own pool, its own node name.
+      const adminPool = await connectPostgres(url, { max: 2 });
+      const adminRepos = await createPostgresRepositories(adminPool);
+      const adminSessions = sessionService(adminRepos, accountService(adminRepos, events, systemClock), systemClock);
+      // The dashboard's change has checked the current password; its UPDATE waits before it
+      // touches the row (a statement trigger, for this pool's connections only).
+      const holder = await pool.connect();
+      await holder.query('SELECT pg_advisory_lock(4646)');
+      await pool.query(`
+        CREATE FUNCTION hold_update() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF current_setting('telemetryd.node', true) = '${poolNode(pool)}' THEN PERFORM pg_advisory_xact_lock_shared(4646); END IF;
+          RETURN NULL;
+        END $$;
+        CREATE TRIGGER hold_update BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION hold_update();`);
+      let changed: PromiseSettledResult<void>;
+      try {
+        const change = sessions.changePassword(resolved, 'old password', 'changed password');
+        await lockWaiters(1);
+        // The admin resets it meanwhile (accounts set-password), signing every session out.
+        await adminSessions.resetPassword(account.id, 'admin password');
+        await holder.query('SELECT pg_advisory_unlock(4646)');
+        [changed] = await Promise.allSettled([change]);
+      } finally {
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+        await pool.query('DROP TRIGGER hold_update ON accounts; DROP FUNCTION hold_update()');
+        await adminPool.end();
+      }
+      // The change checked a password that was no longer the account's: refused, the reset stands.
+      expect(changed).toMatchObject({ status: 'rejected', reason: { status: 400 } });
+      const stored = (await pool.query('SELECT password_hash FROM accounts WHERE seq = $1', [account.seq])).rows[0].password_hash;
+      expect(await verifyPassword('admin password', stored)).toBe(true);
+    });
+  });
+
+  describe('alert triggers', () => {
+    it('records no trigger for an alert disabled while the trigger waited for its row', async () => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_alert_${account}`, account],
+        )
+      ).rows[0].seq;
+      const alertSeq = (
+        await pool.query(
+          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 60, 0, 0, 0) RETURNING seq`,
+          [`alert_${account}`, account, deviceSeq],
+        )
+      ).rows[0].seq;
+      // The dashboard on one node disables the alert (repository setEnabled: the row first);
+      const disabling = await begin();
+      try {
+        await disabling.query('UPDATE alerts SET enabled = false, updated_at = 1 WHERE seq = $1', [alertSeq]);
+        // another node evaluated a matching reading with the alert still enabled in its cache.
+        const recorded = repos.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq,
+            event: {
+              id: `evt_${account}`,
+              alertSeq,
+              deviceId: `dev_alert_${account}`,
+              conditionValue: 31,
+              severity: 'warning',
+              triggeredAt: 1_000,
+              readingSeq: null,
+              deliveries: [{ action: 'email', status: 'pending', at: 1_000 }],
+            },
+          },
+        ]);
+        await lockWaiters(1);
+        await disabling.query('COMMIT');
+        expect(await recorded).toEqual([{ event: null }]);
+      } finally {
+        disabling.release();
+      }
+      const { rows } = await pool.query(
+        'SELECT enabled, state, last_triggered, (SELECT count(*)::int FROM alert_events) AS events FROM alerts WHERE seq = $1',
+        [alertSeq],
+      );
+      expect(rows).toEqual([{ enabled: false, state: 'ok', last_triggered: null, events: 0 }]);
+    });
+    it('records no trigger evaluated against a condition changed while the trigger waited for its row', async () => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_cond_${account}`, account],
+        )
+      ).rows[0].seq;
+      const alertSeq = (
+        await pool.query(
+          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 60, 0, 0, 0) RETURNING seq`,
+          [`alert_cond_${account}`, account, deviceSeq],
+        )
+      ).rows[0].seq;
+      // The dashboard on one node raises the threshold from 30 to 50;
+      const changing = await begin();
+      try {
+        await changing.query('UPDATE alerts SET value = 50, updated_at = 1 WHERE seq = $1', [alertSeq]);
+        // another node found 35 over the old threshold, with the alert as its cache held it.
+        const recorded = repos.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq,
+            condition: { kind: 'threshold', field: 'temperature', operator: '>', value: 30 },
+            event: {
+              id: `evt_cond_${account}`,
+              alertSeq,
+              deviceId: `dev_cond_${account}`,
+              conditionValue: 35,
+              severity: 'warning',
+              triggeredAt: 1_000,
+              readingSeq: null,
+              deliveries: [{ action: 'email', status: 'pending', at: 1_000 }],
+            },
+          },
+        ]);
+        await lockWaiters(1);
+        await changing.query('COMMIT');
+        expect(await recorded).toEqual([{ event: null }]);
+      } finally {
+        changing.release();
+      }
+      const { rows } = await pool.query(
+        'SELECT value, state, last_triggered, (SELECT count(*)::int FROM alert_events WHERE alert_seq = $1) AS events FROM alerts WHERE seq = $1',
+        [alertSeq],
+      );
+      expect(rows).toEqual([{ value: 50, state: 'ok', last_triggered: null, events: 0 }]);
+    });
+  });
+
+  describe('alert outcomes recorded by two nodes at once', () => {
+    it('records the triggers of two alerts met in opposite orders on two nodes, none failing', async () => {
+      const account = await newAccount();
+      const alertSeqs: number[] = [];
+      for (const name of ['a', 'b']) {
+        const deviceSeq = (
+          await pool.query(
+            `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+             VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+            [`dev_order_${name}_${account}`, account],
+          )
+        ).rows[0].seq;
+        alertSeqs.push(
+          (
+            await pool.query(
+              `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+               VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0) RETURNING seq`,
+              [`alert_order_${name}_${account}`, account, deviceSeq],
+            )
+          ).rows[0].seq,
+        );
+      }
+      const trigger = (alertSeq: number, id: string): AlertOutcome => ({
+        type: 'triggered',
+        alertSeq,
+        event: {
+          id,
+          alertSeq,
+          deviceId: 'dev',
+          conditionValue: 31,
+          severity: 'warning',
+          triggeredAt: 1_000,
+          readingSeq: null,
+          deliveries: [],
+        },
+      });
+      const [a, b] = alertSeqs as [number, number];
+      // Each node stops after its first event went in, holding its first alert's row.
+      const release = await holdInserts('alert_events');
+      let results: PromiseSettledResult<RecordedOutcome[]>[];
+      try {
+        const nodeA = Promise.resolve(repos.alerts.recordOutcomes([trigger(a, `evt_a1_${account}`), trigger(b, `evt_b1_${account}`)]));
+        const nodeB = Promise.resolve(repos.alerts.recordOutcomes([trigger(b, `evt_b2_${account}`), trigger(a, `evt_a2_${account}`)]));
+        await lockWaiters(2);
+        await release();
+        results = await Promise.allSettled([nodeA, nodeB]);
+      } finally {
+        await release();
+      }
+      expect(
+        results.map((r) => (r.status === 'fulfilled' ? r.value.map((o) => o.error === undefined && o.event !== null) : r.reason)),
+      ).toEqual([
+        [true, true],
+        [true, true],
+      ]);
+      expect((await pool.query('SELECT count(*)::int AS n FROM alert_events WHERE alert_seq = ANY($1)', [alertSeqs])).rows).toEqual([
+        { n: 4 },
+      ]);
+    });
+  });
+
+  describe('alert deliveries left pending', () => {
+    it('are not adopted from a node whose connection dropped and came back, but are from one that is gone', async () => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_adopt_${account}`, account],
+        )
+      ).rows[0].seq;
+      const alertSeq = (
+        await pool.query(
+          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0) RETURNING seq`,
+          [`alert_adopt_${account}`, account, deviceSeq],
+        )
+      ).rows[0].seq;
+      // Node A runs, holding its node lock, and records a trigger whose webhook it is still
+      // retrying, a minute after it began.
+      const poolA = await connectPostgres(url, { max: 2 });
+      const nodeA = await createPostgresRepositories(poolA);
+      const stopFollowing = nodeA.leadership.follow(() => {});
+      const nodeLockHeld = async () =>
+        (
+          await pool.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2",
+            [NODE_LOCK_CLASS, nodeA.leadership.nodeKey],
+          )
+        ).rows[0]!.n === 1;
+      const waitForNodeLock = async () => {
+        for (let i = 0; i < 500 && !(await nodeLockHeld()); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await nodeLockHeld()).toBe(true);
+      };
+      const now = Date.now();
+      try {
+        await waitForNodeLock();
+        const [recorded] = await nodeA.alerts.recordOutcomes([
+          {
+            type: 'triggered',
+            alertSeq,
+            event: {
+              id: `evt_adopt_${account}`,
+              alertSeq,
+              deviceId: `dev_adopt_${account}`,
+              conditionValue: 31,
+              severity: 'warning',
+              triggeredAt: now - 60_000,
+              readingSeq: null,
+              deliveries: [{ action: 'webhook', status: 'pending', at: now - 60_000 }],
+            },
+          },
+        ]);
+        expect(recorded!.event).not.toBeNull();
+        // Its connection holding the lock drops (a PostgreSQL restart, a network cut): the
+        // leading node looks for abandoned deliveries before node A has connected again.
+        await pool.query(
+          "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::bigint::oid AND objid = $2::bigint::oid",
+          [NODE_LOCK_CLASS, nodeA.leadership.nodeKey],
+        );
+        for (let i = 0; i < 500 && (await nodeLockHeld()); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await repos.alerts.adoptAbandonedDeliveries(now, 5_000)).toEqual([]);
+        // Node A connects again within its poll and takes its lock back: still its own.
+        await waitForNodeLock();
+        expect(await repos.alerts.adoptAbandonedDeliveries(now + 10_000, 5_000)).toEqual([]);
+      } finally {
+        await stopFollowing();
+        await nodeA.leadership.close();
+        await poolA.end();
+      }
+      // Node A is gone for good: its delivery is adopted once it has been seen gone for the grace.
+      expect(await repos.alerts.adoptAbandonedDeliveries(now + 20_000, 5_000)).toEqual([]);
+      expect(await repos.alerts.adoptAbandonedDeliveries(now + 25_000, 5_000)).toEqual([
+        { eventId: `evt_adopt_${account}`, type: 'triggered' },
+      ]);
+      expect(await repos.alerts.adoptAbandonedDeliveries(now + 40_000, 5_000)).toEqual([]);
+    });
+  });
+
+  describe('the alert evaluator of another node', () => {
+    /**
+     * Node B, with repositories over a pool of its own, listening for other nodes' changes,
+     * and an alert evaluator; its reads of `alerts` go through a view that waits on an
+     * advisory lock while the test holds it, after the statement's snapshot is taken (a
+     * stable function without arguments, evaluated once, when the statement starts
+     * executing): what it reads then is held as of before whatever node A commits meanwhile.
+     */
+    const startNodeB = async () => {
+      await pool.query(`
+        ALTER TABLE alerts RENAME TO alerts_stored;
+        CREATE FUNCTION hold_read() RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+        BEGIN PERFORM pg_advisory_xact_lock_shared(4444); RETURN true; END $$;
+        CREATE VIEW alerts AS SELECT * FROM alerts_stored WHERE hold_read();`);
+      const holder = await pool.connect();
+      const nodeB = await connectPostgres(url, { max: 4 });
+      const events = new DomainEvents();
+      const reposB = await createPostgresRepositories(nodeB);
+      const stopWatching = reposB.externalCommits.watch(
+        () => events.emit('external.change', {}),
+        0,
+        () => {},
+      );
+      const evaluator = alertEvaluator({
+        repos: reposB,
+        events,
+        accounts: accountService(reposB, events, systemClock),
+        notifier: createNotifier({ smtpUrl: null, smtpFrom: 'telemetryd@localhost' }),
+      });
+      for (let i = 0; i < 200 && !reposB.externalCommits.listening; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(reposB.externalCommits.listening).toBe(true);
+      return {
+        repos: reposB,
+        evaluator,
+        hold: () => holder.query('SELECT pg_advisory_lock(4444)'),
+        release: () => holder.query('SELECT pg_advisory_unlock(4444)'),
+        /** Runs `change` on node A and waits until node B has heard of it. */
+        async changeOnNodeA(change: () => Promise<unknown>): Promise<void> {
+          const seenBefore = reposB.externalCommits.current();
+          await change();
+          for (let i = 0; i < 200 && reposB.externalCommits.current() === seenBefore; i++)
+            await new Promise((resolve) => setTimeout(resolve, 10));
+          expect(reposB.externalCommits.current()).not.toBe(seenBefore);
+        },
+        async stop(): Promise<void> {
+          await holder.query('SELECT pg_advisory_unlock_all()');
+          holder.release();
+          await evaluator.close(0);
+          stopWatching();
+          await nodeB.end();
+          await pool.query('DROP VIEW alerts; DROP FUNCTION hold_read(); ALTER TABLE alerts_stored RENAME TO alerts');
+        },
+      };
+    };
+
+    const newDevice = async (account: number, id: string): Promise<number> =>
+      (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [id, account],
+        )
+      ).rows[0].seq;
+
+    const eventsOfDevice = async (deviceSeq: number): Promise<number> =>
+      (
+        await pool.query(
+          'SELECT count(*)::int AS n FROM alert_events e JOIN alerts_stored a ON a.seq = e.alert_seq WHERE a.device_seq = $1',
+          [deviceSeq],
+        )
+      ).rows[0].n;
+
+    it('does not keep a list of alerts read before an alert was created, once told of the creation', async () => {
+      const account = await newAccount();
+      const deviceSeq = await newDevice(account, `dev_eval_${account}`);
+      const nodeB = await startNodeB();
+      try {
+        const device = (await nodeB.repos.devices.findBySeq(deviceSeq))!;
+        const owner = (await nodeB.repos.accounts.findBySeq(account))!;
+        const reading = (seq: number, temperature: number) => ({
+          seq,
+          deviceSeq,
+          time: Date.now(),
+          data: `{"temperature":${temperature}}`,
+        });
+        await nodeB.hold();
+        // A reading on node B: its device's alerts are read (none yet), and held.
+        const first = nodeB.evaluator.evaluate(device, owner, reading(1, 20), { temperature: 20 });
+        await lockWaiters(1);
+        // Node A creates an alert on the device; node B hears of it while its read is held.
+        await nodeB.changeOnNodeA(() =>
+          pool.query(
+            `INSERT INTO alerts_stored (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at,
+               created_at, updated_at)
+             VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0)`,
+            [`alert_eval_${account}`, account, deviceSeq],
+          ),
+        );
+        // Another reading of the device, evaluated once node B knows of the change (its cache
+        // dropped), while the first read is still held.
+        const second = nodeB.evaluator.evaluate(device, owner, reading(2, 21), { temperature: 21 });
+        await nodeB.release();
+        await Promise.all([first, second]);
+        // The next matching reading on node B triggers the new alert.
+        await nodeB.evaluator.evaluate(device, owner, reading(3, 35), { temperature: 35 });
+        expect(await eventsOfDevice(deviceSeq)).toBe(1);
+      } finally {
+        await nodeB.stop();
+      }
+    });
+
+    it('does not keep the silence checks’ list read before a no_data alert was created, once told of the creation', async () => {
+      const account = await newAccount();
+      const silentSeq = await newDevice(account, `dev_silent_${account}`);
+      const otherSeq = await newDevice(account, `dev_other_${account}`);
+      const nodeB = await startNodeB();
+      try {
+        const other = (await nodeB.repos.devices.findBySeq(otherSeq))!;
+        const owner = (await nodeB.repos.accounts.findBySeq(account))!;
+        await nodeB.hold();
+        // The leading node's silence check reads the no_data alerts (none yet), held.
+        const check = nodeB.evaluator.checkSilences();
+        await lockWaiters(1);
+        // Node A creates a no_data alert of 10 s on a device silent since long before.
+        await nodeB.changeOnNodeA(() =>
+          pool.query(
+            `INSERT INTO alerts_stored (id, account_seq, device_seq, name, kind, field, operator, value, severity, enabled_at,
+               created_at, updated_at)
+             VALUES ($1, $2, $3, 'silent', 'no_data', '*', 'no_data', 10, 'warning', 0, 0, 0)`,
+            [`alert_silent_${account}`, account, silentSeq],
+          ),
+        );
+        // A reading of another device evaluated on node B meanwhile (node B knows of the change).
+        const evaluated = nodeB.evaluator.evaluate(other, owner, { seq: 1, deviceSeq: otherSeq, time: Date.now(), data: '{}' }, {});
+        await nodeB.release();
+        await Promise.all([check, evaluated]);
+        // The next check fires the alert.
+        await nodeB.evaluator.checkSilences();
+        expect(await eventsOfDevice(silentSeq)).toBe(1);
+      } finally {
+        await nodeB.stop();
+      }
+    });
+  });
+
+  describe('a settle of a dirty hour beside the deletions of its rollups', () => {
+    const HOUR = 3_600_000;
+    const H = Date.UTC(2026, 10, 24, 10);
+
+    /** A device with two readings in hour H, its minute and hour rollups of H, and H marked dirty. */
+    const rolledDevice = async (): Promise<number> => {
+      const account = await newAccount();
+      const deviceSeq = (
+        await pool.query(
+          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+          [`dev_rolled_${account}`, account],
+        )
+      ).rows[0].seq;
+      await readingPartitions(pool, [H]);
+      await pool.query(
+        `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
+        [deviceSeq, H + 60_000, deviceSeq * 1_000],
+      );
+      await pool.query(
+        `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}'), ($1, 0, $2 + 60000, '{"t":2}'), ($1, 2, $3, '{"t":[2,1,2,3]}')`,
+        [deviceSeq, H + 60_000, H],
+      );
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
+      return deviceSeq;
+    };
+
+    /** What settling H writes: its minutes and its hour, recomputed. */
+    const settleWrites = [
+      {
+        level: 0,
+        deleteFrom: H,
+        deleteTo: H + HOUR,
+        rows: [[H + 60_000, '{"t":1}'] as [number, string], [H + 120_000, '{"t":2}'] as [number, string]],
+      },
+      { level: 2, deleteFrom: H, deleteTo: H + HOUR, rows: [[H, '{"t":[2,1,2,3]}'] as [number, string]] },
+    ];
+
+    /**
+     * Makes a settle stop right after it has taken its hour's mark (a BEFORE DELETE trigger
+     * runs once the row is locked) until release() is called.
+     */
+    const holdMarkDeletes = async (): Promise<() => Promise<void>> => {
+      const holder = await pool.connect();
+      await holder.query('SELECT pg_advisory_lock(4545)');
+      await pool.query(`
+        CREATE FUNCTION hold_mark_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_advisory_xact_lock_shared(4545); RETURN OLD; END $$;
+        CREATE TRIGGER hold_mark_delete BEFORE DELETE ON rollup_dirty FOR EACH ROW EXECUTE FUNCTION hold_mark_delete();`);
+      let released = false;
+      return async () => {
+        if (released) return;
+        released = true;
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+      };
+    };
+    const dropHold = () => pool.query('DROP TRIGGER hold_mark_delete ON rollup_dirty; DROP FUNCTION hold_mark_delete()');
+
+    it('deletes a device whose dirty hour is being settled, neither failing', async () => {
+      const deviceSeq = await rolledDevice();
+      const release = await holdMarkDeletes();
+      try {
+        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
+        await lockWaiters(1);
+        // The device is deleted meanwhile (its readings were deleted in batches before).
+        const removed = Promise.resolve(repos.devices.removeWithRollups(deviceSeq));
+        await lockWaitersOrDone(2, removed);
+        await release();
+        const [a, b] = await Promise.allSettled([settled, removed]);
+        expect(a).toEqual({ status: 'fulfilled', value: true });
+        expect(b).toEqual({ status: 'fulfilled', value: undefined });
+      } finally {
+        await release();
+        await dropHold();
+      }
+      const left = await pool.query(
+        `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
+           (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
+        [deviceSeq],
+      );
+      expect(left.rows).toEqual([{ rollups: 0, marks: 0, readings: 0, devices: 0 }]);
+    });
+
+    it('expires readings of an hour being settled, neither failing, and leaves the hour dirty', async () => {
+      const deviceSeq = await rolledDevice();
+      const release = await holdMarkDeletes();
+      const cutoff = H + 90_000;
+      try {
+        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
+        await lockWaiters(1);
+        // Retention cuts into the hour meanwhile: the first reading goes, with its rollups.
+        const expired = Promise.resolve(repos.readings.expireBatch(deviceSeq, cutoff, 1_000, 3));
+        await lockWaitersOrDone(2, expired);
+        await release();
+        const [a, b] = await Promise.allSettled([settled, expired]);
+        expect(a).toEqual({ status: 'fulfilled', value: true });
+        expect(b).toEqual({ status: 'fulfilled', value: 1 });
+      } finally {
+        await release();
+        await dropHold();
+      }
+      // The hour is dirty again, to be recomputed from the reading left; nothing before the cutoff is kept.
+      expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour: H }]);
+      expect((await pool.query('SELECT level, bucket FROM rollups WHERE device_seq = $1 ORDER BY 1, 2', [deviceSeq])).rows).toEqual([
+        { level: 0, bucket: H + 120_000 },
+      ]);
+    });
+
+    it('clears every rollup (a rebuild) while an hour is being settled, neither failing', async () => {
+      const deviceSeq = await rolledDevice();
+      const release = await holdMarkDeletes();
+      try {
+        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
+        await lockWaiters(1);
+        const cleared = Promise.resolve(repos.rollups.clear());
+        await lockWaitersOrDone(2, cleared);
+        await release();
+        const [a, b] = await Promise.allSettled([settled, cleared]);
+        expect(a).toEqual({ status: 'fulfilled', value: true });
+        expect(b).toEqual({ status: 'fulfilled', value: undefined });
+      } finally {
+        await release();
+        await dropHold();
+      }
+      expect((await pool.query('SELECT count(*)::int AS n FROM rollups')).rows).toEqual([{ n: 0 }]);
+    });
+  });
+});
