@@ -2,6 +2,7 @@ import type { FieldDefinition, SchemaMode } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
 import type { DeviceChanges, DeviceWithToken, NewDevice } from '../repositories.js';
+import type { ReadingsRepo } from './readings.js';
 import type { RollupsRepo } from './rollups.js';
 
 interface DeviceRow {
@@ -66,7 +67,7 @@ const SELECT = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}
 const SELECT_PAGE = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}, -1), coalesce(i.newest, -1)), -1), d.last_seen) AS last_seen
   FROM devices d LEFT JOIN (SELECT device_seq, max(time) AS newest FROM readings_inbox GROUP BY device_seq) i ON i.device_seq = d.seq`;
 
-export function devicesRepo(db: Db, rollups: RollupsRepo, changes?: TableChanges) {
+export function devicesRepo(db: Db, rollups: RollupsRepo, readings: Pick<ReadingsRepo, 'deleteRestOfDevice'>, changes?: TableChanges) {
   const byId = db.prepare<[string], DeviceRow>(`${SELECT} WHERE d.id = ?`);
   const bySeq = db.prepare<[number], DeviceRow>(`${SELECT} WHERE d.seq = ?`);
   // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
@@ -108,7 +109,12 @@ export function devicesRepo(db: Db, rollups: RollupsRepo, changes?: TableChanges
     });
     return true;
   });
+  // The domain deletes the readings in batches first, each its own transaction; a batch the
+  // server commits after the last of them (the admin CLI deletes from another process, between
+  // the server's commits) goes here, before the row: readings have no foreign key, and a
+  // device created later may take the freed seq (a rowid) and show them as its own.
   const removeWithRollups = db.transaction((seq: number) => {
+    readings.deleteRestOfDevice(seq);
     rollups.deleteDevice(seq);
     remove.run(seq);
   });
