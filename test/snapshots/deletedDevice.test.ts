@@ -29,6 +29,25 @@ function uploadInTwoParts(server: TestServer, deviceId: string, token: string, b
   return { answer, finish: () => req.end(bytes.subarray(4)) };
 }
 
+/**
+ * Resolves once the device's next upload has been authenticated: the upload reads its body
+ * next, and whatever happens to the device from then on happens during the upload.
+ */
+function authenticatedOnce(server: TestServer, deviceId: string): Promise<void> {
+  const { devices } = server.services;
+  const authenticate = devices.authenticate;
+  return new Promise<void>((resolve) => {
+    devices.authenticate = (id, token) => {
+      const result = authenticate(id, token);
+      if (id === deviceId) {
+        devices.authenticate = authenticate;
+        resolve();
+      }
+      return result;
+    };
+  });
+}
+
 describe('a snapshot upload whose device is deleted meanwhile', () => {
   let server: TestServer;
 
@@ -39,22 +58,10 @@ describe('a snapshot upload whose device is deleted meanwhile', () => {
 
   it('is refused as from a device that no longer exists, leaves no file or folder, and storage stays healthy', async () => {
     const cam = await seedAccount(server, { device: { name: 'camera', type: 'camera', snapshotsEnabled: true } });
-    // The upload has been authenticated (it reads the body next) once authenticate returns for it.
-    const { devices } = server.services;
-    const authenticate = devices.authenticate;
-    let authenticated!: () => void;
-    const wasAuthenticated = new Promise<void>((resolve) => {
-      authenticated = resolve;
-    });
-    devices.authenticate = (deviceId, token) => {
-      const result = authenticate(deviceId, token);
-      if (deviceId === cam.device.id) authenticated();
-      return result;
-    };
+    const authenticated = authenticatedOnce(server, cam.device.id);
     const { answer, finish } = uploadInTwoParts(server, cam.device.id, cam.token, tinyJpeg());
-    await wasAuthenticated;
-    devices.authenticate = authenticate;
-    await devices.remove(cam.device);
+    await authenticated;
+    await server.services.devices.remove(cam.device);
     finish();
 
     const { status, body } = await answer;
@@ -66,5 +73,29 @@ describe('a snapshot upload whose device is deleted meanwhile', () => {
     // Another camera's upload is taken as before.
     const other = await seedAccount(server, { device: { name: 'other camera', type: 'camera', snapshotsEnabled: true } });
     expect((await upload(server, other.device.id, other.token, tinyJpeg())).status).toBe(200);
+  });
+
+  it('stored while the device is being deleted, its file goes with the device', async () => {
+    const cam = await seedAccount(server, { device: { name: 'camera', type: 'camera', snapshotsEnabled: true } });
+    const authenticated = authenticatedOnce(server, cam.device.id);
+    const { answer, finish } = uploadInTwoParts(server, cam.device.id, cam.token, tinyJpeg());
+    await authenticated;
+    // A deletion runs in several steps (the admin CLI's in another process, each its own
+    // transaction): here the upload finishes between the first ones and the removal of the row.
+    const repos = server.storage.repos.devices as { removeWithRollups(seq: number): unknown };
+    const removeWithRollups = repos.removeWithRollups;
+    let uploaded: { status: number; body: Record<string, unknown> } | null = null;
+    repos.removeWithRollups = async (seq: number) => {
+      finish();
+      uploaded = await answer;
+      return removeWithRollups(seq);
+    };
+    await server.services.devices.remove(cam.device);
+    repos.removeWithRollups = removeWithRollups;
+
+    // Stored before the row went: acknowledged, then deleted with the device.
+    expect(uploaded).toMatchObject({ status: 200, body: { success: true } });
+    expect(await countAllSnapshots(server.storage)).toBe(0);
+    expect(existsSync(path.join(server.config.snapshotsDir, cam.device.id))).toBe(false);
   });
 });
