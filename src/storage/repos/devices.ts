@@ -83,9 +83,13 @@ export function devicesRepo(db: Db, rollups: RollupsRepo, readings: Pick<Reading
   const countByStatus = db.prepare<[number, string], { n: number }>(
     'SELECT count(*) AS n FROM devices WHERE account_seq = ? AND status = ?',
   );
-  const insert = db.prepare(`INSERT INTO devices (id, account_seq, name, type, description, settings, schema_mode, fields,
+  const insert = db.prepare(`INSERT INTO devices (seq, id, account_seq, name, type, description, settings, schema_mode, fields,
       snapshots_enabled, token_hash, created_at, updated_at)
-    VALUES (@id, @accountSeq, @name, @type, @description, @settings, @schemaMode, @fields, @snapshotsEnabled, @tokenHash, @now, @now)`);
+    VALUES (@seq, @id, @accountSeq, @name, @type, @description, @settings, @schemaMode, @fields, @snapshotsEnabled, @tokenHash, @now, @now)`);
+  // Seqs are never reused (migration 10); past any row put in without one (a restored archive).
+  const takeSeq = db
+    .prepare<[], number>('UPDATE device_seq SET last = max(last, (SELECT coalesce(max(seq), 0) FROM devices)) + 1 RETURNING last')
+    .pluck();
   // resumed_at marks where a silence may start at the earliest (no_data alerts).
   const setStatus = db.prepare(`UPDATE devices SET
       resumed_at = CASE WHEN @status = 'active' AND status = 'paused' THEN @now ELSE resumed_at END,
@@ -103,6 +107,7 @@ export function devicesRepo(db: Db, rollups: RollupsRepo, readings: Pick<Reading
     if (countAll.get(d.accountSeq)!.n >= limit) return false;
     insert.run({
       ...d,
+      seq: takeSeq.get()!,
       settings: JSON.stringify(d.settings),
       fields: JSON.stringify(d.fields),
       snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
@@ -111,8 +116,8 @@ export function devicesRepo(db: Db, rollups: RollupsRepo, readings: Pick<Reading
   });
   // The domain deletes the readings in batches first, each its own transaction; a batch the
   // server commits after the last of them (the admin CLI deletes from another process, between
-  // the server's commits) goes here, before the row: readings have no foreign key, and a
-  // device created later may take the freed seq (a rowid) and show them as its own.
+  // the server's commits) goes here, before the row: readings have no foreign key, so it
+  // would stay behind the device for good.
   const removeWithRollups = db.transaction((seq: number) => {
     readings.deleteRestOfDevice(seq);
     rollups.deleteDevice(seq);

@@ -199,9 +199,9 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
    * Readings of a device deleted since the pipeline accepted them (they wait in the writer's
    * queue for up to one event-loop pass, while the dashboard or the admin CLI deletes the
    * device) are left out, checked inside this transaction, which holds the write lock: there
-   * is no foreign key, so they would otherwise stay behind the deleted device, never expired,
-   * and a device created later in any account may take the freed seq (devices.seq is a rowid)
-   * and show them as its own. Their seqs come back null: the writer refuses them.
+   * is no foreign key, so they would otherwise stay behind the deleted device for good,
+   * never expired and counted in its account's usage. Their seqs come back null: the writer
+   * refuses them.
    */
   let onCommitted: (batch: readonly PendingReading[]) => void = () => {};
   const insertBatch = db.transaction((accepted: PendingReading[]): { seqs: (number | null)[]; stored: PendingReading[] } => {
