@@ -4,7 +4,7 @@
  * file only maps their answers onto MQTT (CONNACK codes, PUBACK or disconnect, SUBACK 0x80).
  */
 import { randomUUID } from 'node:crypto';
-import type { Aedes, AedesOptions, AuthenticateError } from 'aedes';
+import type { Aedes, AedesOptions, AuthenticateError, Client } from 'aedes';
 import type { Services } from '../composition.js';
 import type { Authenticated } from '../domain/devices.js';
 import { AppError } from '../errors.js';
@@ -61,6 +61,8 @@ export function brokerHooks(deps: {
 }): Pick<AedesOptions, 'preConnect' | 'authenticate' | 'authorizePublish' | 'authorizeSubscribe' | 'authorizeForward'> {
   const { services, sessions, log } = deps;
   const throttle = deps.throttle ?? new AuthThrottle(services.clock);
+  /** QoS 2 publishes not answered yet, by connection and message id (authorizePublish). */
+  const qos2InFlight = new WeakMap<Client, Map<number, Promise<Error | null>>>();
 
   return {
     preConnect(_client, packet, callback) {
@@ -138,20 +140,52 @@ export function brokerHooks(deps: {
       }
       // Nothing is retained: the store is the history, and a retained store would grow.
       packet.retain = false;
-      const ingest = () =>
+      const ingest = (answer: (err: Error | null) => void) =>
         services.ingest.ingestReading({ transport: 'mqtt', deviceId: session.deviceId, data: packet.payload }).then(
-          () => callback(null),
+          () => answer(null),
           (err: unknown) => {
-            if (isRejectedReading(err)) return callback(null);
+            if (isRejectedReading(err)) return answer(null);
             if (!(err instanceof AppError))
               log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
-            callback(err instanceof Error ? err : new Error(String(err)));
+            answer(err instanceof Error ? err : new Error(String(err)));
           },
         );
-      if (packet.qos === 2 && packet.dup) {
-        isStoredQos2Duplicate(deps.broker(), client, packet).then((duplicate) => (duplicate ? callback(null) : ingest()), callback);
+      if (packet.qos !== 2) return void ingest(callback);
+      // aedes handles every packet of one socket read at once, and puts a QoS 2 publish into its
+      // inbound store only after this hook answered: a DUP re-send read together with its
+      // original (a client resending while the server was busy) is not in the store yet. It
+      // waits for the original here and is answered as it was, instead of being stored again.
+      const messageId = packet.messageId!;
+      let inFlight = qos2InFlight.get(client);
+      const original = inFlight?.get(messageId);
+      if (original && packet.dup) {
+        original.then((err) => callback(err));
+        return;
+      }
+      if (!inFlight) {
+        inFlight = new Map();
+        qos2InFlight.set(client, inFlight);
+      }
+      const pending = inFlight;
+      let answered!: (err: Error | null) => void;
+      pending.set(
+        messageId,
+        new Promise<Error | null>((resolve) => {
+          answered = (err) => {
+            // From this answer on aedes stores the packet before it reads more: its store tells.
+            pending.delete(messageId);
+            resolve(err);
+            callback(err);
+          };
+        }),
+      );
+      if (packet.dup) {
+        isStoredQos2Duplicate(deps.broker(), client, packet).then(
+          (duplicate) => (duplicate ? answered(null) : ingest(answered)),
+          (err: Error) => answered(err),
+        );
       } else {
-        ingest();
+        ingest(answered);
       }
     },
 
