@@ -177,13 +177,17 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
 
     /**
      * Removes the device and all its data. Readings go in batches of short transactions so
-     * a device with millions of rows never holds the write lock for long.
+     * a device with millions of rows never holds the write lock for long, with a turn of the
+     * event loop between two: on SQLite each batch answers synchronously, and without the
+     * turn the whole deletion would run as one stretch of microtasks, holding every other
+     * device's commits and acknowledgements until it ended. Readings committed meanwhile
+     * go with the row (removeWithRollups), or are refused once it is gone (the writers).
      */
     async remove(device: Device): Promise<void> {
       // Refuse new data first: a deleted device must not keep ingesting while its rows go.
       await repos.devices.setTokenHash(device.seq, hashSecret(newDeviceToken()), clock.now());
       events.emit('device.changed', { deviceId: device.id, change: 'deleted' });
-      while ((await repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0);
+      while ((await repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0) await new Promise((resolve) => setImmediate(resolve));
       await repos.devices.removeWithRollups(device.seq);
       events.emit('device.removed', { deviceId: device.id });
     },

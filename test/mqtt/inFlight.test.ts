@@ -81,6 +81,28 @@ describe('MQTT publishes in flight while the device changes', () => {
     expect((await latest.json()).data ?? null).toBeNull();
   });
 
+  it("deleting a device with many readings does not hold up another device's publishes until it ends", async () => {
+    const gone = await seedAccount(server);
+    const readings = Array.from({ length: 60_000 }, (_, i) => ({
+      deviceSeq: gone.device.seq,
+      time: 1_700_000_000_000 + i,
+      data: `{"i":${i}}`,
+    }));
+    for (let i = 0; i < readings.length; i += 5_000)
+      await Promise.all(readings.slice(i, i + 5_000).map((r) => server.storage.writer.append(r)));
+    const client = await connectTls(server, { username: witness.device.id, password: witness.token });
+    open.push(client);
+
+    const order: string[] = [];
+    const removing = server.services.devices.remove(gone.device).then(() => order.push('deleted'));
+    const publishing = client.publishAsync(`d/${witness.device.id}/t`, '{"during":1}', { qos: 1 }).then(() => order.push('acknowledged'));
+    await Promise.all([removing, publishing]);
+    // The deletion goes in batches of 5,000 readings; the other device's reading is committed
+    // and acknowledged between two of them, not after the last.
+    expect(order).toEqual(['acknowledged', 'deleted']);
+    expect(await storedRows(server.storage, gone.device.seq)).toEqual([]);
+  });
+
   // The interleaving is forced through the SQLite writer's synchronous commit; PostgreSQL's
   // removal already deletes the device's readings in the transaction that removes the row.
   it.skipIf(onPostgres)(
