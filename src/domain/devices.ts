@@ -211,11 +211,21 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
       return isPromise(device) ? device.then((d) => checkCredentials(d, token)) : checkCredentials(device, token);
     },
 
-    /** For a session authenticated earlier (MQTT): the device must still exist and be active. Awaitable as authenticate. */
-    authorizeSession(deviceId: unknown): Awaitable<Authenticated> {
+    /**
+     * For a session authenticated earlier (MQTT): the device must still exist and be active,
+     * and, given the hash of the token the session presented, still have that token: a
+     * token regenerated elsewhere (the admin CLI, another node) refuses the session's next
+     * reading, before the re-check that closes the connection (up to 250 ms later). Awaitable
+     * as authenticate.
+     */
+    authorizeSession(deviceId: unknown, tokenHash?: string): Awaitable<Authenticated> {
       if (typeof deviceId !== 'string') return checkSession(null);
       const device = repos.devices.findForAuth(deviceId);
-      return isPromise(device) ? device.then(checkSession) : checkSession(device);
+      const check = (d: DeviceWithToken | null) => {
+        if (d && tokenHash !== undefined && d.tokenHash !== tokenHash) throw unauthorized('access token was regenerated');
+        return checkSession(d);
+      };
+      return isPromise(device) ? device.then(check) : check(device);
     },
 
     async recordRejection(device: Device, reason: string): Promise<void> {

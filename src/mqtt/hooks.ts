@@ -141,15 +141,17 @@ export function brokerHooks(deps: {
       // Nothing is retained: the store is the history, and a retained store would grow.
       packet.retain = false;
       const ingest = (answer: (err: Error | null) => void) =>
-        services.ingest.ingestReading({ transport: 'mqtt', deviceId: session.deviceId, data: packet.payload }).then(
-          () => answer(null),
-          (err: unknown) => {
-            if (isRejectedReading(err)) return answer(null);
-            if (!(err instanceof AppError))
-              log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
-            answer(err instanceof Error ? err : new Error(String(err)));
-          },
-        );
+        services.ingest
+          .ingestReading({ transport: 'mqtt', deviceId: session.deviceId, sessionTokenHash: session.tokenHash, data: packet.payload })
+          .then(
+            () => answer(null),
+            (err: unknown) => {
+              if (isRejectedReading(err)) return answer(null);
+              if (!(err instanceof AppError))
+                log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
+              answer(err instanceof Error ? err : new Error(String(err)));
+            },
+          );
       if (packet.qos !== 2) return void ingest(callback);
       // aedes handles every packet of one socket read at once, and puts a QoS 2 publish into its
       // inbound store only after this hook answered: a DUP re-send read together with its

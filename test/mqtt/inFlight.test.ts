@@ -1,6 +1,7 @@
 import type { MqttClient } from 'mqtt';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { onPostgres, storedRows } from '../helpers/backend.js';
+import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { connectTls, until } from './support.js';
 
@@ -79,6 +80,30 @@ describe('MQTT publishes in flight while the device changes', () => {
     expect(await storedRows(server.storage, other.device.seq)).toEqual([]);
     const latest = await server.request(`/v1/devices/${other.device.id}/telemetry/latest`, { key: other.key });
     expect((await latest.json()).data ?? null).toBeNull();
+  });
+
+  it('a publish on a connection whose token another process regenerated is refused before the connection is closed', async () => {
+    const s = await seedAccount(server);
+    const client = await connectTls(server, { username: s.device.id, password: s.token });
+    open.push(client);
+    // The server closes such connections when it next looks for other processes' commits
+    // (every 250 ms); until then, each publish of theirs must be refused on its own. The
+    // look is held off here, so the publish below surely comes before it.
+    const { events } = server.services;
+    const emit = events.emit;
+    events.emit = ((event: string, payload: unknown) => {
+      if (event !== 'external.change') (emit as (e: string, p: unknown) => void).call(events, event, payload);
+    }) as typeof events.emit;
+    try {
+      const r = await runCliAsync(['devices', 'regenerate-token', s.device.id, '--json'], { dataDir: server.dataDir });
+      expect(r.status, r.stderr).toBe(0);
+      const publishing = outcome(client, client.publishAsync(`d/${s.device.id}/t`, '{"old token":1}', { qos: 1 }));
+      expect(await publishing).toBe('closed');
+    } finally {
+      events.emit = emit;
+    }
+    await writesSettled();
+    expect(await storedRows(server.storage, s.device.seq)).toEqual([]);
   });
 
   it("deleting a device with many readings does not hold up another device's publishes until it ends", async () => {
