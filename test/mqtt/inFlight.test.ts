@@ -1,6 +1,7 @@
+import net from 'node:net';
 import type { MqttClient } from 'mqtt';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { onPostgres, storedRows } from '../helpers/backend.js';
+import { onPostgres, openDataDirStorage, storedRows } from '../helpers/backend.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { connectTls, until } from './support.js';
@@ -104,6 +105,39 @@ describe('MQTT publishes in flight while the device changes', () => {
     }
     await writesSettled();
     expect(await storedRows(server.storage, s.device.seq)).toEqual([]);
+  });
+
+  it('a publish being committed when the server shuts down is acknowledged before its connection closes', async () => {
+    const s = await seedAccount(server);
+    const client = await connectTls(server, { username: s.device.id, password: s.token });
+    open.push(client);
+    const release = holdCommits(server);
+    const publishing = outcome(client, client.publishAsync(`d/${s.device.id}/t`, '{"last":1}', { qos: 1 }));
+    await until(() => (server.storage.writer.depth === 1 ? true : null));
+    const closing = server.close();
+    // The shutdown has begun once the MQTT port refuses connections; the commit ends after.
+    const port = server.mqttPort!;
+    await until(
+      () =>
+        new Promise<true | null>((resolve) => {
+          const probe = net.connect(port, '127.0.0.1');
+          probe.once('connect', () => {
+            probe.destroy();
+            resolve(null);
+          });
+          probe.once('error', () => resolve(true));
+        }),
+    );
+    release();
+    // Stored, and told so: a client that never hears of it would send it again after the restart.
+    expect(await publishing).toBe('acknowledged');
+    await closing;
+    const reopened = await openDataDirStorage(server.dataDir);
+    try {
+      expect((await storedRows(reopened.storage, s.device.seq)).map((r) => r.data)).toEqual(['{"last":1}']);
+    } finally {
+      await reopened.close();
+    }
   });
 
   it("deleting a device with many readings does not hold up another device's publishes until it ends", async () => {
