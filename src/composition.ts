@@ -161,10 +161,14 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     stop: foldUsageCounts.stop,
   };
   // Deleting a device deletes its snapshot files, in whichever process deletes it (server or
-  // admin CLI); the rows go by ON DELETE CASCADE.
+  // admin CLI); the rows go by ON DELETE CASCADE. Once as the deletion starts, so they are
+  // gone at once, and again once the row is gone: an upload already under way (in this process
+  // or another) may have written its file and inserted its row in between. An upload after
+  // that fails on the foreign key and removes its own file (snapshots.ts).
   events.on('device.changed', ({ deviceId, change }) => {
     if (change === 'deleted') snapshots.removeDeviceFiles(deviceId);
   });
+  events.on('device.removed', ({ deviceId }) => snapshots.removeDeviceFiles(deviceId));
   return {
     clock,
     events,

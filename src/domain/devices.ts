@@ -177,14 +177,19 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
 
     /**
      * Removes the device and all its data. Readings go in batches of short transactions so
-     * a device with millions of rows never holds the write lock for long.
+     * a device with millions of rows never holds the write lock for long, with a turn of the
+     * event loop between two: on SQLite each batch answers synchronously, and without the
+     * turn the whole deletion would run as one stretch of microtasks, holding every other
+     * device's commits and acknowledgements until it ended. Readings committed meanwhile
+     * go with the row (removeWithRollups), or are refused once it is gone (the writers).
      */
     async remove(device: Device): Promise<void> {
       // Refuse new data first: a deleted device must not keep ingesting while its rows go.
       await repos.devices.setTokenHash(device.seq, hashSecret(newDeviceToken()), clock.now());
       events.emit('device.changed', { deviceId: device.id, change: 'deleted' });
-      while ((await repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0);
+      while ((await repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0) await new Promise((resolve) => setImmediate(resolve));
       await repos.devices.removeWithRollups(device.seq);
+      events.emit('device.removed', { deviceId: device.id });
     },
 
     /**
@@ -206,11 +211,21 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
       return isPromise(device) ? device.then((d) => checkCredentials(d, token)) : checkCredentials(device, token);
     },
 
-    /** For a session authenticated earlier (MQTT): the device must still exist and be active. Awaitable as authenticate. */
-    authorizeSession(deviceId: unknown): Awaitable<Authenticated> {
+    /**
+     * For a session authenticated earlier (MQTT): the device must still exist and be active,
+     * and, given the hash of the token the session presented, still have that token: a
+     * token regenerated elsewhere (the admin CLI, another node) refuses the session's next
+     * reading, before the re-check that closes the connection (up to 250 ms later). Awaitable
+     * as authenticate.
+     */
+    authorizeSession(deviceId: unknown, tokenHash?: string): Awaitable<Authenticated> {
       if (typeof deviceId !== 'string') return checkSession(null);
       const device = repos.devices.findForAuth(deviceId);
-      return isPromise(device) ? device.then(checkSession) : checkSession(device);
+      const check = (d: DeviceWithToken | null) => {
+        if (d && tokenHash !== undefined && d.tokenHash !== tokenHash) throw unauthorized('access token was regenerated');
+        return checkSession(d);
+      };
+      return isPromise(device) ? device.then(check) : check(device);
     },
 
     async recordRejection(device: Device, reason: string): Promise<void> {

@@ -19,6 +19,11 @@ export interface DomainEventMap {
   'storage.refused': { kind: StorageFailureKind; count: number };
   /** A device's credentials or status changed, or it was deleted: open sessions must be re-checked. */
   'device.changed': { deviceId: string; change: 'paused' | 'resumed' | 'token' | 'deleted' | 'updated' };
+  /**
+   * A deleted device's row is gone (after its 'deleted' change, which came first so that its
+   * sessions closed before its data went): nothing of it can be stored any more.
+   */
+  'device.removed': { deviceId: string };
   /** An account was suspended, resumed or changed plan. */
   'account.changed': { accountId: string; change: 'suspended' | 'resumed' | 'plan' };
   /** Another process (the admin CLI) committed to the database: caches must be dropped. */

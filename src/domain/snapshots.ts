@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { badRequest, forbidden, notFound, payloadTooLarge, rateLimited } from '../errors.js';
+import { AppError, badRequest, forbidden, notFound, payloadTooLarge, rateLimited } from '../errors.js';
 import type { Repositories, SnapshotRecord } from '../storage/repositories.js';
 import type { SnapshotFiles } from '../storage/snapshotFiles.js';
 import { type Clock, DAY_MS } from '../time.js';
@@ -80,6 +80,24 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       Math.max(1, Math.ceil((startOfUtcDay(now) + DAY_MS - now) / 1000)),
     );
 
+  /**
+   * The 401 for an upload whose device was deleted (or given a new token) after the upload was
+   * authenticated, while its body arrived or its file was written; null when the device still
+   * takes it. A deletion removes the device's folder, so the file's rename, or the row's
+   * insert (the foreign key), fails: that is the device being gone, not storage failing (503,
+   * /healthz degraded). The folder this upload made again is removed once the row is gone.
+   */
+  async function refusedSinceStart(device: Device, token: string | undefined): Promise<AppError | null> {
+    try {
+      await devices.authenticate(device.id, token);
+      return null;
+    } catch (err) {
+      if (!(err instanceof AppError) || err.status !== 401) return null;
+      if (!(await repos.devices.findById(device.id))) files.removeDevice(device.id);
+      return err;
+    }
+  }
+
   /** Expired = older than the owning account's snapshot retention (docs/snapshots.md, "Retention"). */
   async function isExpired(snapshot: SnapshotRecord, now: number): Promise<boolean> {
     const account = await repos.accounts.findBySeq(snapshot.accountSeq);
@@ -140,7 +158,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
       try {
         await files.write(device.id, id, contentType, bytes);
       } catch (err) {
-        throw storage.writeFailed('snapshots', err);
+        throw (await refusedSinceStart(device, input.token)) ?? storage.writeFailed('snapshots', err);
       }
       storage.writeSucceeded('snapshots');
       const now = clock.now();
@@ -155,7 +173,7 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
         );
       } catch (err) {
         await files.remove(device.id, id, contentType).catch(() => {});
-        throw storage.writeFailed('database', err);
+        throw (await refusedSinceStart(device, input.token)) ?? storage.writeFailed('database', err);
       }
       if (!inserted) {
         await files.remove(device.id, id, contentType).catch(() => {});

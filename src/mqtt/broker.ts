@@ -17,7 +17,7 @@ import { ThrottledLog } from '../domain/throttledLog.js';
 import { MINUTE_MS } from '../time.js';
 import { limitPacketSize, remoteAddressOf, skipFanOut } from './aedesInternals.js';
 import { recordForwardedAddress } from './clientAddress.js';
-import { brokerHooks, isTelemetryTopic } from './hooks.js';
+import { brokerHooks, isTelemetryTopic, PublishesInFlight } from './hooks.js';
 import { readProxyHeader } from './proxyProtocol.js';
 import { SessionRegistry } from './sessions.js';
 import { loadTlsMaterial, type TlsMaterial } from './tls.js';
@@ -35,6 +35,12 @@ export const MAX_PACKET_BYTES = MAX_INGEST_BYTES + 4_096;
  * proxy, the PROXY header must arrive this soon too (a proxy sends it at once).
  */
 const CONNECT_TIMEOUT_MS = 10_000;
+/**
+ * How long a shutdown waits for publishes being committed before it closes the connections:
+ * a commit takes milliseconds; past this the database is stuck, and the readings were not
+ * acknowledged.
+ */
+const PUBLISH_DRAIN_MS = 2_000;
 /** TCP keep-alive probes find dead peers of clients that asked for MQTT keep-alive 0. */
 const TCP_KEEPALIVE_MS = MINUTE_MS;
 
@@ -69,12 +75,13 @@ export async function startMqtt(
   // bytes made per PUBACK cost nothing beside the reading's commit.
   mqttPacket.writeToStream.cacheNumbers = false;
   const sessions = new SessionRegistry(services, log);
+  const publishes = new PublishesInFlight();
   let broker: Aedes | null = null;
   broker = await Aedes.createBroker({
     connectTimeout: CONNECT_TIMEOUT_MS,
     // Room for the device namespace preConnect prefixes to the client id (hooks.ts).
     maxClientsIdLength: 23 + 64,
-    ...brokerHooks({ services, sessions, log, broker: () => broker! }),
+    ...brokerHooks({ services, sessions, log, broker: () => broker!, publishes }),
   });
   // Telemetry ends at the store: never forwarded (authorizeForward), never retained.
   skipFanOut(broker, (packet) => isTelemetryTopic(packet.topic));
@@ -114,6 +121,14 @@ export async function startMqtt(
     stopWatching();
     for (const stop of stopFlushingLogs) stop();
     const closing = servers.map((s) => new Promise<void>((resolve) => s.close(() => resolve())));
+    // Readings being committed are acknowledged before their connections close: closed
+    // first, their devices would send them again after the restart, and they would be
+    // stored twice. The writer still takes them (the server closes it after the broker).
+    publishes.closing = true;
+    await publishes.settled(PUBLISH_DRAIN_MS);
+    // The last PUBACKs are written; a TLS socket passes them on to the network a turn of the
+    // event loop later, and aedes destroys the connections it closes, dropping what is unsent.
+    await new Promise((resolve) => setImmediate(resolve));
     await new Promise<void>((resolve) => broker!.close(() => resolve()));
     // Connections that never completed CONNECT are not aedes clients yet.
     for (const socket of sockets) socket.destroy();

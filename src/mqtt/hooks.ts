@@ -4,7 +4,7 @@
  * file only maps their answers onto MQTT (CONNACK codes, PUBACK or disconnect, SUBACK 0x80).
  */
 import { randomUUID } from 'node:crypto';
-import type { Aedes, AedesOptions, AuthenticateError } from 'aedes';
+import type { Aedes, AedesOptions, AuthenticateError, Client } from 'aedes';
 import type { Services } from '../composition.js';
 import type { Authenticated } from '../domain/devices.js';
 import { AppError } from '../errors.js';
@@ -51,6 +51,39 @@ interface Log {
   error(obj: object, msg: string): void;
 }
 
+/**
+ * Publishes whose reading is being ingested (authorizePublish called, not answered yet). The
+ * broker's shutdown waits for them before it closes the connections, so a reading committed
+ * during the shutdown is acknowledged rather than sent again by its device after the restart
+ * (and stored twice); publishes that arrive once it began are refused (`closing`).
+ */
+export class PublishesInFlight {
+  closing = false;
+  private count = 0;
+  private idle: (() => void)[] = [];
+
+  started(): void {
+    this.count++;
+  }
+
+  ended(): void {
+    if (--this.count === 0) for (const resolve of this.idle.splice(0)) resolve();
+  }
+
+  /** Resolves once none is in flight, or after `timeoutMs` (a commit that hangs). */
+  settled(timeoutMs: number): Promise<void> {
+    if (this.count === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(resolve, timeoutMs);
+      timer.unref();
+      this.idle.push(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}
+
 export function brokerHooks(deps: {
   services: Services;
   sessions: SessionRegistry;
@@ -58,9 +91,13 @@ export function brokerHooks(deps: {
   broker: () => Aedes;
   /** Per-address throttle of failed CONNECTs (./authThrottle.ts); one per broker by default. */
   throttle?: AuthThrottle;
+  /** The publishes being ingested, which a shutdown lets finish (./broker.ts, close). */
+  publishes: PublishesInFlight;
 }): Pick<AedesOptions, 'preConnect' | 'authenticate' | 'authorizePublish' | 'authorizeSubscribe' | 'authorizeForward'> {
-  const { services, sessions, log } = deps;
+  const { services, sessions, log, publishes } = deps;
   const throttle = deps.throttle ?? new AuthThrottle(services.clock);
+  /** QoS 2 publishes not answered yet, by connection and message id (authorizePublish). */
+  const qos2InFlight = new WeakMap<Client, Map<number, Promise<Error | null>>>();
 
   return {
     preConnect(_client, packet, callback) {
@@ -125,33 +162,74 @@ export function brokerHooks(deps: {
      *    the error → no PUBACK, disconnected; a QoS 1 client resends after reconnecting.
      * Nothing is forwarded either way (authorizeForward below).
      */
-    authorizePublish(client, packet, callback) {
+    authorizePublish(client, packet, done) {
       // aedes publishes a will from here too, once the client is closed: wills are not
       // readings (nobody can tell when it would be stored) and are dropped (docs/mqtt.md).
-      if (!client || client.closed) return callback(new Error('will messages are not stored'));
+      if (!client || client.closed) return done(new Error('will messages are not stored'));
       const session = sessions.get(client);
-      if (!session) return callback(new Error('not an authenticated MQTT session'));
+      if (!session) return done(new Error('not an authenticated MQTT session'));
       if (packet.topic !== telemetryTopic(session.deviceId)) {
         // Another topic is refused and the client disconnected (docs/mqtt.md, "What closes a connection").
         log.warn({ deviceId: session.deviceId, topic: packet.topic.slice(0, 200) }, 'MQTT publish outside the device topic; disconnecting');
-        return callback(new Error(`device ${session.deviceId} may publish only to ${telemetryTopic(session.deviceId)}`));
+        return done(new Error(`device ${session.deviceId} may publish only to ${telemetryTopic(session.deviceId)}`));
       }
+      // Shutting down: not stored and not acknowledged, so sent again after the restart.
+      if (publishes.closing) return done(new Error('the server is shutting down'));
+      publishes.started();
+      const callback = (err: Error | null) => {
+        publishes.ended();
+        done(err);
+      };
       // Nothing is retained: the store is the history, and a retained store would grow.
       packet.retain = false;
-      const ingest = () =>
-        services.ingest.ingestReading({ transport: 'mqtt', deviceId: session.deviceId, data: packet.payload }).then(
-          () => callback(null),
-          (err: unknown) => {
-            if (isRejectedReading(err)) return callback(null);
-            if (!(err instanceof AppError))
-              log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
-            callback(err instanceof Error ? err : new Error(String(err)));
-          },
+      const ingest = (answer: (err: Error | null) => void) =>
+        services.ingest
+          .ingestReading({ transport: 'mqtt', deviceId: session.deviceId, sessionTokenHash: session.tokenHash, data: packet.payload })
+          .then(
+            () => answer(null),
+            (err: unknown) => {
+              if (isRejectedReading(err)) return answer(null);
+              if (!(err instanceof AppError))
+                log.error({ err, deviceId: session.deviceId }, 'MQTT reading not committed; disconnecting without PUBACK');
+              answer(err instanceof Error ? err : new Error(String(err)));
+            },
+          );
+      if (packet.qos !== 2) return void ingest(callback);
+      // aedes handles every packet of one socket read at once, and puts a QoS 2 publish into its
+      // inbound store only after this hook answered: a DUP re-send read together with its
+      // original (a client resending while the server was busy) is not in the store yet. It
+      // waits for the original here and is answered as it was, instead of being stored again.
+      const messageId = packet.messageId!;
+      let inFlight = qos2InFlight.get(client);
+      const original = inFlight?.get(messageId);
+      if (original && packet.dup) {
+        original.then((err) => callback(err));
+        return;
+      }
+      if (!inFlight) {
+        inFlight = new Map();
+        qos2InFlight.set(client, inFlight);
+      }
+      const pending = inFlight;
+      let answered!: (err: Error | null) => void;
+      pending.set(
+        messageId,
+        new Promise<Error | null>((resolve) => {
+          answered = (err) => {
+            // From this answer on aedes stores the packet before it reads more: its store tells.
+            pending.delete(messageId);
+            resolve(err);
+            callback(err);
+          };
+        }),
+      );
+      if (packet.dup) {
+        isStoredQos2Duplicate(deps.broker(), client, packet).then(
+          (duplicate) => (duplicate ? answered(null) : ingest(answered)),
+          (err: Error) => answered(err),
         );
-      if (packet.qos === 2 && packet.dup) {
-        isStoredQos2Duplicate(deps.broker(), client, packet).then((duplicate) => (duplicate ? callback(null) : ingest()), callback);
       } else {
-        ingest();
+        ingest(answered);
       }
     },
 

@@ -46,12 +46,13 @@ export function createRepositories(db: Db) {
   // dropped on any change to either table by anyone (readCache.ts).
   const authTables = new TableChanges(db, externalCommits, ['devices', 'accounts']);
   const rollups = rollupsRepo(db);
+  const readings = readingsRepo(db, rollups);
   // Each checked against its interface here, where a mismatch names the repository.
   return {
     accounts: accountsRepo(db, authTables) satisfies AccountsRepository,
     apiKeys: apiKeysRepo(db) satisfies ApiKeysRepository,
-    devices: devicesRepo(db, rollups, authTables) satisfies DevicesRepository,
-    readings: readingsRepo(db, rollups) satisfies ReadingsRepository,
+    devices: devicesRepo(db, rollups, readings, authTables) satisfies DevicesRepository,
+    readings: readings satisfies ReadingsRepository,
     rollups: rollups satisfies RollupsRepository,
     alerts: alertsRepo(db) satisfies AlertsRepository,
     sessions: sessionsRepo(db) satisfies SessionsRepository,

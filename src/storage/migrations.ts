@@ -292,6 +292,25 @@ export const MIGRATIONS: { version: number; name: string; sql: string }[] = [
     name: 'never-seen devices have no last_seen',
     sql: 'UPDATE devices SET last_seen = NULL WHERE last_seen = 0',
   },
+  {
+    // devices.seq is a rowid without AUTOINCREMENT: SQLite gives a new row the largest seq + 1,
+    // so once the newest device was deleted its seq went to the next device created, in any
+    // account, with whatever was still kept under that seq (the rollups' minute figures held in
+    // memory until the next pass, in this process or in the server beside an admin command).
+    // A device's seq now comes from here and is never issued twice, as reading ids come from
+    // reading_seq (PostgreSQL: an identity column). It starts past every seq still referenced.
+    version: 10,
+    name: 'device seqs are never reused',
+    sql: `
+      CREATE TABLE device_seq (last INTEGER NOT NULL);
+      INSERT INTO device_seq (last) SELECT max(
+        (SELECT coalesce(max(seq), 0) FROM devices),
+        (SELECT coalesce(max(device_seq), 0) FROM readings_by_device),
+        (SELECT coalesce(max(device_seq), 0) FROM readings_inbox),
+        (SELECT coalesce(max(device_seq), 0) FROM rollups),
+        (SELECT coalesce(max(device_seq), 0) FROM rollup_dirty));
+    `,
+  },
 ];
 
 /**

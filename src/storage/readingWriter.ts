@@ -1,3 +1,4 @@
+import { unauthorized } from '../errors.js';
 import type { ReadingsRepo } from './repos/readings.js';
 import type { PendingReading } from './repositories.js';
 
@@ -108,7 +109,7 @@ export class ReadingWriter {
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatchSize);
       this.maxBatch = Math.max(this.maxBatch, batch.length);
-      let seqs: number[];
+      let seqs: (number | null)[];
       try {
         seqs = this.readings.insertBatch(batch);
       } catch (err) {
@@ -119,8 +120,16 @@ export class ReadingWriter {
       // One field read per batch; the observer hears of a success only after a failure.
       if (this.commits.commitFailure !== null) this.commits.commitSucceeded();
       this.writtenSinceTick = true;
-      this.committed += batch.length;
-      for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
+      for (let i = 0; i < batch.length; i++) {
+        const seq = seqs[i]!;
+        // Its device was deleted after the reading was accepted: not stored (insertBatch), so
+        // refused as a reading of a device that is gone is refused before the writer.
+        if (seq === null) batch[i]!.reject(unauthorized('device no longer exists'));
+        else {
+          this.committed++;
+          batch[i]!.resolve(seq);
+        }
+      }
     }
     if (this.readings.inboxRows() >= INBOX_MERGE_ROWS && !this.mergeScheduled) {
       // Its own event-loop step: the batch's answers go out first.

@@ -1,7 +1,10 @@
 import { execFile } from 'node:child_process';
+import { once } from 'node:events';
 import { createRequire } from 'node:module';
+import net from 'node:net';
 import { promisify } from 'node:util';
 import type { MqttClient } from 'mqtt';
+import mqttPacket from 'mqtt-packet';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_PACKET_BYTES } from '../../src/mqtt/broker.js';
 import { failReadingInserts, storedRows } from '../helpers/backend.js';
@@ -169,6 +172,39 @@ describe('MQTT ingestion', () => {
     const client = track(await connectTls(server, { username: s.device.id, password: s.token }));
     // Resolves once the PUBREC / PUBREL / PUBCOMP exchange completed.
     await client.publishAsync(`d/${s.device.id}/t`, JSON.stringify({ q: 2 }), { qos: 2 });
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ q: 2 }]);
+  });
+
+  it('QoS 2: a DUP re-send that arrives together with its original is answered, not stored again', async () => {
+    const s = await seedAccount(server);
+    const socket = net.connect(server.mqttPlainPort!, '127.0.0.1');
+    const parser = mqttPacket.parser();
+    const received: mqttPacket.Packet[] = [];
+    parser.on('packet', (p) => received.push(p));
+    socket.on('data', (d) => parser.parse(d));
+    const receivedCmds = (n: number) => until(() => (received.length >= n ? received.map((p) => p.cmd) : null));
+    await once(socket, 'connect');
+    socket.write(
+      mqttPacket.generate({
+        cmd: 'connect',
+        protocolId: 'MQTT',
+        protocolVersion: 4,
+        clean: true,
+        clientId: 'raw-qos2',
+        keepalive: 30,
+        username: s.device.id,
+        password: Buffer.from(s.token),
+      }),
+    );
+    expect(await receivedCmds(1)).toEqual(['connack']);
+    const publish = (dup: boolean) =>
+      mqttPacket.generate({ cmd: 'publish', topic: `d/${s.device.id}/t`, payload: '{"q":2}', qos: 2, messageId: 9, dup, retain: false });
+    // One write: both packets are read, and handed to the hooks, at once.
+    socket.write(Buffer.concat([publish(false), publish(true)]));
+    expect(await receivedCmds(3)).toEqual(['connack', 'pubrec', 'pubrec']);
+    socket.write(mqttPacket.generate({ cmd: 'pubrel', messageId: 9 }));
+    expect(await receivedCmds(4)).toEqual(['connack', 'pubrec', 'pubrec', 'pubcomp']);
+    socket.destroy();
     expect(await storedReadings(server, s.device.seq)).toEqual([{ q: 2 }]);
   });
 

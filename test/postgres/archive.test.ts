@@ -38,6 +38,8 @@ const TABLES: Record<string, string | null> = {
   readings_by_device: null,
   readings_inbox: null,
   reading_seq: 'SELECT * FROM reading_seq',
+  // The next device seq: past the counter and past every row (rows copied in carry their seq).
+  device_seq: 'SELECT max(last, (SELECT coalesce(max(seq), 0) FROM devices)) AS last FROM device_seq',
   reading_counts: 'SELECT * FROM reading_counts ORDER BY account_seq, minute',
   alerts: 'SELECT * FROM alerts ORDER BY seq',
   alert_events: 'SELECT * FROM alert_events ORDER BY seq',
@@ -89,7 +91,7 @@ function hashes(dir: string): Record<string, string> {
  * A data dir with at least one row in every table, with the values a copy could get wrong:
  * NULLs, both values of every boolean, fractional REALs, unicode, JSON text with odd spacing
  * kept byte for byte, readings in both the clustered table and the inbox over several weeks
- * (and one in 2019), and a reading_seq past the largest stored seq.
+ * (and one in 2019), and a reading_seq and a device_seq past the largest stored seqs.
  */
 function fillDataDir(dir: string): void {
   const db = openDatabase(dir);
@@ -147,6 +149,8 @@ function fillDataDir(dir: string): void {
       for (let i = 0; i < INBOX_READINGS; i++) inbox.run(++seq, [1, 2][i % 2]!, NOW - 1000 + i, `{"t":${i}.5}`);
       // Ids issued to readings since deleted: the next id must come after them.
       db.prepare('UPDATE reading_seq SET last = ?').run(seq + 25);
+      // Seqs issued to devices since deleted: the next device's must come after them too.
+      db.prepare('UPDATE device_seq SET last = (SELECT max(seq) FROM devices) + 3').run();
     })();
     db.exec(REBUILD_READING_COUNTS);
   } finally {

@@ -210,13 +210,15 @@ describe('PostgreSQL reading writer', () => {
       )
     ).rows[0].seq;
     await pool.query('DELETE FROM devices WHERE seq = $1', [deleted]);
-    await Promise.all([
+    const outcomes = await Promise.allSettled([
       writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' }),
       writer.append({ deviceSeq: devices[1]!, time: NOW + 1, data: '{}' }),
       writer.append({ deviceSeq: devices[2]!, accountSeq, time: NOW + MINUTE, data: '{}' }),
-      // A device deleted meanwhile: stored, not counted.
-      writer.append({ deviceSeq: deleted, time: NOW, data: '{}' }),
+      // A device deleted meanwhile: neither stored nor counted, and refused; the rest of its batch is stored.
+      writer.append({ deviceSeq: deleted, accountSeq, time: NOW, data: '{}' }),
     ]);
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
+    expect((outcomes[3] as PromiseRejectedResult).reason).toMatchObject({ status: 401, message: 'device no longer exists' });
     await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW + 2, data: '{}' });
     // One row per batch, account and minute, appended: no batch waits on another's row.
     const { rows } = await observer.query('SELECT account_seq, minute, n, xmin::text AS tx FROM reading_count_deltas ORDER BY minute, n');
@@ -228,7 +230,8 @@ describe('PostgreSQL reading writer', () => {
     const batchTx = (await observer.query('SELECT DISTINCT xmin::text AS tx FROM readings WHERE time = $1', [NOW + MINUTE])).rows;
     expect(batchTx).toEqual([{ tx: rows[2].tx }]);
     expect(await count('SELECT count(*) AS n FROM reading_counts')).toBe(0);
-    expect(await count()).toBe(5);
+    expect(await count()).toBe(4);
+    expect(await count(`SELECT count(*) AS n FROM readings WHERE device_seq = ${deleted}`)).toBe(0);
   });
 
   it('keeps the usage counts exact while folds, one at a time, run beside the batches and deletions', async () => {

@@ -59,9 +59,10 @@ describe.skipIf(onPostgres)('reading seqs (migration 1: reading_seq)', () => {
       /NOT NULL/,
     );
     const issued: number[] = [];
+    // Every reading's device exists, so every one gets a seq (never null).
     for (let i = 0; i < 20; i++) {
-      issued.push(...two.readings.insertBatch([reading(i), reading(i)]));
-      issued.push(...one.readings.insertBatch([reading(i)]));
+      issued.push(...(two.readings.insertBatch([reading(i), reading(i)]) as number[]));
+      issued.push(...(one.readings.insertBatch([reading(i)]) as number[]));
     }
     expect(new Set(issued).size).toBe(issued.length);
     const stored = db.prepare('SELECT seq FROM readings ORDER BY seq').pluck().all() as number[];

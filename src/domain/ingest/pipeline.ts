@@ -60,6 +60,8 @@ export interface IngestRequest {
    * `data` member): stored as sent, like an MQTT payload, when it spells each key once.
    */
   dataText?: string;
+  /** Hash of the token the session authenticated with (MQTT CONNECT): the device must still have it. */
+  sessionTokenHash?: string;
 }
 
 /** The payload as text, refused when larger than MAX_INGEST_BYTES. */
@@ -160,8 +162,11 @@ export function ingestPipeline(deps: {
 
   function authorizeDevice(req: IngestRequest) {
     // A session authenticated at CONNECT (token undefined) is still re-checked, so a pause,
-    // suspension or deletion made elsewhere stops data at once, before the connection closes.
-    return req.token === undefined ? devices.authorizeSession(req.deviceId) : devices.authenticate(req.deviceId, req.token);
+    // suspension, deletion or new token made elsewhere stops data at once, before the
+    // connection closes.
+    return req.token === undefined
+      ? devices.authorizeSession(req.deviceId, req.sessionTokenHash)
+      : devices.authenticate(req.deviceId, req.token);
   }
 
   /**

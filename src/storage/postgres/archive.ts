@@ -56,9 +56,10 @@ const POSTGRES_ONLY_TABLES = ['delivery_owners', 'rollup_late', 'reading_count_d
 /**
  * SQLite tables with their own handling: readings sit in two SQLite tables and in one
  * partitioned PostgreSQL table; reading_seq is a one-row table on SQLite and a sequence on
- * PostgreSQL.
+ * PostgreSQL; device_seq is SQLite's counter of device seqs (PostgreSQL's is the identity of
+ * devices.seq), not carried: SQLite takes the next seq past the rows copied in.
  */
-const SPECIAL_TABLES = ['readings_by_device', 'readings_inbox', 'reading_seq'];
+const SPECIAL_TABLES = ['readings_by_device', 'readings_inbox', 'reading_seq', 'device_seq'];
 
 /** Refuses a SQLite schema with a table this file does not know how to carry. */
 function checkKnownTables(sqlite: Db): void {
@@ -72,6 +73,12 @@ function checkKnownTables(sqlite: Db): void {
 }
 
 const quote = (name: string) => `"${name.replace(/"/g, '""')}"`;
+
+/** The sequence behind an identity column, as a name to put into SQL. */
+async function identitySequenceOf(client: PoolClient, table: string, column: string): Promise<string> {
+  const { rows } = await client.query<{ name: string }>('SELECT pg_get_serial_sequence($1, $2) AS name', [quote(table), column]);
+  return rows[0]!.name;
+}
 
 /**
  * The columns of a table on both sides, with PostgreSQL's type of each (for the array casts
@@ -134,6 +141,13 @@ export async function createPostgresBackup(
       const { rows } = await client.query<{ last_value: number; is_called: boolean }>('SELECT last_value, is_called FROM reading_seq');
       const last = rows[0]!.is_called ? rows[0]!.last_value + READING_ID_BLOCK - 1 : rows[0]!.last_value - 1;
       sqlite.prepare('UPDATE reading_seq SET last = ?').run(last);
+      // Device seqs are never issued twice either (SQLite migration 10): the last the
+      // identity issued, deleted devices' included.
+      const devices = await client.query<{ last_value: number; is_called: boolean }>(
+        `SELECT last_value, is_called FROM ${await identitySequenceOf(client, 'devices', 'seq')}`,
+      );
+      const lastDevice = devices.rows[0]!.is_called ? devices.rows[0]!.last_value : devices.rows[0]!.last_value - 1;
+      sqlite.prepare('UPDATE device_seq SET last = max(last, ?)').run(lastDevice);
       await client.query('COMMIT');
     } catch (err) {
       broken = err as Error;
@@ -264,6 +278,12 @@ async function loadArchive(pool: Pool, sqlite: Db): Promise<void> {
         c,
       ]);
     }
+    // Nor a device seq the archive's SQLite issued (migration 10), deleted devices' included.
+    const lastDevice = sqlite.prepare('SELECT last FROM device_seq').pluck().get() as number;
+    await client.query(`SELECT setval($1, greatest($2::bigint + 1, (SELECT coalesce(max(seq), 0) + 1 FROM devices)), false)`, [
+      await identitySequenceOf(client, 'devices', 'seq'),
+      lastDevice,
+    ]);
     // The archive's last issued reading id (never below a stored one): the next is past it.
     const last = sqlite
       .prepare('SELECT max((SELECT last FROM reading_seq), coalesce((SELECT max(seq) FROM readings), 0))')

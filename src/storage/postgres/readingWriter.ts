@@ -1,6 +1,6 @@
 import type { Pool } from 'pg';
 import { STORAGE_RETRY_AFTER_SECONDS } from '../../domain/storageStatus.js';
-import { storageUnavailable } from '../../errors.js';
+import { storageUnavailable, unauthorized } from '../../errors.js';
 import type { CommitObserver } from '../readingWriter.js';
 import type { PendingReading } from '../repositories.js';
 import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl, poolNode } from './connect.js';
@@ -37,13 +37,24 @@ interface Waiting extends PendingReading {
  * With $6 (this node's name and what the writer knows of the batch) the same statement sends
  * one notification on READINGS_CHANNEL, delivered at commit, for other nodes' live views:
  * one per batch, never per reading, and no round trip of its own.
+ *
+ * Readings of a device deleted since the pipeline accepted them (queued while the dashboard or
+ * the admin CLI deleted it) are left out (alive): readings have no foreign key, so they would
+ * stay behind the device, never expired and counted in its account's usage. Only their
+ * (ordinal, seq) pairs come back; the writer refuses the others. A removal still committing
+ * while this statement runs is not seen: the removal deletes the readings it sees, and one
+ * committed in that instant stays, which only row locks on devices (what a foreign key
+ * takes, per batch) would close.
  */
 const INSERT_BATCH = `
   WITH block AS MATERIALIZED (
     SELECT nextval('reading_seq') AS first
+  ), alive AS MATERIALIZED (
+    SELECT seq FROM devices WHERE seq = ANY($1::bigint[])
   ), batch AS MATERIALIZED (
     SELECT block.first + u.ord - 1 AS seq, u.device_seq, u.time, u.data, u.account_seq, u.ord
     FROM block, unnest($1::bigint[], $2::bigint[], string_to_array($3::text, chr(30)), $4::bigint[]) WITH ORDINALITY AS u(device_seq, time, data, account_seq, ord)
+    WHERE u.device_seq IN (SELECT seq FROM alive)
   ), inserted AS (
     INSERT INTO readings (device_seq, time, seq, data) SELECT device_seq, time, seq, data FROM batch
   ), counted AS (
@@ -63,7 +74,7 @@ const INSERT_BATCH = `
     ORDER BY 1, 2
     ON CONFLICT (device_seq, hour) DO UPDATE SET hour = excluded.hour
   )
-  SELECT b.seq FROM batch b CROSS JOIN (
+  SELECT b.ord, b.seq FROM batch b CROSS JOIN (
     SELECT CASE WHEN $6::text IS NOT NULL THEN
       pg_notify('${READINGS_CHANNEL}', split_part($6, ' ', 1) || ' ' || $7::bigint || ' ' || $8::bigint || ' '
         || (SELECT min(seq) || ' ' || max(seq) FROM batch) || ' ' || split_part($6, ' ', 2))
@@ -212,7 +223,7 @@ export class PostgresReadingWriter {
    */
   private async writeBatch(batch: Waiting[], previous: Promise<void>): Promise<void> {
     this.maxBatch = Math.max(this.maxBatch, batch.length);
-    let seqs: number[];
+    let seqs: (number | null)[];
     try {
       seqs = await this.write(batch);
     } catch (err) {
@@ -223,18 +234,25 @@ export class PostgresReadingWriter {
     }
     await previous;
     if (this.commits && this.commits.commitFailure !== null) this.commits.commitSucceeded();
-    this.committed += batch.length;
-    if (this.onCommitted) {
+    const stored = seqs.includes(null) ? batch.filter((_, i) => seqs[i] !== null) : batch;
+    this.committed += stored.length;
+    if (this.onCommitted && stored.length > 0) {
       try {
-        this.onCommitted(batch);
+        this.onCommitted(stored);
       } catch {
         // An observer's bug must not turn committed readings into errors.
       }
     }
-    for (let i = 0; i < batch.length; i++) batch[i]!.resolve(seqs[i]!);
+    for (let i = 0; i < batch.length; i++) {
+      const seq = seqs[i]!;
+      // Its device was deleted after the reading was accepted: not stored (INSERT_BATCH).
+      if (seq === null) batch[i]!.reject(unauthorized('device no longer exists'));
+      else batch[i]!.resolve(seq);
+    }
   }
 
-  private async write(batch: Waiting[]): Promise<number[]> {
+  /** The readings' seqs in the batch's order, null for one whose device no longer exists. */
+  private async write(batch: Waiting[]): Promise<(number | null)[]> {
     const n = batch.length;
     const devices = new Array<number>(n);
     const times = new Array<number>(n);
@@ -274,14 +292,19 @@ export class PostgresReadingWriter {
       ],
       rowMode: 'array',
     };
+    let rows: [number, number][];
     try {
-      return (await this.pool.query<[number]>(query)).rows.map((r) => r[0]);
+      rows = (await this.pool.query<[number, number]>(query)).rows;
     } catch (err) {
       if (!isMissingPartition(err)) throw err;
       this.weeks.clear();
       await this.ensureWeeks(times);
-      return (await this.pool.query<[number]>(query)).rows.map((r) => r[0]);
+      rows = (await this.pool.query<[number, number]>(query)).rows;
     }
+    if (rows.length === n) return rows.map((r) => r[1]);
+    const seqs = new Array<number | null>(n).fill(null);
+    for (const [ord, seq] of rows) seqs[ord - 1] = seq;
+    return seqs;
   }
 
   /** Creates the partitions of these times' weeks, and of the week after the newest: ready before it starts. */

@@ -2,6 +2,7 @@ import type { FieldDefinition, SchemaMode } from '../../domain/types.js';
 import type { Db } from '../db.js';
 import type { TableChanges } from '../readCache.js';
 import type { DeviceChanges, DeviceWithToken, NewDevice } from '../repositories.js';
+import type { ReadingsRepo } from './readings.js';
 import type { RollupsRepo } from './rollups.js';
 
 interface DeviceRow {
@@ -66,7 +67,7 @@ const SELECT = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}
 const SELECT_PAGE = `SELECT ${COLUMNS}, COALESCE(NULLIF(max(coalesce(${NEWEST_STORED}, -1), coalesce(i.newest, -1)), -1), d.last_seen) AS last_seen
   FROM devices d LEFT JOIN (SELECT device_seq, max(time) AS newest FROM readings_inbox GROUP BY device_seq) i ON i.device_seq = d.seq`;
 
-export function devicesRepo(db: Db, rollups: RollupsRepo, changes?: TableChanges) {
+export function devicesRepo(db: Db, rollups: RollupsRepo, readings: Pick<ReadingsRepo, 'deleteRestOfDevice'>, changes?: TableChanges) {
   const byId = db.prepare<[string], DeviceRow>(`${SELECT} WHERE d.id = ?`);
   const bySeq = db.prepare<[number], DeviceRow>(`${SELECT} WHERE d.seq = ?`);
   // Hot path of ingest and MQTT CONNECT: the row alone, without the last_seen probe.
@@ -82,9 +83,13 @@ export function devicesRepo(db: Db, rollups: RollupsRepo, changes?: TableChanges
   const countByStatus = db.prepare<[number, string], { n: number }>(
     'SELECT count(*) AS n FROM devices WHERE account_seq = ? AND status = ?',
   );
-  const insert = db.prepare(`INSERT INTO devices (id, account_seq, name, type, description, settings, schema_mode, fields,
+  const insert = db.prepare(`INSERT INTO devices (seq, id, account_seq, name, type, description, settings, schema_mode, fields,
       snapshots_enabled, token_hash, created_at, updated_at)
-    VALUES (@id, @accountSeq, @name, @type, @description, @settings, @schemaMode, @fields, @snapshotsEnabled, @tokenHash, @now, @now)`);
+    VALUES (@seq, @id, @accountSeq, @name, @type, @description, @settings, @schemaMode, @fields, @snapshotsEnabled, @tokenHash, @now, @now)`);
+  // Seqs are never reused (migration 10); past any row put in without one (a restored archive).
+  const takeSeq = db
+    .prepare<[], number>('UPDATE device_seq SET last = max(last, (SELECT coalesce(max(seq), 0) FROM devices)) + 1 RETURNING last')
+    .pluck();
   // resumed_at marks where a silence may start at the earliest (no_data alerts).
   const setStatus = db.prepare(`UPDATE devices SET
       resumed_at = CASE WHEN @status = 'active' AND status = 'paused' THEN @now ELSE resumed_at END,
@@ -102,13 +107,19 @@ export function devicesRepo(db: Db, rollups: RollupsRepo, changes?: TableChanges
     if (countAll.get(d.accountSeq)!.n >= limit) return false;
     insert.run({
       ...d,
+      seq: takeSeq.get()!,
       settings: JSON.stringify(d.settings),
       fields: JSON.stringify(d.fields),
       snapshotsEnabled: d.snapshotsEnabled ? 1 : 0,
     });
     return true;
   });
+  // The domain deletes the readings in batches first, each its own transaction; a batch the
+  // server commits after the last of them (the admin CLI deletes from another process, between
+  // the server's commits) goes here, before the row: readings have no foreign key, so it
+  // would stay behind the device for good.
   const removeWithRollups = db.transaction((seq: number) => {
+    readings.deleteRestOfDevice(seq);
     rollups.deleteDevice(seq);
     remove.run(seq);
   });

@@ -178,6 +178,11 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
     coalesce((SELECT max(time) FROM readings_by_device WHERE device_seq = devices.seq), 0),
     coalesce((SELECT max(time) FROM readings_inbox WHERE device_seq = devices.seq), 0)), 0) WHERE seq = ?`);
   const accountOfDevice = db.prepare<[number], number>('SELECT account_seq FROM devices WHERE seq = ?').pluck();
+  // Of a JSON array of device seqs, those with no row in devices: one statement per batch, a
+  // primary-key probe per distinct device.
+  const missingDevices = db
+    .prepare<[string], number>('SELECT j.value FROM json_each(?) j WHERE NOT EXISTS (SELECT 1 FROM devices d WHERE d.seq = j.value)')
+    .pluck();
 
   /**
    * One transaction for a whole batch (group commit); returns the new seqs in order. The
@@ -190,16 +195,27 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
    * it goes straight into the clustered table; a batch spread over many devices goes to the
    * inbox (migration 5). Copying through the inbox costs about a quarter of a page rewritten
    * in the clustered table: straight in when devices ≤ readings / 4.
+   *
+   * Readings of a device deleted since the pipeline accepted them (they wait in the writer's
+   * queue for up to one event-loop pass, while the dashboard or the admin CLI deletes the
+   * device) are left out, checked inside this transaction, which holds the write lock: there
+   * is no foreign key, so they would otherwise stay behind the deleted device for good,
+   * never expired and counted in its account's usage. Their seqs come back null: the writer
+   * refuses them.
    */
   let onCommitted: (batch: readonly PendingReading[]) => void = () => {};
-  const insertBatch = db.transaction((batch: PendingReading[]) => {
-    if (batch.length === 0) return [];
+  const insertBatch = db.transaction((accepted: PendingReading[]): { seqs: (number | null)[]; stored: PendingReading[] } => {
+    if (accepted.length === 0) return { seqs: [], stored: accepted };
+    let devices = new Set<number>();
+    for (let i = 0; i < accepted.length; i++) devices.add(accepted[i]!.deviceSeq);
+    const gone = new Set(missingDevices.all(JSON.stringify([...devices])));
+    const batch = gone.size === 0 ? accepted : accepted.filter((r) => !gone.has(r.deviceSeq));
+    if (gone.size > 0) devices = new Set([...devices].filter((seq) => !gone.has(seq)));
+    if (batch.length === 0) return { seqs: accepted.map(() => null), stored: batch };
     const first = takeSeqs(batch.length);
     const seqs = new Array<number>(batch.length);
     // minute → account → readings, for reading_counts.
     const perMinute = new Map<number, Map<number, number>>();
-    const devices = new Set<number>();
-    for (let i = 0; i < batch.length; i++) devices.add(batch[i]!.deviceSeq);
     const toInbox = devices.size * DIRECT_READINGS_PER_DEVICE > batch.length;
     const insert = toInbox ? insertInbox : insertByDevice;
     // A reading older than what the rollups already cover (a clock set back, a load of past
@@ -236,7 +252,9 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
     }
     for (const [minute, perAccount] of perMinute) for (const [accountSeq, n] of perAccount) countInserted.run(accountSeq, minute, n);
     if (toInbox) inboxRows += batch.length;
-    return seqs;
+    if (gone.size === 0) return { seqs, stored: batch };
+    let kept = 0;
+    return { seqs: accepted.map((r) => (gone.has(r.deviceSeq) ? null : seqs[kept++]!)), stored: batch };
   });
 
   // The inbox is merged first, inside the same transaction, so the reading_counts trigger on
@@ -244,6 +262,11 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
   const deleteBatchOfDeviceTx = db.transaction((deviceSeq: number, batch: number): number => {
     mergeInbox();
     return deleteBatchOfDevice.run(deviceSeq, batch).changes;
+  });
+  const deleteAllOfDevice = db.prepare<[number]>('DELETE FROM readings_by_device WHERE device_seq = ?');
+  const deleteRestOfDevice = db.transaction((deviceSeq: number): number => {
+    mergeInbox();
+    return deleteAllOfDevice.run(deviceSeq).changes;
   });
   const deleteOlderBatchTx = db.transaction((deviceSeq: number, before: number, batch: number): number => {
     mergeInbox();
@@ -259,19 +282,22 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
   });
 
   return {
-    /** Commits a batch; then hands it to the commit observer, whoever wrote it. */
-    insertBatch(batch: PendingReading[]): number[] {
-      let seqs: number[];
+    /**
+     * Commits a batch; then hands what it stored to the commit observer, whoever wrote it.
+     * The seqs in the batch's order, null for a reading of a device that no longer exists.
+     */
+    insertBatch(batch: PendingReading[]): (number | null)[] {
+      let inserted: { seqs: (number | null)[]; stored: PendingReading[] };
       try {
-        seqs = insertBatch.immediate(batch);
+        inserted = insertBatch.immediate(batch);
       } catch (err) {
         // The block may have been reserved in the transaction that rolled back.
         reservedUpTo = 0;
         nextSeq = 1;
         throw err;
       }
-      onCommitted(batch);
-      return seqs;
+      if (inserted.stored.length > 0) onCommitted(inserted.stored);
+      return inserted.seqs;
     },
     /** Called with every batch right after it commits (the rollups' live minute figures); one observer. */
     observeCommits(observer: (batch: readonly PendingReading[]) => void): void {
@@ -333,6 +359,11 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
     rebuildDerived: () => db.exec(REBUILD_READING_COUNTS),
     countSince: (deviceSeqs: number[], since: number) =>
       deviceSeqs.reduce((sum, seq) => sum + countSince.get(seq, since, seq, since)!.n, 0),
+    /**
+     * Deletes every reading of a device still there, inside the caller's transaction (the
+     * removal of the device's row: devices repository); returns how many went.
+     */
+    deleteRestOfDevice: (deviceSeq: number): number => deleteRestOfDevice(deviceSeq),
     /** Deletes up to `batch` readings of a device, oldest first; returns how many went (0 when done). */
     deleteBatchOfDevice: (deviceSeq: number, batch: number): number => deleteBatchOfDeviceTx.immediate(deviceSeq, batch),
     /** Deletes up to `batch` readings of a device older than `before`, oldest first; returns how many went. */

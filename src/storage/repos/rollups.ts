@@ -98,7 +98,12 @@ export function rollupsRepo(db: Db) {
   const clearDirtyOfDevice = db.prepare<[number]>('DELETE FROM rollup_dirty WHERE device_seq = ?');
   const clearDirtyBefore = db.prepare<[number, number]>('DELETE FROM rollup_dirty WHERE device_seq = ? AND hour < ?');
 
+  const deviceExists = db.prepare<[number], number>('SELECT 1 FROM devices WHERE seq = ?').pluck();
+  // A pass lists the devices before it works through them, a step at a time: a device deleted
+  // meanwhile (its rollups deleted with its row) gets nothing written, or its rows would stay
+  // behind it for good. Checked inside the write's transaction, which holds the write lock.
   const writeLevels = (deviceSeq: number, writes: RollupLevelWrite[]) => {
+    if (deviceExists.get(deviceSeq) === undefined) return;
     for (const w of writes) {
       if (w.deleteTo > w.deleteFrom) deleteRange.run(deviceSeq, w.level, w.deleteFrom, w.deleteTo);
       for (const [bucket, stats] of w.rows) putRow.run(deviceSeq, w.level, bucket, stats);
