@@ -150,10 +150,10 @@ export interface NoDataWatch {
 /** A trigger event as the evaluator builds it; the repository adds its seq. */
 export type NewAlertEvent = Omit<AlertEvent, 'seq' | 'acknowledged' | 'acknowledgedAt' | 'resolvedAt' | 'resolutionDeliveries'>;
 
-/** One change of an alert's state the evaluator observed, to be recorded (alerts.recordOutcomes). */
 /** What a threshold or no_data alert checks: the columns a trigger was evaluated against. */
-export type AlertCondition = Pick<Alert, 'kind' | 'field' | 'operator' | 'value'>;
+type AlertCondition = Pick<Alert, 'kind' | 'field' | 'operator' | 'value'>;
 
+/** One change of an alert's state the evaluator observed, to be recorded (alerts.recordOutcomes). */
 export type AlertOutcome =
   | {
       type: 'triggered';
