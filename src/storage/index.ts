@@ -46,7 +46,7 @@ export function createRepositories(db: Db) {
   // dropped on any change to either table by anyone (readCache.ts).
   const authTables = new TableChanges(db, externalCommits, ['devices', 'accounts']);
   const rollups = rollupsRepo(db);
-  const readings = readingsRepo(db, rollups);
+  const readings = readingsRepo(db, rollups, authTables);
   // Each checked against its interface here, where a mismatch names the repository.
   return {
     accounts: accountsRepo(db, authTables) satisfies AccountsRepository,

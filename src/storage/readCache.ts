@@ -34,11 +34,14 @@ export class ExternalCommits {
     this.lastDataVersion = this.dataVersion.get() as number;
   }
 
-  /** A number that differs from any earlier one once another connection may have committed. */
-  current(): number {
-    const now = performance.now();
-    if (now - this.checkedAt >= EXTERNAL_CHECK_MS) {
-      this.checkedAt = now;
+  /**
+   * A number that differs from any earlier one once another connection may have committed;
+   * with `now`, read from the database whatever the time since the last read.
+   */
+  current(now = false): number {
+    const t = performance.now();
+    if (now || t - this.checkedAt >= EXTERNAL_CHECK_MS) {
+      this.checkedAt = t;
       const v = this.dataVersion.get() as number;
       if (v !== this.lastDataVersion) {
         this.lastDataVersion = v;
@@ -96,10 +99,13 @@ export class TableChanges {
     }
   }
 
-  /** A number that differs from any earlier one once a watched table may have changed. */
-  current(): number {
+  /**
+   * A number that differs from any earlier one once a watched table may have changed; with
+   * `now`, other connections' commits are looked for now, not up to EXTERNAL_CHECK_MS late.
+   */
+  current(now = false): number {
     // Both counters only grow, so their sum changes whenever either does.
-    return this.generation + this.external.current();
+    return this.generation + this.external.current(now);
   }
 
   /** A lookup by key cached until the watched tables change; misses (null) are not cached. */

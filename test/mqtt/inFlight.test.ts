@@ -83,6 +83,27 @@ describe('MQTT publishes in flight while the device changes', () => {
     expect((await latest.json()).data ?? null).toBeNull();
   });
 
+  it('a reading queued when another process deletes its device, created long before, is not stored', async () => {
+    const s = await seedAccount(server);
+    const client = await connectTls(server, { username: s.device.id, password: s.token });
+    open.push(client);
+    // Long enough after every change to the devices table that batches no longer check their
+    // devices on its account (SQLite's writer checks for a second after a change it sees).
+    await new Promise((resolve) => setTimeout(resolve, 1_300));
+    await writesSettled();
+    const release = holdCommits(server);
+    const publishing = outcome(client, client.publishAsync(`d/${s.device.id}/t`, '{"queued":1}', { qos: 1 }));
+    await until(() => (server.storage.writer.depth === 1 ? true : null));
+    const r = await runCliAsync(['devices', 'delete', s.device.id, '--yes', '--json'], { dataDir: server.dataDir });
+    expect(r.status, r.stderr).toBe(0);
+    release();
+    expect(await publishing).toBe('closed');
+    await writesSettled();
+    expect(await storedRows(server.storage, s.device.seq)).toEqual([]);
+    const usage = await (await server.request('/v1/account/usage', { key: s.key })).json();
+    expect(usage.data.telemetry.data_points_24h).toBe(0);
+  });
+
   it('a publish on a connection whose token another process regenerated is refused before the connection is closed', async () => {
     const s = await seedAccount(server);
     const client = await connectTls(server, { username: s.device.id, password: s.token });

@@ -2,6 +2,7 @@ import type { StoredReading } from '../../domain/types.js';
 import { MINUTE_MS } from '../../time.js';
 import type { Db } from '../db.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
+import type { TableChanges } from '../readCache.js';
 import type { PendingReading } from '../repositories.js';
 import type { RollupsRepo } from './rollups.js';
 
@@ -49,7 +50,15 @@ const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.
  * merges it every INBOX_MERGE_ROWS readings, and when ingest pauses), so the queries below
  * read both: the clustered table by its key, the inbox by a scan of at most ~16,000 rows.
  */
-export function readingsRepo(db: Db, rollups: RollupsRepo) {
+/**
+ * How long after a change to the devices or accounts tables every batch checks that its
+ * devices still exist. A reading is authenticated at most one event-loop pass before its
+ * batch commits, from a cache that sees other processes' commits within EXTERNAL_CHECK_MS, so
+ * a reading of a device deleted longer ago than that was refused before it was queued.
+ */
+const DEVICE_CHECK_MS = 1_000;
+
+export function readingsRepo(db: Db, rollups: RollupsRepo, deviceTables: Pick<TableChanges, 'current'>) {
   // A batch's rows go in as few statements as its size allows: ROWS_PER_INSERT rows per
   // statement, then the remainder in statements of 16, 8, 4, 2 and 1 rows (a remainder of 13
   // takes three). One step and one call into the addon per statement, not per row, and at
@@ -201,14 +210,28 @@ export function readingsRepo(db: Db, rollups: RollupsRepo) {
    * device) are left out, checked inside this transaction, which holds the write lock: there
    * is no foreign key, so they would otherwise stay behind the deleted device for good,
    * never expired and counted in its account's usage. Their seqs come back null: the writer
-   * refuses them.
+   * refuses them. The check runs only within DEVICE_CHECK_MS of a change to the devices or
+   * accounts tables, by this process (seen at once) or another (data_version, read here):
+   * otherwise no device of the batch can be gone, and the batch saves a statement.
    */
   let onCommitted: (batch: readonly PendingReading[]) => void = () => {};
+  let seenGeneration = -1;
+  let checkDevicesUntil = 0;
+  const NONE_GONE: ReadonlySet<number> = new Set();
+  const goneDevices = (devices: Set<number>): ReadonlySet<number> => {
+    const generation = deviceTables.current(true);
+    const now = performance.now();
+    if (generation !== seenGeneration) {
+      seenGeneration = generation;
+      checkDevicesUntil = now + DEVICE_CHECK_MS;
+    }
+    return now < checkDevicesUntil ? new Set(missingDevices.all(JSON.stringify([...devices]))) : NONE_GONE;
+  };
   const insertBatch = db.transaction((accepted: PendingReading[]): { seqs: (number | null)[]; stored: PendingReading[] } => {
     if (accepted.length === 0) return { seqs: [], stored: accepted };
     let devices = new Set<number>();
     for (let i = 0; i < accepted.length; i++) devices.add(accepted[i]!.deviceSeq);
-    const gone = new Set(missingDevices.all(JSON.stringify([...devices])));
+    const gone = goneDevices(devices);
     const batch = gone.size === 0 ? accepted : accepted.filter((r) => !gone.has(r.deviceSeq));
     if (gone.size > 0) devices = new Set([...devices].filter((seq) => !gone.has(seq)));
     if (batch.length === 0) return { seqs: accepted.map(() => null), stored: batch };
