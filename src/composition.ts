@@ -303,7 +303,14 @@ async function composePostgres(
     const events = new DomainEvents(options.onListenerError);
     const files = snapshotFiles(path.resolve(options.snapshotsDir));
     // Late readings mark their hour for the rollups; each commit feeds the rollups' live minutes.
-    const writer = new PostgresReadingWriter(writerPool, databaseUrl, undefined, repos.rollups.lateBefore, repos.readings.committed);
+    const writer = new PostgresReadingWriter(
+      writerPool,
+      databaseUrl,
+      undefined,
+      repos.rollups.lateBefore,
+      repos.readings.committed,
+      repos.authTablesGeneration,
+    );
     const storageStatus = new StorageStatus({
       // The database's disk is its server's: only the snapshot files' is watched here.
       dirs: { database: null, snapshots: files.root },

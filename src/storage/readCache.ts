@@ -23,6 +23,15 @@ import type { Db } from './db.js';
  */
 export const EXTERNAL_CHECK_MS = 1;
 
+/**
+ * How long after a change to the devices or accounts tables every batch of readings checks
+ * that its devices still exist (both backends' writers). A reading is authenticated at most
+ * one event-loop pass (or one commit) before its batch, from a cache that sees other
+ * processes' commits within EXTERNAL_CHECK_MS on SQLite, or when their notification arrives
+ * on PostgreSQL, so a reading of a device deleted longer ago was refused before it was queued.
+ */
+export const DEVICE_CHECK_MS = 1_000;
+
 export class ExternalCommits {
   private generation = 0;
   private lastDataVersion: number;

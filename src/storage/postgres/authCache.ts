@@ -15,6 +15,11 @@ import type { Awaitable } from '../repositories.js';
 export class AuthCache {
   private generation = 0;
 
+  /** A number that changes with every invalidate(): the reading writer checks its devices after one. */
+  current(): number {
+    return this.generation;
+  }
+
   /** Forgets every cached entry; a look-up in flight when this runs is not remembered. */
   invalidate(): void {
     this.generation++;

@@ -49,6 +49,8 @@ export async function createPostgresRepositories(pool: Pool) {
     leadership: new PostgresLeadership(pool, nodeKey),
     /** Forgets the cached device and account look-ups (authCache.ts). */
     invalidateAuthCache: (): void => authCache.invalidate(),
+    /** Changes whenever devices or accounts may have changed, here or elsewhere (authCache.ts). */
+    authTablesGeneration: (): number => authCache.current(),
   };
   // Checked against the interface; the extras above stay visible to callers of this function.
   return repositories satisfies Repositories;

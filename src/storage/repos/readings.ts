@@ -2,7 +2,7 @@ import type { StoredReading } from '../../domain/types.js';
 import { MINUTE_MS } from '../../time.js';
 import type { Db } from '../db.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
-import type { TableChanges } from '../readCache.js';
+import { DEVICE_CHECK_MS, type TableChanges } from '../readCache.js';
 import type { PendingReading } from '../repositories.js';
 import type { RollupsRepo } from './rollups.js';
 
@@ -50,14 +50,6 @@ const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.
  * merges it every INBOX_MERGE_ROWS readings, and when ingest pauses), so the queries below
  * read both: the clustered table by its key, the inbox by a scan of at most ~16,000 rows.
  */
-/**
- * How long after a change to the devices or accounts tables every batch checks that its
- * devices still exist. A reading is authenticated at most one event-loop pass before its
- * batch commits, from a cache that sees other processes' commits within EXTERNAL_CHECK_MS, so
- * a reading of a device deleted longer ago than that was refused before it was queued.
- */
-const DEVICE_CHECK_MS = 1_000;
-
 export function readingsRepo(db: Db, rollups: RollupsRepo, deviceTables: Pick<TableChanges, 'current'>) {
   // A batch's rows go in as few statements as its size allows: ROWS_PER_INSERT rows per
   // statement, then the remainder in statements of 16, 8, 4, 2 and 1 rows (a remainder of 13
