@@ -71,12 +71,13 @@ describe('PostgreSQL schema and migrations', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'tlm-pg-parity-'));
     const sqlite = openDatabase(dir);
     try {
-      // SQLite splits readings into an inbox and a clustered table and keeps its sequence in a
-      // table; PostgreSQL has one partitioned table and a sequence.
+      // SQLite splits readings into an inbox and a clustered table and keeps its sequences of
+      // reading and device seqs in tables; PostgreSQL has one partitioned table, a sequence and
+      // an identity column.
       const local = (
         sqlite.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'").pluck().all() as string[]
       )
-        .filter((t) => !['readings_inbox', 'readings_by_device', 'reading_seq'].includes(t))
+        .filter((t) => !['readings_inbox', 'readings_by_device', 'reading_seq', 'device_seq'].includes(t))
         .concat('readings');
       for (const table of local) {
         const columns = (
