@@ -40,6 +40,25 @@ describe('PostgreSQL transactions that run at the same time', () => {
     ).rows[0].seq;
   };
 
+  const newDevice = async (account: number, id: string): Promise<number> =>
+    (
+      await pool.query(
+        `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
+         VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
+        [id, account],
+      )
+    ).rows[0].seq;
+
+  /** An enabled threshold alert, temperature > 30. */
+  const newAlert = async (account: number, deviceSeq: number, id: string, cooldown: number): Promise<number> =>
+    (
+      await pool.query(
+        `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
+         VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', $4, 0, 0, 0) RETURNING seq`,
+        [id, account, deviceSeq, cooldown],
+      )
+    ).rows[0].seq;
+
   const waitingForLocks = async () =>
     (await pool.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock'")).rows[0]!.n;
 
@@ -232,12 +251,13 @@ describe('PostgreSQL transactions that run at the same time', () => {
         CREATE TRIGGER hold_update BEFORE UPDATE ON accounts FOR EACH STATEMENT EXECUTE FUNCTION hold_update();`);
       let changed: PromiseSettledResult<void>;
       try {
-        const change = sessions.changePassword(resolved, 'old password', 'changed password');
+        // Settled from the start: it fails as soon as it is let go, before this test awaits it.
+        const change = Promise.allSettled([sessions.changePassword(resolved, 'old password', 'changed password')]);
         await lockWaiters(1);
         // The admin resets it meanwhile (accounts set-password), signing every session out.
         await adminSessions.resetPassword(account.id, 'admin password');
         await holder.query('SELECT pg_advisory_unlock(4646)');
-        [changed] = await Promise.allSettled([change]);
+        [changed] = await change;
       } finally {
         await holder.query('SELECT pg_advisory_unlock_all()');
         holder.release();
@@ -252,86 +272,32 @@ describe('PostgreSQL transactions that run at the same time', () => {
   });
 
   describe('alert triggers', () => {
-    it('records no trigger for an alert disabled while the trigger waited for its row', async () => {
+    /**
+     * Another node records a trigger (conditionValue `value`, evaluated against `condition`
+     * when given) of a new alert, temperature > 30, while a transaction that ran `change` on
+     * the alert's row holds it; then the change commits. Returns what was recorded and the alert.
+     */
+    const triggerDuringChange = async (
+      change: string,
+      value: number,
+      condition?: Extract<AlertOutcome, { type: 'triggered' }>['condition'],
+    ) => {
       const account = await newAccount();
-      const deviceSeq = (
-        await pool.query(
-          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
-           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
-          [`dev_alert_${account}`, account],
-        )
-      ).rows[0].seq;
-      const alertSeq = (
-        await pool.query(
-          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
-           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 60, 0, 0, 0) RETURNING seq`,
-          [`alert_${account}`, account, deviceSeq],
-        )
-      ).rows[0].seq;
-      // The dashboard on one node disables the alert (repository setEnabled: the row first);
-      const disabling = await begin();
-      try {
-        await disabling.query('UPDATE alerts SET enabled = false, updated_at = 1 WHERE seq = $1', [alertSeq]);
-        // another node evaluated a matching reading with the alert still enabled in its cache.
-        const recorded = repos.alerts.recordOutcomes([
-          {
-            type: 'triggered',
-            alertSeq,
-            event: {
-              id: `evt_${account}`,
-              alertSeq,
-              deviceId: `dev_alert_${account}`,
-              conditionValue: 31,
-              severity: 'warning',
-              triggeredAt: 1_000,
-              readingSeq: null,
-              deliveries: [{ action: 'email', status: 'pending', at: 1_000 }],
-            },
-          },
-        ]);
-        await lockWaiters(1);
-        await disabling.query('COMMIT');
-        expect(await recorded).toEqual([{ event: null }]);
-      } finally {
-        disabling.release();
-      }
-      const { rows } = await pool.query(
-        'SELECT enabled, state, last_triggered, (SELECT count(*)::int FROM alert_events) AS events FROM alerts WHERE seq = $1',
-        [alertSeq],
-      );
-      expect(rows).toEqual([{ enabled: false, state: 'ok', last_triggered: null, events: 0 }]);
-    });
-    it('records no trigger evaluated against a condition changed while the trigger waited for its row', async () => {
-      const account = await newAccount();
-      const deviceSeq = (
-        await pool.query(
-          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
-           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
-          [`dev_cond_${account}`, account],
-        )
-      ).rows[0].seq;
-      const alertSeq = (
-        await pool.query(
-          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
-           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 60, 0, 0, 0) RETURNING seq`,
-          [`alert_cond_${account}`, account, deviceSeq],
-        )
-      ).rows[0].seq;
-      // The dashboard on one node raises the threshold from 30 to 50;
+      const deviceSeq = await newDevice(account, `dev_trigger_${account}`);
+      const alertSeq = await newAlert(account, deviceSeq, `alert_trigger_${account}`, 60);
       const changing = await begin();
       try {
-        await changing.query('UPDATE alerts SET value = 50, updated_at = 1 WHERE seq = $1', [alertSeq]);
-        // another node found 35 over the old threshold, with the alert as its cache held it.
+        await changing.query(change, [alertSeq]);
         const recorded = repos.alerts.recordOutcomes([
           {
             type: 'triggered',
             alertSeq,
-            condition: { kind: 'threshold', field: 'temperature', operator: '>', value: 30 },
+            ...(condition ? { condition } : {}),
             event: {
-              id: `evt_cond_${account}`,
+              id: `evt_trigger_${account}`,
               alertSeq,
-              deviceId: `dev_cond_${account}`,
-              conditionValue: 35,
+              deviceId: `dev_trigger_${account}`,
+              conditionValue: value,
               severity: 'warning',
               triggeredAt: 1_000,
               readingSeq: null,
@@ -341,15 +307,38 @@ describe('PostgreSQL transactions that run at the same time', () => {
         ]);
         await lockWaiters(1);
         await changing.query('COMMIT');
-        expect(await recorded).toEqual([{ event: null }]);
+        return { recorded: await recorded, alertSeq };
       } finally {
         changing.release();
       }
-      const { rows } = await pool.query(
-        'SELECT value, state, last_triggered, (SELECT count(*)::int FROM alert_events WHERE alert_seq = $1) AS events FROM alerts WHERE seq = $1',
-        [alertSeq],
-      );
-      expect(rows).toEqual([{ value: 50, state: 'ok', last_triggered: null, events: 0 }]);
+    };
+    const alertState = async (alertSeq: number) =>
+      (
+        await pool.query(
+          'SELECT enabled, value, state, last_triggered, (SELECT count(*)::int FROM alert_events WHERE alert_seq = $1) AS events FROM alerts WHERE seq = $1',
+          [alertSeq],
+        )
+      ).rows[0];
+
+    it('records no trigger for an alert disabled while the trigger waited for its row', async () => {
+      // The dashboard on one node disables the alert (repository setEnabled: the row first);
+      // another node evaluated a matching reading with the alert still enabled in its cache.
+      const { recorded, alertSeq } = await triggerDuringChange('UPDATE alerts SET enabled = false, updated_at = 1 WHERE seq = $1', 31);
+      expect(recorded).toEqual([{ event: null }]);
+      expect(await alertState(alertSeq)).toEqual({ enabled: false, value: 30, state: 'ok', last_triggered: null, events: 0 });
+    });
+
+    it('records no trigger evaluated against a condition changed while the trigger waited for its row', async () => {
+      // The dashboard on one node raises the threshold from 30 to 50; another node found 35
+      // over the old threshold, with the alert as its cache held it.
+      const { recorded, alertSeq } = await triggerDuringChange('UPDATE alerts SET value = 50, updated_at = 1 WHERE seq = $1', 35, {
+        kind: 'threshold',
+        field: 'temperature',
+        operator: '>',
+        value: 30,
+      });
+      expect(recorded).toEqual([{ event: null }]);
+      expect(await alertState(alertSeq)).toEqual({ enabled: true, value: 50, state: 'ok', last_triggered: null, events: 0 });
     });
   });
 
@@ -358,22 +347,8 @@ describe('PostgreSQL transactions that run at the same time', () => {
       const account = await newAccount();
       const alertSeqs: number[] = [];
       for (const name of ['a', 'b']) {
-        const deviceSeq = (
-          await pool.query(
-            `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
-             VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
-            [`dev_order_${name}_${account}`, account],
-          )
-        ).rows[0].seq;
-        alertSeqs.push(
-          (
-            await pool.query(
-              `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
-               VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0) RETURNING seq`,
-              [`alert_order_${name}_${account}`, account, deviceSeq],
-            )
-          ).rows[0].seq,
-        );
+        const deviceSeq = await newDevice(account, `dev_order_${name}_${account}`);
+        alertSeqs.push(await newAlert(account, deviceSeq, `alert_order_${name}_${account}`, 0));
       }
       const trigger = (alertSeq: number, id: string): AlertOutcome => ({
         type: 'triggered',
@@ -417,20 +392,8 @@ describe('PostgreSQL transactions that run at the same time', () => {
   describe('alert deliveries left pending', () => {
     it('are not adopted from a node whose connection dropped and came back, but are from one that is gone', async () => {
       const account = await newAccount();
-      const deviceSeq = (
-        await pool.query(
-          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
-           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
-          [`dev_adopt_${account}`, account],
-        )
-      ).rows[0].seq;
-      const alertSeq = (
-        await pool.query(
-          `INSERT INTO alerts (id, account_seq, device_seq, name, field, operator, value, severity, cooldown, enabled_at, created_at, updated_at)
-           VALUES ($1, $2, $3, 'hot', 'temperature', '>', 30, 'warning', 0, 0, 0, 0) RETURNING seq`,
-          [`alert_adopt_${account}`, account, deviceSeq],
-        )
-      ).rows[0].seq;
+      const deviceSeq = await newDevice(account, `dev_adopt_${account}`);
+      const alertSeq = await newAlert(account, deviceSeq, `alert_adopt_${account}`, 0);
       // Node A runs, holding its node lock, and records a trigger whose webhook it is still
       // retrying, a minute after it began.
       const poolA = await connectPostgres(url, { max: 2 });
@@ -547,15 +510,6 @@ describe('PostgreSQL transactions that run at the same time', () => {
       };
     };
 
-    const newDevice = async (account: number, id: string): Promise<number> =>
-      (
-        await pool.query(
-          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
-           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
-          [id, account],
-        )
-      ).rows[0].seq;
-
     const eventsOfDevice = async (deviceSeq: number): Promise<number> =>
       (
         await pool.query(
@@ -644,13 +598,7 @@ describe('PostgreSQL transactions that run at the same time', () => {
     /** A device with two readings in hour H, its minute and hour rollups of H, and H marked dirty. */
     const rolledDevice = async (): Promise<number> => {
       const account = await newAccount();
-      const deviceSeq = (
-        await pool.query(
-          `INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at)
-           VALUES ($1, $2, 'd', 't', 'flexible', $1, 0, 0) RETURNING seq`,
-          [`dev_rolled_${account}`, account],
-        )
-      ).rows[0].seq;
+      const deviceSeq = await newDevice(account, `dev_rolled_${account}`);
       await readingPartitions(pool, [H]);
       await pool.query(
         `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
