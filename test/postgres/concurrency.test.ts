@@ -17,7 +17,7 @@ import { connectPostgres, poolNode } from '../../src/storage/postgres/connect.js
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
 import { NODE_LOCK_CLASS } from '../../src/storage/postgres/leadership.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
-import type { AlertOutcome, RecordedOutcome } from '../../src/storage/repositories.js';
+import type { AlertOutcome, Awaitable, RecordedOutcome } from '../../src/storage/repositories.js';
 import { systemClock } from '../../src/time.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 
@@ -644,23 +644,33 @@ describe('PostgreSQL transactions that run at the same time', () => {
     };
     const dropHold = () => pool.query('DROP TRIGGER hold_mark_delete ON rollup_dirty; DROP FUNCTION hold_mark_delete()');
 
-    it('deletes a device whose dirty hour is being settled, neither failing', async () => {
-      const deviceSeq = await rolledDevice();
+    /**
+     * Settles hour H of the device (its two readings) while `other` runs beside it: the settle
+     * is held right after it took its mark, `other` runs until it waits too (or ends), then
+     * both go on. What became of each.
+     */
+    const settleBeside = async (deviceSeq: number, other: () => Awaitable<unknown>) => {
       const release = await holdMarkDeletes();
       try {
-        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
+        const settled = Promise.allSettled([repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 })]);
         await lockWaiters(1);
-        // The device is deleted meanwhile (its readings were deleted in batches before).
-        const removed = Promise.resolve(repos.devices.removeWithRollups(deviceSeq));
-        await lockWaitersOrDone(2, removed);
+        const beside = Promise.allSettled([Promise.resolve().then(other)]);
+        await lockWaitersOrDone(2, beside);
         await release();
-        const [a, b] = await Promise.allSettled([settled, removed]);
-        expect(a).toEqual({ status: 'fulfilled', value: true });
-        expect(b).toEqual({ status: 'fulfilled', value: undefined });
+        return [(await settled)[0], (await beside)[0]];
       } finally {
         await release();
         await dropHold();
       }
+    };
+
+    it('deletes a device whose dirty hour is being settled, neither failing', async () => {
+      const deviceSeq = await rolledDevice();
+      // The device is deleted meanwhile (its readings were deleted in batches before).
+      expect(await settleBeside(deviceSeq, () => repos.devices.removeWithRollups(deviceSeq))).toEqual([
+        { status: 'fulfilled', value: true },
+        { status: 'fulfilled', value: undefined },
+      ]);
       const left = await pool.query(
         `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
            (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
@@ -671,22 +681,11 @@ describe('PostgreSQL transactions that run at the same time', () => {
 
     it('expires readings of an hour being settled, neither failing, and leaves the hour dirty', async () => {
       const deviceSeq = await rolledDevice();
-      const release = await holdMarkDeletes();
-      const cutoff = H + 90_000;
-      try {
-        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
-        await lockWaiters(1);
-        // Retention cuts into the hour meanwhile: the first reading goes, with its rollups.
-        const expired = Promise.resolve(repos.readings.expireBatch(deviceSeq, cutoff, 1_000, 3));
-        await lockWaitersOrDone(2, expired);
-        await release();
-        const [a, b] = await Promise.allSettled([settled, expired]);
-        expect(a).toEqual({ status: 'fulfilled', value: true });
-        expect(b).toEqual({ status: 'fulfilled', value: 1 });
-      } finally {
-        await release();
-        await dropHold();
-      }
+      // Retention cuts into the hour meanwhile: the first reading goes, with its rollups.
+      expect(await settleBeside(deviceSeq, () => repos.readings.expireBatch(deviceSeq, H + 90_000, 1_000, 3))).toEqual([
+        { status: 'fulfilled', value: true },
+        { status: 'fulfilled', value: 1 },
+      ]);
       // The hour is dirty again, to be recomputed from the reading left; nothing before the cutoff is kept.
       expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour: H }]);
       expect((await pool.query('SELECT level, bucket FROM rollups WHERE device_seq = $1 ORDER BY 1, 2', [deviceSeq])).rows).toEqual([
@@ -696,20 +695,10 @@ describe('PostgreSQL transactions that run at the same time', () => {
 
     it('clears every rollup (a rebuild) while an hour is being settled, neither failing', async () => {
       const deviceSeq = await rolledDevice();
-      const release = await holdMarkDeletes();
-      try {
-        const settled = repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 });
-        await lockWaiters(1);
-        const cleared = Promise.resolve(repos.rollups.clear());
-        await lockWaitersOrDone(2, cleared);
-        await release();
-        const [a, b] = await Promise.allSettled([settled, cleared]);
-        expect(a).toEqual({ status: 'fulfilled', value: true });
-        expect(b).toEqual({ status: 'fulfilled', value: undefined });
-      } finally {
-        await release();
-        await dropHold();
-      }
+      expect(await settleBeside(deviceSeq, () => repos.rollups.clear())).toEqual([
+        { status: 'fulfilled', value: true },
+        { status: 'fulfilled', value: undefined },
+      ]);
       expect((await pool.query('SELECT count(*)::int AS n FROM rollups')).rows).toEqual([{ n: 0 }]);
     });
   });
