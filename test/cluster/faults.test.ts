@@ -65,7 +65,7 @@ describe('a cluster of three nodes under load', () => {
       await cluster.stopPostgres();
       // Every node, asked directly: 503 with Retry-After, and /healthz degraded.
       for (const [i, node] of cluster.nodes.entries()) {
-        const res = await fetch(`${node.url}/api/devices/ingest`, {
+        const res = await fetchNode(node, '/api/devices/ingest', {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ device_id: seed.deviceId, access_token: seed.token, data: { n: -100 - i, a: 0 } }),
@@ -73,7 +73,7 @@ describe('a cluster of three nodes under load', () => {
         expect(res.status, node.url).toBe(503);
         expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
         expect(((await res.json()) as { error: string }).error).toMatch(/^storage unavailable: /);
-        expect((await fetch(`${node.url}/healthz`)).status, node.url).toBe(503);
+        expect((await fetchNode(node, '/healthz')).status, node.url).toBe(503);
       }
       const ackedDuringOutage = load.acked.length;
       await new Promise((r) => setTimeout(r, 1_000));
@@ -85,7 +85,7 @@ describe('a cluster of three nodes under load', () => {
       await progress(load, 150);
       for (const [i, node] of cluster.nodes.entries()) {
         expect(await ingestVia(node.url, seed, { n: -200 - i, a: 0 }), node.url).toBe(200);
-        expect((await fetch(`${node.url}/healthz`)).status).toBe(200);
+        expect((await fetchNode(node, '/healthz')).status).toBe(200);
       }
     });
     expect(cluster.nodes.map((n) => n.proc.pid)).toEqual(pids);
@@ -100,3 +100,13 @@ describe('a cluster of three nodes under load', () => {
     }
   });
 });
+
+/** A request to one node; a node that cannot be reached fails the test with its state and last output. */
+function fetchNode(node: Cluster['nodes'][number], pathname: string, init?: RequestInit): Promise<Response> {
+  return fetch(`${node.url}${pathname}`, init).catch((err: unknown) => {
+    const state = `exit code ${node.proc.exitCode}, signal ${node.proc.signalCode}`;
+    throw new Error(`node${node.index + 1} (${node.url}) unreachable, ${state}; its last output:\n${node.output().slice(-3000)}`, {
+      cause: err,
+    });
+  });
+}
