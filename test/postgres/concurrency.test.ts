@@ -83,21 +83,25 @@ describe('PostgreSQL transactions that run at the same time', () => {
    * Makes every INSERT into `table` wait, row by row before it goes in, until release() is
    * called; returns release. The statement's reads (and the row locks they take) are done by then.
    */
-  const holdInserts = async (table: string): Promise<() => Promise<void>> => {
+  /**
+   * Makes every INSERT (or DELETE) on `table` wait, row by row, once the statement has read and
+   * locked the row, until release() is called; returns release, which also drops the trigger
+   * (after the held statements went on: dropping it waits for them).
+   */
+  const holdRows = async (op: 'INSERT' | 'DELETE', table: string): Promise<() => Promise<void>> => {
     const holder = await pool.connect();
     await holder.query('SELECT pg_advisory_lock(4343)');
     await pool.query(`
-      CREATE FUNCTION hold_insert() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN PERFORM pg_advisory_xact_lock_shared(4343); RETURN NEW; END $$;
-      CREATE TRIGGER hold_insert BEFORE INSERT ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_insert();`);
+      CREATE FUNCTION hold_rows() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_xact_lock_shared(4343); RETURN ${op === 'INSERT' ? 'NEW' : 'OLD'}; END $$;
+      CREATE TRIGGER hold_rows BEFORE ${op} ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_rows();`);
     let released = false;
     return async () => {
       if (released) return;
       released = true;
       await holder.query('SELECT pg_advisory_unlock_all()');
       holder.release();
-      // After the held inserts went on: dropping the trigger waits for them.
-      await pool.query(`DROP TRIGGER hold_insert ON ${table}; DROP FUNCTION hold_insert()`);
+      await pool.query(`DROP TRIGGER hold_rows ON ${table}; DROP FUNCTION hold_rows()`);
     };
   };
 
@@ -163,7 +167,7 @@ describe('PostgreSQL transactions that run at the same time', () => {
       const accounts = accountService(repos, events, systemClock);
       const sessions = sessionService(repos, accounts, systemClock);
       const account = await accounts.create({ email: 'reset@example.com', password: 'old password' });
-      const release = await holdInserts('sessions');
+      const release = await holdRows('INSERT', 'sessions');
       let signIn: Promise<{ sessionId: string }>;
       let reset: Promise<unknown>;
       try {
@@ -366,7 +370,7 @@ describe('PostgreSQL transactions that run at the same time', () => {
       });
       const [a, b] = alertSeqs as [number, number];
       // Each node stops after its first event went in, holding its first alert's row.
-      const release = await holdInserts('alert_events');
+      const release = await holdRows('INSERT', 'alert_events');
       let results: PromiseSettledResult<RecordedOutcome[]>[];
       try {
         const nodeA = Promise.resolve(repos.alerts.recordOutcomes([trigger(a, `evt_a1_${account}`), trigger(b, `evt_b1_${account}`)]));
@@ -624,33 +628,13 @@ describe('PostgreSQL transactions that run at the same time', () => {
     ];
 
     /**
-     * Makes a settle stop right after it has taken its hour's mark (a BEFORE DELETE trigger
-     * runs once the row is locked) until release() is called.
-     */
-    const holdMarkDeletes = async (): Promise<() => Promise<void>> => {
-      const holder = await pool.connect();
-      await holder.query('SELECT pg_advisory_lock(4545)');
-      await pool.query(`
-        CREATE FUNCTION hold_mark_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN PERFORM pg_advisory_xact_lock_shared(4545); RETURN OLD; END $$;
-        CREATE TRIGGER hold_mark_delete BEFORE DELETE ON rollup_dirty FOR EACH ROW EXECUTE FUNCTION hold_mark_delete();`);
-      let released = false;
-      return async () => {
-        if (released) return;
-        released = true;
-        await holder.query('SELECT pg_advisory_unlock_all()');
-        holder.release();
-      };
-    };
-    const dropHold = () => pool.query('DROP TRIGGER hold_mark_delete ON rollup_dirty; DROP FUNCTION hold_mark_delete()');
-
-    /**
      * Settles hour H of the device (its two readings) while `other` runs beside it: the settle
      * is held right after it took its mark, `other` runs until it waits too (or ends), then
      * both go on. What became of each.
      */
     const settleBeside = async (deviceSeq: number, other: () => Awaitable<unknown>) => {
-      const release = await holdMarkDeletes();
+      // The settle stops right after it has taken its hour's mark (the row is locked by then).
+      const release = await holdRows('DELETE', 'rollup_dirty');
       try {
         const settled = Promise.allSettled([repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 })]);
         await lockWaiters(1);
@@ -660,7 +644,6 @@ describe('PostgreSQL transactions that run at the same time', () => {
         return [(await settled)[0], (await beside)[0]];
       } finally {
         await release();
-        await dropHold();
       }
     };
 
