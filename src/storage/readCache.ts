@@ -30,7 +30,25 @@ export const EXTERNAL_CHECK_MS = 1;
  * processes' commits within EXTERNAL_CHECK_MS on SQLite, or when their notification arrives
  * on PostgreSQL, so a reading of a device deleted longer ago was refused before it was queued.
  */
-export const DEVICE_CHECK_MS = 1_000;
+const DEVICE_CHECK_MS = 1_000;
+
+/**
+ * A writer's answer to "must this batch check that its devices still exist?": given the
+ * current generation of the devices and accounts tables, yes within DEVICE_CHECK_MS of the
+ * last time it changed.
+ */
+export function deviceCheckWindow(): (generation: number) => boolean {
+  let seen = -1;
+  let until = 0;
+  return (generation) => {
+    const now = performance.now();
+    if (generation !== seen) {
+      seen = generation;
+      until = now + DEVICE_CHECK_MS;
+    }
+    return now < until;
+  };
+}
 
 export class ExternalCommits {
   private generation = 0;

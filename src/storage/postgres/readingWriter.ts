@@ -1,7 +1,7 @@
 import type { Pool } from 'pg';
 import { STORAGE_RETRY_AFTER_SECONDS } from '../../domain/storageStatus.js';
 import { storageUnavailable, unauthorized } from '../../errors.js';
-import { DEVICE_CHECK_MS } from '../readCache.js';
+import { deviceCheckWindow } from '../readCache.js';
 import type { CommitObserver } from '../readingWriter.js';
 import type { PendingReading } from '../repositories.js';
 import { type DatabaseUrl, describeDatabaseError, isConnectionError, parseDatabaseUrl, poolNode } from './connect.js';
@@ -44,7 +44,7 @@ interface Waiting extends PendingReading {
  * so they would stay behind the device, counted in its account's usage until their week's
  * partition is dropped. Only their (ordinal, seq) pairs come back; the writer refuses the
  * others. The check costs about 70 µs of PostgreSQL CPU per 13-reading batch, so the
- * writer asks for it only within DEVICE_CHECK_MS of a change to devices or accounts it has
+ * writer asks for it only within a second of a change (deviceCheckWindow) to devices or accounts it has
  * heard of; without $9 the CTE is never read. Not seen: a removal committing while this
  * statement runs, or one by another process whose notification has not arrived yet; one
  * reading may then stay behind, which only row locks on devices per batch would close.
@@ -155,7 +155,7 @@ export class PostgresReadingWriter {
     private readonly onCommitted: ((batch: readonly PendingReading[]) => void) | null = null,
     /**
      * Changes whenever devices or accounts may have changed (the repositories' auth cache):
-     * batches check that their devices exist only within DEVICE_CHECK_MS of a change; always
+     * batches check that their devices exist only within a second of a change (deviceCheckWindow); always
      * without it.
      */
     private readonly authTablesGeneration: (() => number) | null = null,
@@ -183,18 +183,10 @@ export class PostgresReadingWriter {
     return this.queue.length;
   }
 
-  private seenGeneration = -1;
-  private checkDevicesUntil = 0;
+  private readonly mustCheckDevices = deviceCheckWindow();
   /** Whether the next batch checks that its devices still exist (INSERT_BATCH's $9). */
   private checksDevices(): boolean {
-    if (this.authTablesGeneration === null) return true;
-    const generation = this.authTablesGeneration();
-    const now = performance.now();
-    if (generation !== this.seenGeneration) {
-      this.seenGeneration = generation;
-      this.checkDevicesUntil = now + DEVICE_CHECK_MS;
-    }
-    return now < this.checkDevicesUntil;
+    return this.authTablesGeneration === null || this.mustCheckDevices(this.authTablesGeneration());
   }
 
   append(reading: PendingReading): Promise<number> {

@@ -2,7 +2,7 @@ import type { StoredReading } from '../../domain/types.js';
 import { MINUTE_MS } from '../../time.js';
 import type { Db } from '../db.js';
 import { REBUILD_READING_COUNTS } from '../migrations.js';
-import { DEVICE_CHECK_MS, type TableChanges } from '../readCache.js';
+import { deviceCheckWindow, type TableChanges } from '../readCache.js';
 import type { PendingReading } from '../repositories.js';
 import type { RollupsRepo } from './rollups.js';
 
@@ -202,23 +202,15 @@ export function readingsRepo(db: Db, rollups: RollupsRepo, deviceTables: Pick<Ta
    * device) are left out, checked inside this transaction, which holds the write lock: there
    * is no foreign key, so they would otherwise stay behind the deleted device for good,
    * never expired and counted in its account's usage. Their seqs come back null: the writer
-   * refuses them. The check runs only within DEVICE_CHECK_MS of a change to the devices or
+   * refuses them. The check runs only within a second of a change (deviceCheckWindow) to the devices or
    * accounts tables, by this process (seen at once) or another (data_version, read here):
    * otherwise no device of the batch can be gone, and the batch saves a statement.
    */
   let onCommitted: (batch: readonly PendingReading[]) => void = () => {};
-  let seenGeneration = -1;
-  let checkDevicesUntil = 0;
+  const mustCheckDevices = deviceCheckWindow();
   const NONE_GONE: ReadonlySet<number> = new Set();
-  const goneDevices = (devices: Set<number>): ReadonlySet<number> => {
-    const generation = deviceTables.current(true);
-    const now = performance.now();
-    if (generation !== seenGeneration) {
-      seenGeneration = generation;
-      checkDevicesUntil = now + DEVICE_CHECK_MS;
-    }
-    return now < checkDevicesUntil ? new Set(missingDevices.all(JSON.stringify([...devices]))) : NONE_GONE;
-  };
+  const goneDevices = (devices: Set<number>): ReadonlySet<number> =>
+    mustCheckDevices(deviceTables.current(true)) ? new Set(missingDevices.all(JSON.stringify([...devices]))) : NONE_GONE;
   const insertBatch = db.transaction((accepted: PendingReading[]): { seqs: (number | null)[]; stored: PendingReading[] } => {
     if (accepted.length === 0) return { seqs: [], stored: accepted };
     let devices = new Set<number>();
