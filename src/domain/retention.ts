@@ -24,6 +24,8 @@ export interface RetentionRun {
   snapshots: number;
   /** Whole partitions of readings dropped (PostgreSQL); 0 where storage has none. */
   partitions: number;
+  /** Readings committed after their device's deletion, deleted now (PostgreSQL); 0 where none can be. */
+  readingsOfRemovedDevices: number;
 }
 
 const yieldToEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -73,7 +75,7 @@ export class RetentionJob {
   }
 
   private async pass(): Promise<RetentionRun> {
-    const run: RetentionRun = { devices: 0, deleted: 0, batches: 0, snapshots: 0, partitions: 0 };
+    const run: RetentionRun = { devices: 0, deleted: 0, batches: 0, snapshots: 0, partitions: 0, readingsOfRemovedDevices: 0 };
     const retentionByAccount = new Map((await this.repos.accounts.list()).map((a) => [a.seq, a.limits.retentionDays]));
     const now = this.clock.now();
     // Whole partitions past every account's retention first (where storage has them): one
@@ -81,6 +83,7 @@ export class RetentionJob {
     if (this.repos.readings.dropExpiredPartitions) {
       run.partitions = (await this.repos.readings.dropExpiredPartitions(now, LEVELS.length)).length;
     }
+    if (this.repos.readings.sweepRemovedDevices) run.readingsOfRemovedDevices = await this.repos.readings.sweepRemovedDevices();
     for (const device of await this.repos.devices.allSeqs()) {
       const days = retentionByAccount.get(device.accountSeq);
       if (days === undefined) continue;

@@ -348,6 +348,13 @@ export interface ReadingsRepository {
    * counts; returns the partitions dropped. Absent where there are none (SQLite).
    */
   dropExpiredPartitions?(now: number, levels: number): Awaitable<string[]>;
+  /**
+   * Where a reading can still be committed after its device's deletion (PostgreSQL: a batch
+   * already on its way, or another process's that had not heard of the deletion), deletes
+   * the readings, rollups and usage counts of the devices deleted lately; returns the
+   * readings deleted. Absent where the deletion and the batches exclude each other (SQLite).
+   */
+  sweepRemovedDevices?(): Awaitable<number>;
 }
 
 /**

@@ -54,6 +54,8 @@ describe('PostgreSQL schema and migrations', () => {
       'reading_count_deltas',
       'reading_counts',
       'readings',
+      // PostgreSQL only: devices deleted lately, swept again by retention (migration 12).
+      'removed_devices',
       'rollup_dirty',
       // Cluster only: the late-reading mark every node's writer reads (migration 4).
       'rollup_late',

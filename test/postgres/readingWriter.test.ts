@@ -176,6 +176,67 @@ describe('PostgreSQL reading writer', () => {
     }
   });
 
+  it('leaves a reading committed after its device’s deletion to the retention sweep, which deletes it with its usage count and rollups', async () => {
+    // A deferred trigger holds the batch at its commit, after its statement saw the device
+    // alive; the device is deleted meanwhile, so the batch commits a reading behind it.
+    const repos = await createPostgresRepositories(observer);
+    const deviceSeq = (
+      await observer.query(
+        "INSERT INTO devices (id, account_seq, name, type, schema_mode, token_hash, created_at, updated_at) VALUES ('dev_gone', $1, 'd', 't', 'flexible', 'hgone', 0, 0) RETURNING seq",
+        [accountSeq],
+      )
+    ).rows[0].seq;
+    const usage = () =>
+      count(
+        `SELECT coalesce(sum(n), 0)::int AS n FROM (SELECT n FROM reading_counts WHERE account_seq = ${accountSeq}
+         UNION ALL SELECT n FROM reading_count_deltas WHERE account_seq = ${accountSeq}) c`,
+      );
+    const orphans = () => count(`SELECT count(*)::int AS n FROM readings WHERE device_seq = ${deviceSeq}`);
+    const holder = await observer.connect();
+    await observer.query(`
+      CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
+      CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON reading_count_deltas
+        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit();`);
+    try {
+      await holder.query('SELECT pg_advisory_lock(4242)');
+      const appended = writer.append({ deviceSeq, accountSeq, time: NOW, data: '{"t":1}' });
+      const waiting = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted";
+      for (let i = 0; i < 200 && (await count(waiting)) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(await count(waiting)).toBe(1);
+      await repos.devices.removeWithRollups(deviceSeq);
+      await holder.query('SELECT pg_advisory_unlock(4242)');
+      await appended;
+    } finally {
+      await holder.query('SELECT pg_advisory_unlock_all()');
+      holder.release();
+      await observer.query('DROP TRIGGER hold_commit ON reading_count_deltas; DROP FUNCTION hold_commit()');
+    }
+    expect(await orphans()).toBe(1);
+    expect(await usage()).toBe(1);
+    // What the rollup pass makes of it: its hour marked dirty, a minute rolled up.
+    await observer.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, NOW - (NOW % 3_600_000)]);
+    await observer.query(`INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}')`, [deviceSeq, NOW]);
+
+    expect(await repos.readings.sweepRemovedDevices()).toBe(1);
+    expect(await orphans()).toBe(0);
+    expect(await usage()).toBe(0);
+    expect(await count(`SELECT count(*)::int AS n FROM rollups WHERE device_seq = ${deviceSeq}`)).toBe(0);
+    expect(await count(`SELECT count(*)::int AS n FROM rollup_dirty WHERE device_seq = ${deviceSeq}`)).toBe(0);
+
+    // Within a day of the deletion, a later pass still sweeps (a node that had not heard of it);
+    // after a day the device is forgotten.
+    await observer.query(`INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, nextval('reading_seq'), '{"t":2}')`, [
+      deviceSeq,
+      NOW,
+    ]);
+    expect(await repos.readings.sweepRemovedDevices()).toBe(1);
+    expect(await count('SELECT count(*)::int AS n FROM removed_devices')).toBe(1);
+    await observer.query("UPDATE removed_devices SET removed_at = now() - interval '25 hours'");
+    expect(await repos.readings.sweepRemovedDevices()).toBe(0);
+    expect(await count('SELECT count(*)::int AS n FROM removed_devices')).toBe(0);
+  });
+
   it('keeps data byte for byte', async () => {
     const data = '{ "t" : 21.50, "note":"Grüße \\u00e9 \\"x\\"",  "z":1e3 }';
     const seq = await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data });

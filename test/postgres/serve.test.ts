@@ -379,6 +379,22 @@ describe('serve on PostgreSQL', () => {
     expect(left.rows.map((r) => r.data)).toEqual(['{"old":false}']);
   });
 
+  it('retention deletes again a reading committed after its device’s deletion, and its usage count', async () => {
+    const s = await seedAccount(server, { plan: 'business' });
+    await server.services.devices.remove(s.device);
+    // What a batch already on its way, or another node not yet told, commits behind the deletion.
+    await observer.query(
+      `WITH r AS (INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, nextval('reading_seq'), '{"late":true}'))
+       INSERT INTO reading_count_deltas (account_seq, minute, n) VALUES ($3, $2 / 60000, 1)`,
+      [s.device.seq, Date.now(), s.account.seq],
+    );
+    const run = await server.retention.runOnce();
+    expect(run.readingsOfRemovedDevices).toBe(1);
+    expect((await observer.query('SELECT count(*)::int AS n FROM readings WHERE device_seq = $1', [s.device.seq])).rows[0].n).toBe(0);
+    const usage = await server.request('/v1/account/usage', { key: s.key });
+    expect(((await usage.json()) as { data: { telemetry: { data_points_24h: number } } }).data.telemetry.data_points_24h).toBe(0);
+  });
+
   // Last in this file: it stops the database server (and starts it again).
   it('stopped under load: 503 and no PUBACK while down, /healthz degraded, recovery without a restart, every acknowledged reading stored once', async () => {
     const s = await seedAccount(server, { plan: 'business' });

@@ -48,10 +48,11 @@ const TABLES: { name: string; order: string; from?: string }[] = [
 ];
 
 /**
- * PostgreSQL-only tables, never archived: a cluster's coordination (migration 4) and the
- * usage counts not folded yet (migration 9), which the backup adds to reading_counts.
+ * PostgreSQL-only tables, never archived: a cluster's coordination (migration 4), the
+ * usage counts not folded yet (migration 9), which the backup adds to reading_counts, and
+ * the devices retention sweeps again after their deletion (migration 12).
  */
-const POSTGRES_ONLY_TABLES = ['delivery_owners', 'rollup_late', 'reading_count_deltas'];
+const POSTGRES_ONLY_TABLES = ['delivery_owners', 'rollup_late', 'reading_count_deltas', 'removed_devices'];
 
 /**
  * SQLite tables with their own handling: readings sit in two SQLite tables and in one

@@ -474,6 +474,23 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
     name: 'deliveries seen unowned',
     sql: 'ALTER TABLE delivery_owners ADD COLUMN unowned_since bigint',
   },
+  {
+    // Devices deleted in the last day, with their account (repos/devices.ts, removeWithRollups).
+    // A batch whose statement began before a deletion committed, or sent by a node the
+    // deletion's notification had not reached yet, can commit a reading after the device's
+    // readings were deleted: readings have no foreign key to stop it. Retention deletes the
+    // readings, rollups and usage counts of these devices again at each pass
+    // (repos/readings.ts, sweepRemovedDevices), and forgets a device a day after its deletion.
+    version: 12,
+    name: 'removed devices swept again',
+    sql: `
+      CREATE TABLE removed_devices (
+        device_seq bigint PRIMARY KEY,
+        account_seq bigint NOT NULL,
+        removed_at timestamptz NOT NULL DEFAULT now()
+      );
+    `,
+  },
 ];
 
 /** Session-level advisory lock held while migrating: 'tlmg'. */

@@ -46,8 +46,9 @@ interface Waiting extends PendingReading {
  * others. The check costs about 70 µs of PostgreSQL CPU per 13-reading batch, so the
  * writer asks for it only within a second of a change (deviceCheckWindow) to devices or accounts it has
  * heard of; without $9 the CTE is never read. Not seen: a removal committing while this
- * statement runs, or one by another process whose notification has not arrived yet; one
- * reading may then stay behind, which only row locks on devices per batch would close.
+ * statement runs, or one by another process whose notification has not arrived yet; a
+ * reading may then land behind it, which retention deletes at its next pass
+ * (repos/readings.ts, sweepRemovedDevices) rather than every batch paying for row locks.
  */
 const INSERT_BATCH = `
   WITH block AS MATERIALIZED (

@@ -52,6 +52,11 @@ const recordRejection = prepared(
   'UPDATE devices SET rejected_count = rejected_count + 1, last_rejection_reason = $2, last_rejection_at = $3 WHERE seq = $1',
 );
 const remove = prepared('device-remove', 'DELETE FROM devices WHERE seq = $1');
+// Retention sweeps a removed device again (migration 12, repos/readings.ts sweepRemovedDevices).
+const rememberRemoved = prepared(
+  'device-remember-removed',
+  'INSERT INTO removed_devices (device_seq, account_seq) SELECT seq, account_seq FROM devices WHERE seq = $1 ON CONFLICT DO NOTHING',
+);
 // Keeps the newest reading's time in the row before retention deletes readings, so last_seen
 // survives the deletion of every reading (SELECT above falls back to it). A device that never
 // sent one keeps NULL ("never"), not 0.
@@ -141,6 +146,7 @@ export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsO
         inTransaction(pool, async (client) => {
           await client.query('DELETE FROM readings WHERE device_seq = $1', [seq]);
           await deleteRollupsOf(client, seq);
+          await rememberRemoved.run(client, [seq]);
           await remove.run(client, [seq]);
         }),
       ),

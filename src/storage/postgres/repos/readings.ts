@@ -121,9 +121,10 @@ function partitionStart(name: string): number | null {
   return m ? Date.UTC(Number(m[1]), Number(m[2]) - 1, Number(m[3])) : null;
 }
 
-/** What only the PostgreSQL backend's readings have: retention's drop of whole weeks, the usage counts' fold, the commit hook. */
+/** What only the PostgreSQL backend's readings have: retention's drop of whole weeks and sweep of removed devices, the usage counts' fold, the commit hook. */
 export interface PostgresReadingsExtras {
   dropExpiredPartitions(now: number, levels: number): Promise<string[]>;
+  sweepRemovedDevices(): Promise<number>;
   foldUsageCounts(): Promise<number>;
   /** What the PostgresReadingWriter calls after each commit: hands the batch to the commit observer. */
   committed(batch: readonly PendingReading[]): void;
@@ -292,5 +293,30 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
       }
       return dropped;
     },
+    /**
+     * Deletes again what a device deleted in the last day may have been given after its
+     * deletion (migration 12): readings committed by a batch that was already on its way, with
+     * their usage counts (the deletion trigger finds no device to count them against, so the
+     * tombstone's account is used), the dirty marks and rollups the rollup pass made of them.
+     * Marks before rollups, as everywhere. Then forgets the devices deleted over a day ago.
+     * Returns the readings deleted.
+     */
+    sweepRemovedDevices: (): Promise<number> =>
+      inTransaction(pool, async (client) => {
+        const removed = (await client.query('SELECT device_seq AS seq FROM removed_devices ORDER BY 1')).rows.map((r) => r.seq);
+        if (removed.length === 0) return 0;
+        const deleted = await client.query<{ n: string }>(
+          `WITH gone AS (
+             DELETE FROM readings r USING removed_devices t WHERE r.device_seq = t.device_seq RETURNING t.account_seq, r.time
+           ), counted AS (
+             INSERT INTO reading_count_deltas (account_seq, minute, n) SELECT account_seq, time / 60000, -count(*) FROM gone GROUP BY 1, 2
+           )
+           SELECT count(*) AS n FROM gone`,
+        );
+        await client.query('DELETE FROM rollup_dirty WHERE device_seq = ANY($1::bigint[])', [removed]);
+        await client.query('DELETE FROM rollups WHERE device_seq = ANY($1::bigint[])', [removed]);
+        await client.query("DELETE FROM removed_devices WHERE removed_at < now() - interval '1 day'");
+        return Number(deleted.rows[0]!.n);
+      }),
   };
 }
