@@ -80,21 +80,18 @@ describe('PostgreSQL transactions that run at the same time', () => {
   };
 
   /**
-   * Makes every INSERT into `table` wait, row by row before it goes in, until release() is
-   * called; returns release. The statement's reads (and the row locks they take) are done by then.
-   */
-  /**
    * Makes every INSERT (or DELETE) on `table` wait, row by row, once the statement has read and
-   * locked the row, until release() is called; returns release, which also drops the trigger
-   * (after the held statements went on: dropping it waits for them).
+   * locked the row (`after`: once the row is written, in the table and its indexes), until
+   * release() is called; returns release, which also drops the trigger (after the held
+   * statements went on: dropping it waits for them).
    */
-  const holdRows = async (op: 'INSERT' | 'DELETE', table: string): Promise<() => Promise<void>> => {
+  const holdRows = async (op: 'INSERT' | 'DELETE', table: string, when: 'BEFORE' | 'AFTER' = 'BEFORE'): Promise<() => Promise<void>> => {
     const holder = await pool.connect();
     await holder.query('SELECT pg_advisory_lock(4343)');
     await pool.query(`
       CREATE FUNCTION hold_rows() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_advisory_xact_lock_shared(4343); RETURN ${op === 'INSERT' ? 'NEW' : 'OLD'}; END $$;
-      CREATE TRIGGER hold_rows BEFORE ${op} ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_rows();`);
+      CREATE TRIGGER hold_rows ${when} ${op} ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_rows();`);
     let released = false;
     return async () => {
       if (released) return;
@@ -227,6 +224,35 @@ describe('PostgreSQL transactions that run at the same time', () => {
       } finally {
         await setupPool.end();
       }
+    });
+  });
+
+  describe('accounts', () => {
+    it('creates one account and refuses the other as a conflict when two creations of one email cross', async () => {
+      const events = new DomainEvents();
+      const accounts = accountService(repos, events, systemClock);
+      // The first creation's row is in (its unique index too), not committed yet,
+      const release = await holdRows('INSERT', 'accounts', 'AFTER');
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const first = accounts.create({ email: 'twice@example.com', password: 'password one' });
+        await lockWaiters(1);
+        // when a second `accounts create` of the same address has checked that none exists and
+        // inserts: it waits for the first to commit.
+        const second = accounts.create({ email: 'Twice@example.com', password: 'password two' });
+        // Settled from here: the second fails while release() waits for the trigger to go.
+        const both = Promise.allSettled([first, second]);
+        await lockWaiters(2);
+        await release();
+        results = await both;
+      } finally {
+        await release();
+      }
+      expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+      expect(results[1]).toMatchObject({ reason: { status: 409, message: 'an account with email Twice@example.com exists' } });
+      expect((await pool.query("SELECT email FROM accounts WHERE lower(email) = 'twice@example.com'")).rows).toEqual([
+        { email: 'twice@example.com' },
+      ]);
     });
   });
 
