@@ -31,7 +31,9 @@ function uploadInTwoParts(server: TestServer, deviceId: string, token: string, b
 
 /**
  * Resolves once the device's next upload has been authenticated: the upload reads its body
- * next, and whatever happens to the device from then on happens during the upload.
+ * next, and whatever happens to the device from then on happens during the upload. A look-up
+ * the cache could not answer (PostgreSQL) is a promise: authenticated once it has settled, or
+ * a change made meanwhile could be what it reads.
  */
 function authenticatedOnce(server: TestServer, deviceId: string): Promise<void> {
   const { devices } = server.services;
@@ -41,7 +43,12 @@ function authenticatedOnce(server: TestServer, deviceId: string): Promise<void> 
       const result = authenticate(id, token);
       if (id === deviceId) {
         devices.authenticate = authenticate;
-        resolve();
+        if (result instanceof Promise)
+          result.then(
+            () => resolve(),
+            () => resolve(),
+          );
+        else resolve();
       }
       return result;
     };
