@@ -711,4 +711,54 @@ describe('PostgreSQL transactions that run at the same time', () => {
       expect((await pool.query('SELECT count(*)::int AS n FROM rollups')).rows).toEqual([{ n: 0 }]);
     });
   });
+
+  describe('deletions of readings and rollups beside each other', () => {
+    const HOUR = 3_600_000;
+    const H = Date.UTC(2026, 10, 23, 10);
+
+    /** A device with two readings in hour H, a minute rollup of each, and H marked dirty. */
+    const deviceWithReadings = async (): Promise<number> => {
+      const account = await newAccount();
+      const deviceSeq = await newDevice(account, `dev_deleted_${account}`);
+      await readingPartitions(pool, [H]);
+      await pool.query(
+        `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
+        [deviceSeq, H + 60_000, deviceSeq * 1_000],
+      );
+      await pool.query(
+        `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}'), ($1, 0, $2 + 60000, '{"t":2}')`,
+        [deviceSeq, H + 60_000],
+      );
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
+      return deviceSeq;
+    };
+
+    it('expires readings of a device being deleted, neither failing', async () => {
+      const deviceSeq = await deviceWithReadings();
+      // The deletion (its readings left behind by the batches) stops once it holds its first reading;
+      const release = await holdRows('DELETE', 'readings');
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const removed = Promise.allSettled([repos.devices.removeWithRollups(deviceSeq)]);
+        await lockWaiters(1);
+        // retention's step for the device runs meanwhile (past every reading of it).
+        const expired = Promise.allSettled([repos.readings.expireBatch(deviceSeq, H + HOUR, 1_000, 3)]);
+        await lockWaitersOrDone(2, expired);
+        await release();
+        results = [(await removed)[0], (await expired)[0]];
+      } finally {
+        await release();
+      }
+      expect(results).toEqual([
+        { status: 'fulfilled', value: undefined },
+        { status: 'fulfilled', value: 0 },
+      ]);
+      const left = await pool.query(
+        `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
+           (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
+        [deviceSeq],
+      );
+      expect(left.rows).toEqual([{ rollups: 0, marks: 0, readings: 0, devices: 0 }]);
+    });
+  });
 });
