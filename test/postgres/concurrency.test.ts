@@ -17,6 +17,7 @@ import { connectPostgres, poolNode } from '../../src/storage/postgres/connect.js
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
 import { NODE_LOCK_CLASS } from '../../src/storage/postgres/leadership.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
+import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
 import type { AlertOutcome, Awaitable, RecordedOutcome } from '../../src/storage/repositories.js';
 import { systemClock } from '../../src/time.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
@@ -759,6 +760,33 @@ describe('PostgreSQL transactions that run at the same time', () => {
         [deviceSeq],
       );
       expect(left.rows).toEqual([{ rollups: 0, marks: 0, readings: 0, devices: 0 }]);
+    });
+
+    it('clears every rollup (a rebuild) while a batch with a late reading marks its hour, neither failing', async () => {
+      const deviceSeq = await deviceWithReadings();
+      // Readings before H + 2 hours are late: they mark their hour.
+      const writer = new PostgresReadingWriter(pool, url, 5_000, () => H + 2 * HOUR);
+      // The rebuild has deleted every dirty mark (each row locked), and stops there;
+      const release = await holdRows('DELETE', 'rollup_dirty', 'AFTER');
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const cleared = Promise.allSettled([repos.rollups.clear()]);
+        await lockWaiters(1);
+        // a batch with a late reading of hour H, whose mark the rebuild holds, comes meanwhile.
+        const appended = Promise.allSettled([writer.append({ deviceSeq, time: H + 30 * 60_000, data: '{"t":3}' })]);
+        await lockWaitersOrDone(2, appended);
+        await release();
+        results = [(await cleared)[0], (await appended)[0]];
+      } finally {
+        await release();
+        await writer.close();
+      }
+      expect(results).toEqual([
+        { status: 'fulfilled', value: undefined },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+      // The late reading's hour is marked, after the rebuild: it is rolled up again.
+      expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour: H }]);
     });
   });
 });
