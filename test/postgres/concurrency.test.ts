@@ -86,10 +86,15 @@ describe('PostgreSQL transactions that run at the same time', () => {
    * release() is called; returns release, which also drops the trigger (after the held
    * statements went on: dropping it waits for them).
    */
-  const holdRows = async (op: 'INSERT' | 'DELETE', table: string, when: 'BEFORE' | 'AFTER' = 'BEFORE'): Promise<() => Promise<void>> => {
-    const holder = await pool.connect();
+  const holdRows = async (
+    op: 'INSERT' | 'DELETE',
+    table: string,
+    when: 'BEFORE' | 'AFTER' = 'BEFORE',
+    db: Pool = pool,
+  ): Promise<() => Promise<void>> => {
+    const holder = await db.connect();
     await holder.query('SELECT pg_advisory_lock(4343)');
-    await pool.query(`
+    await db.query(`
       CREATE FUNCTION hold_rows() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_advisory_xact_lock_shared(4343); RETURN ${op === 'INSERT' ? 'NEW' : 'OLD'}; END $$;
       CREATE TRIGGER hold_rows ${when} ${op} ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_rows();`);
@@ -99,7 +104,7 @@ describe('PostgreSQL transactions that run at the same time', () => {
       released = true;
       await holder.query('SELECT pg_advisory_unlock_all()');
       holder.release();
-      await pool.query(`DROP TRIGGER hold_rows ON ${table}; DROP FUNCTION hold_rows()`);
+      await db.query(`DROP TRIGGER hold_rows ON ${table}; DROP FUNCTION hold_rows()`);
     };
   };
 
@@ -254,6 +259,40 @@ describe('PostgreSQL transactions that run at the same time', () => {
       expect((await pool.query("SELECT email FROM accounts WHERE lower(email) = 'twice@example.com'")).rows).toEqual([
         { email: 'twice@example.com' },
       ]);
+    });
+  });
+
+  describe('the first-run setup beside an admin command', () => {
+    it('refuses the setup link when `accounts create` of the same email commits while the setup inserts', async () => {
+      // A database of its own: the setup works only while there is no account.
+      const setupPool = await connectPostgres(await createDatabase(pg), { max: 6 });
+      await migratePostgres(setupPool);
+      const setupRepos = await createPostgresRepositories(setupPool);
+      const events = new DomainEvents();
+      const accounts = accountService(setupRepos, events, systemClock);
+      const sessions = sessionService(setupRepos, accounts, systemClock);
+      // The admin's account is in (its unique index too), not committed yet,
+      const release = await holdRows('INSERT', 'accounts', 'AFTER', setupPool);
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const created = accounts.create({ email: 'owner@example.com' });
+        await lockWaiters(1);
+        // when the setup form is sent with the same address: no account is visible to it yet.
+        const setup = sessions.completeSetup('setup-token', 'setup-token', 'Owner@example.com', 'password one');
+        const both = Promise.allSettled([created, setup]);
+        await lockWaiters(2);
+        await release();
+        results = await both;
+      } finally {
+        await release();
+      }
+      try {
+        expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+        expect(results[1]).toMatchObject({ reason: { status: 401, message: 'this setup link is no longer valid' } });
+        expect((await setupPool.query('SELECT email FROM accounts')).rows).toEqual([{ email: 'owner@example.com' }]);
+      } finally {
+        await setupPool.end();
+      }
     });
   });
 

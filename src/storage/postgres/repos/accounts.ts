@@ -78,6 +78,9 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
     /**
      * Only while there is no account: two setups at once take the lock one after the other,
      * and the second's check, a statement begun after the first committed, sees its account.
+     * Another creation (an admin command) does not take the lock: one of the same address
+     * that commits after the check makes the insert fail on the unique index, which is an
+     * account existing too.
      */
     insertFirst: (a: NewAccount): Promise<boolean> =>
       cache.writing(
@@ -86,6 +89,9 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
           if ((await anyAccount.first(client, []))!.any) return new Rollback(false);
           await insert.run(client, insertValues(a));
           return true;
+        }).catch((err: unknown) => {
+          if (isEmailTaken(err)) return false;
+          throw err;
         }),
       ),
     async setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Promise<void> {
