@@ -59,7 +59,8 @@ export function accountService(repos: Repositories, events: DomainEvents, clock:
 
     async create(input: NewAccountInput): Promise<Account> {
       const account = await newAccount(input);
-      await repos.accounts.insert(account);
+      // newAccount checked the address, but another creation may have taken it since.
+      if (!(await repos.accounts.insert(account))) throw conflict(`an account with email ${account.email} exists`);
       return (await repos.accounts.findById(account.id))!;
     },
 

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { AppError, badRequest, forbidden, notFound, payloadTooLarge, rateLimited } from '../errors.js';
+import { AppError, badRequest, forbidden, notFound, payloadTooLarge, rateLimited, unauthorized } from '../errors.js';
 import type { Repositories, SnapshotRecord } from '../storage/repositories.js';
 import type { SnapshotFiles } from '../storage/snapshotFiles.js';
 import { type Clock, DAY_MS } from '../time.js';
@@ -86,15 +86,20 @@ export function snapshotService(repos: Repositories, devices: DeviceService, fil
    * takes it. A deletion removes the device's folder, so the file's rename, or the row's
    * insert (the foreign key), fails: that is the device being gone, not storage failing (503,
    * /healthz degraded). The folder this upload made again is removed once the row is gone.
+   * The row is asked of the database, not of the authentication cache: on PostgreSQL a
+   * deletion by another process (the admin CLI, another node) reaches the cache through a
+   * notification, which may not have arrived yet.
    */
   async function refusedSinceStart(device: Device, token: string | undefined): Promise<AppError | null> {
     try {
+      if (!(await repos.devices.findById(device.id))) {
+        files.removeDevice(device.id);
+        return unauthorized('invalid device id or access token');
+      }
       await devices.authenticate(device.id, token);
       return null;
     } catch (err) {
-      if (!(err instanceof AppError) || err.status !== 401) return null;
-      if (!(await repos.devices.findById(device.id))) files.removeDevice(device.id);
-      return err;
+      return err instanceof AppError && err.status === 401 ? err : null;
     }
   }
 

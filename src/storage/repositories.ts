@@ -226,8 +226,13 @@ export interface AccountsRepository {
   /** Every account, by created_at then seq. */
   list(): Awaitable<Account[]>;
   count(): Awaitable<number>;
-  /** Status `active`; a duplicate id or email fails (unique constraint). */
-  insert(a: NewAccount): Awaitable<void>;
+  /**
+   * Status `active`. False, inserting nothing, when an account with the email exists: the
+   * unique index decides as the row goes in, so of two creations of one address at once
+   * (each checked the address was free) one gets false, not a constraint error. A duplicate
+   * id fails (unique constraint).
+   */
+  insert(a: NewAccount): Awaitable<boolean>;
   /**
    * Inserts the account as insert does, only while there is no account at all (the first-run
    * setup); false, inserting nothing, when there is one. Atomic (SQLite: one statement;

@@ -17,6 +17,7 @@ import { connectPostgres, poolNode } from '../../src/storage/postgres/connect.js
 import { createPostgresRepositories, type PostgresRepositories } from '../../src/storage/postgres/index.js';
 import { NODE_LOCK_CLASS } from '../../src/storage/postgres/leadership.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
+import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
 import type { AlertOutcome, Awaitable, RecordedOutcome } from '../../src/storage/repositories.js';
 import { systemClock } from '../../src/time.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
@@ -80,28 +81,30 @@ describe('PostgreSQL transactions that run at the same time', () => {
   };
 
   /**
-   * Makes every INSERT into `table` wait, row by row before it goes in, until release() is
-   * called; returns release. The statement's reads (and the row locks they take) are done by then.
-   */
-  /**
    * Makes every INSERT (or DELETE) on `table` wait, row by row, once the statement has read and
-   * locked the row, until release() is called; returns release, which also drops the trigger
-   * (after the held statements went on: dropping it waits for them).
+   * locked the row (`after`: once the row is written, in the table and its indexes), until
+   * release() is called; returns release, which also drops the trigger (after the held
+   * statements went on: dropping it waits for them).
    */
-  const holdRows = async (op: 'INSERT' | 'DELETE', table: string): Promise<() => Promise<void>> => {
-    const holder = await pool.connect();
+  const holdRows = async (
+    op: 'INSERT' | 'DELETE',
+    table: string,
+    when: 'BEFORE' | 'AFTER' = 'BEFORE',
+    db: Pool = pool,
+  ): Promise<() => Promise<void>> => {
+    const holder = await db.connect();
     await holder.query('SELECT pg_advisory_lock(4343)');
-    await pool.query(`
+    await db.query(`
       CREATE FUNCTION hold_rows() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_advisory_xact_lock_shared(4343); RETURN ${op === 'INSERT' ? 'NEW' : 'OLD'}; END $$;
-      CREATE TRIGGER hold_rows BEFORE ${op} ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_rows();`);
+      CREATE TRIGGER hold_rows ${when} ${op} ON ${table} FOR EACH ROW EXECUTE FUNCTION hold_rows();`);
     let released = false;
     return async () => {
       if (released) return;
       released = true;
       await holder.query('SELECT pg_advisory_unlock_all()');
       holder.release();
-      await pool.query(`DROP TRIGGER hold_rows ON ${table}; DROP FUNCTION hold_rows()`);
+      await db.query(`DROP TRIGGER hold_rows ON ${table}; DROP FUNCTION hold_rows()`);
     };
   };
 
@@ -224,6 +227,69 @@ describe('PostgreSQL transactions that run at the same time', () => {
         expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
         expect(results[1]).toMatchObject({ reason: { status: 401 } });
         expect((await setupPool.query('SELECT email FROM accounts')).rows).toEqual([{ email: 'first@example.com' }]);
+      } finally {
+        await setupPool.end();
+      }
+    });
+  });
+
+  describe('accounts', () => {
+    it('creates one account and refuses the other as a conflict when two creations of one email cross', async () => {
+      const events = new DomainEvents();
+      const accounts = accountService(repos, events, systemClock);
+      // The first creation's row is in (its unique index too), not committed yet,
+      const release = await holdRows('INSERT', 'accounts', 'AFTER');
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const first = accounts.create({ email: 'twice@example.com', password: 'password one' });
+        await lockWaiters(1);
+        // when a second `accounts create` of the same address has checked that none exists and
+        // inserts: it waits for the first to commit.
+        const second = accounts.create({ email: 'Twice@example.com', password: 'password two' });
+        // Settled from here: the second fails while release() waits for the trigger to go.
+        const both = Promise.allSettled([first, second]);
+        await lockWaiters(2);
+        await release();
+        results = await both;
+      } finally {
+        await release();
+      }
+      expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+      expect(results[1]).toMatchObject({ reason: { status: 409, message: 'an account with email Twice@example.com exists' } });
+      expect((await pool.query("SELECT email FROM accounts WHERE lower(email) = 'twice@example.com'")).rows).toEqual([
+        { email: 'twice@example.com' },
+      ]);
+    });
+  });
+
+  describe('the first-run setup beside an admin command', () => {
+    it('refuses the setup link when `accounts create` of the same email commits while the setup inserts', async () => {
+      // A database of its own: the setup works only while there is no account.
+      const setupPool = await connectPostgres(await createDatabase(pg), { max: 6 });
+      await migratePostgres(setupPool);
+      const setupRepos = await createPostgresRepositories(setupPool);
+      const events = new DomainEvents();
+      const accounts = accountService(setupRepos, events, systemClock);
+      const sessions = sessionService(setupRepos, accounts, systemClock);
+      // The admin's account is in (its unique index too), not committed yet,
+      const release = await holdRows('INSERT', 'accounts', 'AFTER', setupPool);
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const created = accounts.create({ email: 'owner@example.com' });
+        await lockWaiters(1);
+        // when the setup form is sent with the same address: no account is visible to it yet.
+        const setup = sessions.completeSetup('setup-token', 'setup-token', 'Owner@example.com', 'password one');
+        const both = Promise.allSettled([created, setup]);
+        await lockWaiters(2);
+        await release();
+        results = await both;
+      } finally {
+        await release();
+      }
+      try {
+        expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected']);
+        expect(results[1]).toMatchObject({ reason: { status: 401, message: 'this setup link is no longer valid' } });
+        expect((await setupPool.query('SELECT email FROM accounts')).rows).toEqual([{ email: 'owner@example.com' }]);
       } finally {
         await setupPool.end();
       }
@@ -683,6 +749,83 @@ describe('PostgreSQL transactions that run at the same time', () => {
         { status: 'fulfilled', value: undefined },
       ]);
       expect((await pool.query('SELECT count(*)::int AS n FROM rollups')).rows).toEqual([{ n: 0 }]);
+    });
+  });
+
+  describe('deletions of readings and rollups beside each other', () => {
+    const HOUR = 3_600_000;
+    const H = Date.UTC(2026, 10, 23, 10);
+
+    /** A device with two readings in hour H, a minute rollup of each, and H marked dirty. */
+    const deviceWithReadings = async (): Promise<number> => {
+      const account = await newAccount();
+      const deviceSeq = await newDevice(account, `dev_deleted_${account}`);
+      await readingPartitions(pool, [H]);
+      await pool.query(
+        `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
+        [deviceSeq, H + 60_000, deviceSeq * 1_000],
+      );
+      await pool.query(
+        `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}'), ($1, 0, $2 + 60000, '{"t":2}')`,
+        [deviceSeq, H + 60_000],
+      );
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
+      return deviceSeq;
+    };
+
+    it('expires readings of a device being deleted, neither failing', async () => {
+      const deviceSeq = await deviceWithReadings();
+      // The deletion (its readings left behind by the batches) stops once it holds its first reading;
+      const release = await holdRows('DELETE', 'readings');
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const removed = Promise.allSettled([repos.devices.removeWithRollups(deviceSeq)]);
+        await lockWaiters(1);
+        // retention's step for the device runs meanwhile (past every reading of it).
+        const expired = Promise.allSettled([repos.readings.expireBatch(deviceSeq, H + HOUR, 1_000, 3)]);
+        await lockWaitersOrDone(2, expired);
+        await release();
+        results = [(await removed)[0], (await expired)[0]];
+      } finally {
+        await release();
+      }
+      expect(results).toEqual([
+        { status: 'fulfilled', value: undefined },
+        { status: 'fulfilled', value: 0 },
+      ]);
+      const left = await pool.query(
+        `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
+           (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
+        [deviceSeq],
+      );
+      expect(left.rows).toEqual([{ rollups: 0, marks: 0, readings: 0, devices: 0 }]);
+    });
+
+    it('clears every rollup (a rebuild) while a batch with a late reading marks its hour, neither failing', async () => {
+      const deviceSeq = await deviceWithReadings();
+      // Readings before H + 2 hours are late: they mark their hour.
+      const writer = new PostgresReadingWriter(pool, url, 5_000, () => H + 2 * HOUR);
+      // The rebuild has deleted every dirty mark (each row locked), and stops there;
+      const release = await holdRows('DELETE', 'rollup_dirty', 'AFTER');
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        const cleared = Promise.allSettled([repos.rollups.clear()]);
+        await lockWaiters(1);
+        // a batch with a late reading of hour H, whose mark the rebuild holds, comes meanwhile.
+        const appended = Promise.allSettled([writer.append({ deviceSeq, time: H + 30 * 60_000, data: '{"t":3}' })]);
+        await lockWaitersOrDone(2, appended);
+        await release();
+        results = [(await cleared)[0], (await appended)[0]];
+      } finally {
+        await release();
+        await writer.close();
+      }
+      expect(results).toEqual([
+        { status: 'fulfilled', value: undefined },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+      // The late reading's hour is marked, after the rebuild: it is rolled up again.
+      expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour: H }]);
     });
   });
 });

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { countAllSnapshots } from '../helpers/backend.js';
+import { countAllSnapshots, openDataDirStorage } from '../helpers/backend.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { upload } from './helpers.js';
 import { tinyJpeg } from './images.js';
@@ -31,7 +31,9 @@ function uploadInTwoParts(server: TestServer, deviceId: string, token: string, b
 
 /**
  * Resolves once the device's next upload has been authenticated: the upload reads its body
- * next, and whatever happens to the device from then on happens during the upload.
+ * next, and whatever happens to the device from then on happens during the upload. A look-up
+ * the cache could not answer (PostgreSQL) is a promise: authenticated once it has settled, or
+ * a change made meanwhile could be what it reads.
  */
 function authenticatedOnce(server: TestServer, deviceId: string): Promise<void> {
   const { devices } = server.services;
@@ -41,7 +43,12 @@ function authenticatedOnce(server: TestServer, deviceId: string): Promise<void> 
       const result = authenticate(id, token);
       if (id === deviceId) {
         devices.authenticate = authenticate;
-        resolve();
+        if (result instanceof Promise)
+          result.then(
+            () => resolve(),
+            () => resolve(),
+          );
+        else resolve();
       }
       return result;
     };
@@ -73,6 +80,40 @@ describe('a snapshot upload whose device is deleted meanwhile', () => {
     // Another camera's upload is taken as before.
     const other = await seedAccount(server, { device: { name: 'other camera', type: 'camera', snapshotsEnabled: true } });
     expect((await upload(server, other.device.id, other.token, tinyJpeg())).status).toBe(200);
+  });
+
+  it('is refused the same way when another process deleted the device, before this server has heard of it', async () => {
+    const cam = await seedAccount(server, { device: { name: 'camera', type: 'camera', snapshotsEnabled: true } });
+    // PostgreSQL: the server drops its caches once its listening connection is up; from then
+    // on only a notification does.
+    const { storage } = server;
+    if (storage.backend === 'postgres') {
+      for (let i = 0; i < 200 && !storage.repos.externalCommits.listening; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      expect(storage.repos.externalCommits.listening).toBe(true);
+    }
+    const authenticated = authenticatedOnce(server, cam.device.id);
+    const { answer, finish } = uploadInTwoParts(server, cam.device.id, cam.token, tinyJpeg());
+    await authenticated;
+    // The admin CLI (or another node) deletes the device: its rows and its folder. SQLite's
+    // server sees that commit at its next look-up (data_version); PostgreSQL's hears of it
+    // through a notification, which here has not arrived when the upload goes on (the
+    // notifying triggers are off for the deletion), so its cache still knows the device.
+    const other = await openDataDirStorage(server.dataDir);
+    try {
+      const notifying = ['devices', 'alerts'].map((t) => `ALTER TABLE ${t} DISABLE TRIGGER ${t}_notify_change;`).join('');
+      if (other.storage.backend === 'postgres') await other.storage.pool.query(notifying);
+      await other.services.devices.remove(cam.device);
+      if (other.storage.backend === 'postgres') await other.storage.pool.query(notifying.replaceAll('DISABLE', 'ENABLE'));
+    } finally {
+      await other.close();
+    }
+    finish();
+
+    const { status, body } = await answer;
+    expect({ status, body }).toEqual({ status: 401, body: { success: false, error: 'invalid device id or access token' } });
+    expect(existsSync(path.join(server.config.snapshotsDir, cam.device.id))).toBe(false);
+    expect(await countAllSnapshots(server.storage)).toBe(0);
+    expect((await (await server.request('/healthz')).json()).status).toBe('ok');
   });
 
   it('stored while the device is being deleted, its file goes with the device', async () => {

@@ -70,6 +70,10 @@ const accountParams = (a: NewAccount) => ({
   ...limitParams(a.limits),
 });
 
+/** The unique index on email refused the row (another process inserted the address since it was checked). */
+const isEmailTaken = (err: unknown) =>
+  (err as { code?: unknown }).code === 'SQLITE_CONSTRAINT_UNIQUE' && (err as Error).message.endsWith('accounts.email');
+
 export function accountsRepo(db: Db, changes?: TableChanges) {
   const byId = db.prepare<[string], AccountRow>('SELECT * FROM accounts WHERE id = ?');
   const bySeq = db.prepare<[number], AccountRow>('SELECT * FROM accounts WHERE seq = ?');
@@ -111,8 +115,14 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     findByEmail: (email: string) => toAccount(byEmail.get(email)),
     list: () => all.all().map((r) => toAccount(r)!),
     count: () => count.get()!.n,
-    insert(a: NewAccount): void {
-      insert.run(accountParams(a));
+    insert(a: NewAccount): boolean {
+      try {
+        insert.run(accountParams(a));
+        return true;
+      } catch (err) {
+        if (isEmailTaken(err)) return false;
+        throw err;
+      }
     },
     insertFirst: (a: NewAccount): boolean => insertFirst.run(accountParams(a)).changes > 0,
     setPlan: (seq: number, plan: string, limits: PlanLimits, now: number) =>

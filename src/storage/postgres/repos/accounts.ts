@@ -51,6 +51,10 @@ const limitValues = (l: PlanLimits) => [
 
 const insertValues = (a: NewAccount) => [a.id, a.email, a.name, a.passwordHash, a.plan, ...limitValues(a.limits), a.webhookSecret, a.now];
 
+/** The unique index on lower(email) refused the row (an insert that committed since the address was checked). */
+const isEmailTaken = (err: unknown) =>
+  (err as { code?: unknown }).code === '23505' && (err as { constraint?: unknown }).constraint === 'accounts_email';
+
 /** Accounts on PostgreSQL (AccountsRepository, src/storage/repositories.ts). */
 export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepository {
   const findBySeq = async (seq: number): Promise<Account | null> => toAccount(await bySeq.first(pool, [seq]));
@@ -61,12 +65,22 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
     findByEmail: async (email: string): Promise<Account | null> => toAccount(await byEmail.first(pool, [email])),
     list: async (): Promise<Account[]> => (await all.rows(pool, [])).map((r) => toAccount(r)!),
     count: async (): Promise<number> => (await count.first(pool, []))!.n,
-    async insert(a: NewAccount): Promise<void> {
-      await cache.writing(insert.run(pool, insertValues(a)));
-    },
+    insert: (a: NewAccount): Promise<boolean> =>
+      cache.writing(
+        insert.run(pool, insertValues(a)).then(
+          () => true,
+          (err: unknown) => {
+            if (isEmailTaken(err)) return false;
+            throw err;
+          },
+        ),
+      ),
     /**
      * Only while there is no account: two setups at once take the lock one after the other,
      * and the second's check, a statement begun after the first committed, sees its account.
+     * Another creation (an admin command) does not take the lock: one of the same address
+     * that commits after the check makes the insert fail on the unique index, which is an
+     * account existing too.
      */
     insertFirst: (a: NewAccount): Promise<boolean> =>
       cache.writing(
@@ -75,6 +89,9 @@ export function postgresAccountsRepo(pool: Pool, cache: AuthCache): AccountsRepo
           if ((await anyAccount.first(client, []))!.any) return new Rollback(false);
           await insert.run(client, insertValues(a));
           return true;
+        }).catch((err: unknown) => {
+          if (isEmailTaken(err)) return false;
+          throw err;
         }),
       ),
     async setPlan(seq: number, plan: string, limits: PlanLimits, now: number): Promise<void> {

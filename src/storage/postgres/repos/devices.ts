@@ -67,6 +67,8 @@ const archiveLastSeen = prepared(
 );
 const allSeqs = prepared<{ seq: number; account_seq: number }>('devices-all-seqs', 'SELECT seq, account_seq FROM devices ORDER BY seq');
 const lockAccount = prepared('account-lock', 'SELECT 1 FROM accounts WHERE seq = $1 FOR UPDATE');
+/** The device row, held to the end of the transaction (removeWithRollups here, snapshots.insertWithinQuota). */
+export const lockDevice = prepared('device-lock', 'SELECT 1 FROM devices WHERE seq = $1 FOR UPDATE');
 
 const newDeviceValues = (d: NewDevice) => [
   d.id,
@@ -139,11 +141,14 @@ export function postgresDevicesRepo(pool: Pool, cache: AuthCache, deleteRollupsO
      * Deletes the device with its rollups in one transaction; its alerts, their events and
      * its snapshot rows go with it (ON DELETE CASCADE). Readings left (the caller deletes them
      * in batches first, readings.deleteBatchOfDevice) are deleted before the row, so the
-     * usage-count trigger still finds their account.
+     * usage-count trigger still finds their account. The row is locked first, as retention's
+     * step (readings.expireBatch) takes it, archiving last_seen, before its readings, marks and
+     * rollups: locked last, each could hold what the other waited for (docs/postgres.md, "Lock order").
      */
     removeWithRollups: (seq: number): Promise<void> =>
       write(
         inTransaction(pool, async (client) => {
+          await lockDevice.run(client, [seq]);
           await client.query('DELETE FROM readings WHERE device_seq = $1', [seq]);
           await deleteRollupsOf(client, seq);
           await rememberRemoved.run(client, [seq]);

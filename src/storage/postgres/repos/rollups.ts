@@ -175,11 +175,13 @@ export async function postgresRollupsRepo(pool: Pool): Promise<RollupsRepository
     /** Drops every rollup, for a rebuild from the readings. */
     async clear(): Promise<void> {
       await inTransaction(pool, async (client) => {
-        // Marks before rollups, as a settle takes them (deleteRollupsBefore).
+        // The late mark first: every batch of readings reads it (FOR SHARE) before it marks
+        // late readings' hours, so a rebuild that held marks while waiting for it ended one of
+        // them as a deadlock. Then marks before rollups, as a settle takes them (deleteRollupsBefore).
+        await client.query('UPDATE rollup_late SET late_before = 0');
         await client.query('DELETE FROM rollup_dirty');
         await client.query('DELETE FROM rollups');
         await client.query('UPDATE rollup_state SET rolled_until = 0');
-        await client.query('UPDATE rollup_late SET late_before = 0');
       });
       rolledUntil = 0;
       lateBefore = 0;

@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import { DAY_MS } from '../../../time.js';
 import { type SnapshotRow, toSnapshot } from '../../repos/snapshots.js';
 import type { NewSnapshot, SnapshotRecord, SnapshotsRepository } from '../../repositories.js';
+import { lockDevice } from './devices.js';
 import { inTransaction, prepared } from './sql.js';
 
 const SELECT = `SELECT s.seq, s.id, s.device_seq, d.id AS device_id, d.account_seq, s.content_type, s.size, s.created_at
@@ -30,7 +31,6 @@ const expired = prepared<SnapshotRow>(
    ORDER BY s.created_at, s.seq LIMIT $3`,
 );
 const removeMany = prepared('snapshots-remove', 'DELETE FROM snapshots WHERE seq = ANY($1::bigint[])');
-const lockDevice = prepared('device-lock', 'SELECT 1 FROM devices WHERE seq = $1 FOR UPDATE');
 
 /** Snapshot rows on PostgreSQL (SnapshotsRepository, src/storage/repositories.ts). */
 export function postgresSnapshotsRepo(pool: Pool): SnapshotsRepository {
