@@ -140,45 +140,65 @@ describe('PostgreSQL reading writer', () => {
     }
   });
 
-  it("keeps a late reading's hour dirty when a settle of that hour runs while its batch commits", async () => {
-    // The hour is already marked, so the batch's mark meets the existing row. A deferred
-    // trigger holds the batch at its commit, after the mark, until the test lets it go: the
-    // settle running then must not clear the mark and store rollups without that reading.
-    const hour = NOW - (NOW % 3_600_000);
-    const rollups = await postgresRollupsRepo(observer);
+  /**
+   * Holds every batch at its commit, after its statement ran: a deferred trigger on its usage
+   * counts waits for an advisory lock the test holds. batchHeld() waits until a batch waits
+   * there; release() lets it go and drops the trigger (after the held batch committed).
+   */
+  const holdCommits = async () => {
     const holder = await observer.connect();
-    const lateBefore = (await observer.query('SELECT late_before FROM rollup_late')).rows[0].late_before;
     await observer.query(`
       CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
       CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON reading_count_deltas
         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit();`);
+    await holder.query('SELECT pg_advisory_lock(4242)');
+    let released = false;
+    return {
+      async batchHeld() {
+        const waiting = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted";
+        for (let i = 0; i < 200 && (await count(waiting)) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+        expect(await count(waiting)).toBe(1);
+      },
+      async release() {
+        if (released) return;
+        released = true;
+        await holder.query('SELECT pg_advisory_unlock_all()');
+        holder.release();
+        await observer.query('DROP TRIGGER hold_commit ON reading_count_deltas; DROP FUNCTION hold_commit()');
+      },
+    };
+  };
+
+  it("keeps a late reading's hour dirty when a settle of that hour runs while its batch commits", async () => {
+    // The hour is already marked, so the batch's mark meets the existing row. The batch is
+    // held at its commit, after the mark, until the test lets it go: the settle running then
+    // must not clear the mark and store rollups without that reading.
+    const hour = NOW - (NOW % 3_600_000);
+    const rollups = await postgresRollupsRepo(observer);
+    const lateBefore = (await observer.query('SELECT late_before FROM rollup_late')).rows[0].late_before;
+    const held = await holdCommits();
     try {
       await observer.query('UPDATE rollup_late SET late_before = $1', [NOW + MINUTE]);
       await observer.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [devices[0], hour]);
-      await holder.query('SELECT pg_advisory_lock(4242)');
       const appended = writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{"t":1}' });
-      const waiting = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted";
-      for (let i = 0; i < 200 && (await count(waiting)) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
-      expect(await count(waiting)).toBe(1);
+      await held.batchHeld();
       // The settle read the hour before the batch: no readings, nothing to write.
       const settled = rollups.settleHour(devices[0]!, hour, [], { to: hour + 3_600_000, readings: 0 });
       await new Promise((resolve) => setTimeout(resolve, 100));
-      await holder.query('SELECT pg_advisory_unlock(4242)');
+      await held.release();
       await appended;
       expect(await settled).toBe(false);
       expect(await count('SELECT count(*) AS n FROM rollup_dirty')).toBe(1);
     } finally {
-      await holder.query('SELECT pg_advisory_unlock_all()');
-      holder.release();
-      await observer.query('DROP TRIGGER hold_commit ON reading_count_deltas; DROP FUNCTION hold_commit()');
+      await held.release();
       await observer.query('UPDATE rollup_late SET late_before = $1', [lateBefore]);
     }
   });
 
   it('leaves a reading committed after its device’s deletion to the retention sweep, which deletes it with its usage count and rollups', async () => {
-    // A deferred trigger holds the batch at its commit, after its statement saw the device
-    // alive; the device is deleted meanwhile, so the batch commits a reading behind it.
+    // The batch is held at its commit, after its statement saw the device alive; the device
+    // is deleted meanwhile, so the batch commits a reading behind it.
     const repos = await createPostgresRepositories(observer);
     const deviceSeq = (
       await observer.query(
@@ -192,25 +212,15 @@ describe('PostgreSQL reading writer', () => {
          UNION ALL SELECT n FROM reading_count_deltas WHERE account_seq = ${accountSeq}) c`,
       );
     const orphans = () => count(`SELECT count(*)::int AS n FROM readings WHERE device_seq = ${deviceSeq}`);
-    const holder = await observer.connect();
-    await observer.query(`
-      CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN PERFORM pg_advisory_xact_lock_shared(4242); RETURN NULL; END $$;
-      CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON reading_count_deltas
-        DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION hold_commit();`);
+    const held = await holdCommits();
     try {
-      await holder.query('SELECT pg_advisory_lock(4242)');
       const appended = writer.append({ deviceSeq, accountSeq, time: NOW, data: '{"t":1}' });
-      const waiting = "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND NOT granted";
-      for (let i = 0; i < 200 && (await count(waiting)) < 1; i++) await new Promise((resolve) => setTimeout(resolve, 10));
-      expect(await count(waiting)).toBe(1);
+      await held.batchHeld();
       await repos.devices.removeWithRollups(deviceSeq);
-      await holder.query('SELECT pg_advisory_unlock(4242)');
+      await held.release();
       await appended;
     } finally {
-      await holder.query('SELECT pg_advisory_unlock_all()');
-      holder.release();
-      await observer.query('DROP TRIGGER hold_commit ON reading_count_deltas; DROP FUNCTION hold_commit()');
+      await held.release();
     }
     expect(await orphans()).toBe(1);
     expect(await usage()).toBe(1);
