@@ -17,7 +17,7 @@ export interface StorageStatus {
   min_free_bytes: number;
 }
 
-class ApiError extends Error {
+export class ApiError extends Error {
   constructor(
     readonly status: number,
     message: string,

@@ -100,6 +100,8 @@ async function route(): Promise<void> {
   const seq = ++renderSeq;
   for (const fn of leaving) fn();
   leaving = [];
+  // A dialog belongs to the page it was opened on (it lives in <body>, outside #main).
+  for (const d of document.querySelectorAll('dialog')) d.close();
   const ctx: PageContext = { onLeave: (fn) => leaving.push(fn), live, navigate };
 
   if (location.pathname === '/setup' && !session) {

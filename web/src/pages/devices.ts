@@ -106,7 +106,13 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
   const soon = debounce(() => void refresh().catch(() => {}), 1000);
   ctx.onLeave(ctx.live.on('reading', soon));
   ctx.onLeave(ctx.live.on('rejected', soon));
-  ctx.onLeave(ctx.live.on('device', soon));
+  ctx.onLeave(
+    ctx.live.on('device', (e) => {
+      // A deleted device leaves the list at once; the refresh then shows the empty state if it was the last.
+      if (e.change === 'deleted') body.querySelector(`tr[data-device="${CSS.escape(e.device_id)}"]`)?.remove();
+      soon();
+    }),
+  );
   const timer = window.setInterval(() => void refresh().catch(() => {}), POLL_MS);
   ctx.onLeave(() => window.clearInterval(timer));
 }
