@@ -55,7 +55,7 @@ export async function api<T = any>(method: string, path: string, body?: unknown)
     data = { error: text };
   }
   if (!res.ok) {
-    if (res.status === 401 && !path.startsWith('/sign-in') && !path.startsWith('/setup') && path !== '/session') onUnauthorized();
+    if (res.status === 401 && !path.startsWith('/sign-in') && !path.startsWith('/setup')) onUnauthorized();
     throw new ApiError(res.status, data?.error ?? `request failed (${res.status})`);
   }
   return data as T;
@@ -75,16 +75,11 @@ export function newestOnly<A extends unknown[], T>(request: (...args: A) => Prom
   };
 }
 
+/** Who is signed in; the server answers `{"account": null}` when no one is. */
 export async function loadSession(): Promise<Session | null> {
-  try {
-    session = await api<Session>('GET', '/session');
-    csrfToken = session.csrf_token;
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 401) {
-      session = null;
-      csrfToken = '';
-    } else throw err;
-  }
+  const answer = await api<Session | { account: null }>('GET', '/session');
+  session = answer.account ? (answer as Session) : null;
+  csrfToken = session?.csrf_token ?? '';
   return session;
 }
 

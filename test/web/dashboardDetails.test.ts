@@ -1,0 +1,82 @@
+/**
+ * Details of the dashboard a user meets, in real headless Chromium against the real server
+ * (docs/dashboard.md): a clean console for a signed-out visitor, and how the readings table
+ * shows values.
+ */
+import { type Browser, type ConsoleMessage, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+
+const PASSWORD = 'correct horse battery';
+
+let server: TestServer;
+let browser: Browser;
+let seed: Awaited<ReturnType<typeof seedAccount>>;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  seed = await seedAccount(server, { device: { name: 'Greenhouse' } });
+  await server.services.accounts.setPassword(seed.account.seq, PASSWORD);
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/** A new browser context's page, and every console message and page error it produces. */
+async function newPage(viewport = { width: 1200, height: 800 }): Promise<{ page: Page; problems: string[] }> {
+  const page = await (await browser.newContext({ viewport })).newPage();
+  page.setDefaultTimeout(8_000);
+  const problems: string[] = [];
+  page.on('console', (m: ConsoleMessage) => {
+    if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()}: ${m.text()}`);
+  });
+  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
+  return { page, problems };
+}
+
+async function signIn(page: Page): Promise<void> {
+  await page.getByLabel('Email').fill(seed.account.email);
+  await page.getByLabel('Password').fill(PASSWORD);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Devices' }).waitFor();
+}
+
+describe('signed-out visitor', () => {
+  it('opening the dashboard signed out shows the sign-in page with nothing in the console', async () => {
+    const { page, problems } = await newPage();
+    await page.goto(server.httpUrl);
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    // A deep link too, and a reload: each probes the session again.
+    await page.goto(`${server.httpUrl}/#/devices/${seed.device.id}`);
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    await page.reload();
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    expect(problems).toEqual([]);
+  });
+
+  it('a session that ended (signed out elsewhere) also just shows the sign-in page, quietly', async () => {
+    const { page, problems } = await newPage();
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    const cookie = (await page.context().cookies()).find((c) => c.name === 'telemetryd_session')!;
+    // Ended server-side while the cookie stays in the browser: a reset signs out every session.
+    await server.services.sessions.resetPassword(seed.account.email, PASSWORD);
+    expect((await page.context().cookies()).some((c) => c.value === cookie.value)).toBe(true);
+    await page.reload();
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    expect(problems).toEqual([]);
+  });
+
+  it('GET /ui/api/session answers "no session" as a value, and the signed-in routes still refuse with 401', async () => {
+    const res = await server.request('/ui/api/session');
+    expect(res.status).toBe(200);
+    expect(await res.json()).toEqual({ account: null });
+    expect((await server.request('/ui/api/account')).status).toBe(401);
+  });
+});
