@@ -5,7 +5,7 @@
  */
 import { type Browser, type ConsoleMessage, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
+import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const PASSWORD = 'correct horse battery';
 
@@ -78,5 +78,31 @@ describe('signed-out visitor', () => {
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ account: null });
     expect((await server.request('/ui/api/account')).status).toBe(401);
+  });
+});
+
+describe('readings table', () => {
+  it('shows a text value quoted, so "12" never looks like the number 12 (table and latest tiles)', async () => {
+    const sent = await ingest(server, {
+      device_id: seed.device.id,
+      access_token: seed.token,
+      data: { n: 12, s: '12', yes: true, says: 'true', quote: 'say "hi"', none: null },
+    });
+    expect(sent.status).toBe(200);
+    const { page, problems } = await newPage();
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    await page.goto(`${server.httpUrl}/#/devices/${seed.device.id}`);
+    const table = page.getByTestId('readings');
+    await table.waitFor();
+    const headers = await table.locator('thead th').allTextContents();
+    const cells = await table.locator('tbody tr').first().locator('td').allTextContents();
+    const row = Object.fromEntries(headers.map((name, i) => [name, cells[i]]));
+    expect(row).toMatchObject({ n: '12', s: '"12"', yes: 'true', says: '"true"', quote: '"say \\"hi\\""', none: '—' });
+    const tile = (field: string) => page.locator(`[data-testid=latest] [data-field="${field}"] .tile-value`).textContent();
+    expect(await tile('n')).toBe('12');
+    expect(await tile('s')).toBe('"12"');
+    expect(await tile('says')).toBe('"true"');
+    expect(problems).toEqual([]);
   });
 });
