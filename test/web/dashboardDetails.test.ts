@@ -106,3 +106,24 @@ describe('readings table', () => {
     expect(problems).toEqual([]);
   });
 });
+
+describe('new device on a server with MQTT off', () => {
+  it('defaults to HTTP, says MQTT is off, and shows only HTTP snippets', async () => {
+    expect(server.mqttPort ?? null).toBeNull();
+    const { page, problems } = await newPage();
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    await page.goto(`${server.httpUrl}/#/devices/new`);
+    await page.getByRole('heading', { name: 'New device' }).waitFor();
+    const protocol = page.getByLabel('Protocol');
+    expect(await protocol.inputValue()).toBe('http');
+    expect(await protocol.locator('option[value=mqtt]').textContent()).toBe('MQTT (off on this server)');
+    await page.getByLabel('Name', { exact: true }).fill('Porch');
+    await page.getByRole('button', { name: 'Create device' }).click();
+    await page.getByRole('heading', { name: 'Device created' }).waitFor();
+    const titles = await page.locator('section.snippet h3').allTextContents();
+    expect(titles).toEqual(['curl (HTTP)', 'ESP32 / Arduino (HTTP)', 'Python (HTTP)']);
+    expect(await page.locator('section.snippet').allTextContents()).not.toContain(expect.stringMatching(/8883|mqtt/i));
+    expect(problems).toEqual([]);
+  });
+});

@@ -154,13 +154,15 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
     ],
     'wifi',
   );
+  // MQTT is only the default where the server listens for it (--mqtt-port, not off).
+  const mqttOn = session?.mqtt.enabled ?? true;
   const protocol = select(
     'protocol',
     [
-      ['mqtt', 'MQTT (TLS, port 8883)'],
+      ['mqtt', mqttOn ? `MQTT (TLS, port ${session?.mqtt.port ?? 8883})` : 'MQTT (off on this server)'],
       ['http', 'HTTP'],
     ],
-    'mqtt',
+    mqttOn ? 'mqtt' : 'http',
   );
   const interval = h('input', { name: 'data_interval_seconds', type: 'number', min: 1, max: 604800, value: 60, inputmode: 'numeric' });
   const schema = select(
@@ -236,7 +238,13 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
         'div',
         { class: 'grid2' },
         field('Network', network),
-        field('Protocol', protocol, 'Informational: picks the code snippets; both protocols work.'),
+        field(
+          'Protocol',
+          protocol,
+          mqttOn
+            ? 'Informational: picks the code snippets; both protocols work.'
+            : 'Informational: picks the code snippets. This server has MQTT off, so devices send over HTTP.',
+        ),
       ),
       h('div', { class: 'grid2' }, field('Data direction', direction), field('Data interval (seconds)', interval)),
     ),
@@ -304,6 +312,7 @@ export function renderCreated(main: HTMLElement, device: DeviceDetail, token: st
     fields: device.fields,
     network: String(device.settings.network ?? 'wifi'),
     protocol: String(device.settings.protocol ?? 'mqtt'),
+    mqttEnabled: s.mqtt.enabled,
     intervalSeconds: Number(device.settings.data_interval_seconds ?? 60),
     certificatePem: s.mqtt.certificate_pem,
     selfSigned: s.mqtt.self_signed,
