@@ -127,3 +127,33 @@ describe('new device on a server with MQTT off', () => {
     expect(problems).toEqual([]);
   });
 });
+
+describe('a phone-width window (360 px): lists become cards', () => {
+  it("a device's id stays inside its card; an alert's Condition and a key's Prefix label are in the labels' font", async () => {
+    await server.services.alerts.create(seed.device, { name: 'Too hot', field: 'temperature', operator: '>', value: 30, actions: [] });
+    const { page, problems } = await newPage({ width: 360, height: 800 });
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    const row = page.locator(`[data-testid=devices] tr[data-device="${seed.device.id}"]`);
+    // The card that clips what overflows it.
+    const card = (await page.locator('.table-wrap').filter({ has: row }).boundingBox())!;
+    const id = (await row.getByText(seed.device.id).boundingBox())!;
+    expect(id.x + id.width).toBeLessThanOrEqual(card.x + card.width);
+
+    await page.goto(`${server.httpUrl}/#/alerts`);
+    await page.locator('td[data-label=Name]', { hasText: 'Too hot' }).waitFor();
+    const labelFont = (label: string) =>
+      page
+        .locator(`table.list td[data-label="${label}"]`)
+        .first()
+        .evaluate((td) => getComputedStyle(td, '::before').fontFamily);
+    expect(await labelFont('Condition')).toBe(await labelFont('Name'));
+    // The condition itself stays monospace.
+    expect(await page.getByText('temperature > 30').evaluate((el) => getComputedStyle(el).fontFamily)).toMatch(/monospace/);
+    // Likewise an API key's Prefix (the seeded account has one key).
+    await page.goto(`${server.httpUrl}/#/settings`);
+    await page.locator('td[data-label=Prefix]').waitFor();
+    expect(await labelFont('Prefix')).toBe(await labelFont('Name'));
+    expect(problems).toEqual([]);
+  });
+});

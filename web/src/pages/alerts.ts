@@ -416,7 +416,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                 h('td', { 'data-label': 'Name' }, a.name),
                 h('td', { 'data-label': 'State' }, h('span', { class: `badge ${a.state}`, 'data-testid': 'state' }, a.state)),
                 h('td', { 'data-label': 'Device' }, deviceName(a.device_id)),
-                h('td', { 'data-label': 'Condition', class: 'mono' }, conditionText(a)),
+                h('td', { 'data-label': 'Condition' }, h('span', { class: 'mono' }, conditionText(a))),
                 h('td', { 'data-label': 'Severity' }, h('span', { class: `badge ${a.severity}` }, a.severity)),
                 h('td', { 'data-label': 'Actions' }, a.actions.join(', ') || '—'),
                 h('td', { 'data-label': 'Last triggered' }, fmtTime(a.last_triggered)),

@@ -78,8 +78,13 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
                 h(
                   'td',
                   { 'data-label': 'Name' },
-                  h('a', { href: `#/devices/${encodeURIComponent(d.id)}` }, d.name),
-                  h('div', { class: 'muted mono small' }, d.id),
+                  // One box for name and id: on a phone the cell is a flex row (app.css), and the id goes under the name.
+                  h(
+                    'div',
+                    { class: 'cell-stack' },
+                    h('a', { href: `#/devices/${encodeURIComponent(d.id)}` }, d.name),
+                    h('div', { class: 'muted mono small' }, d.id),
+                  ),
                 ),
                 h(
                   'td',

@@ -106,7 +106,7 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
                     'tr',
                     { 'data-key': k.id },
                     h('td', { 'data-label': 'Name' }, k.name),
-                    h('td', { 'data-label': 'Prefix', class: 'mono' }, `${k.key_prefix}…`),
+                    h('td', { 'data-label': 'Prefix' }, h('span', { class: 'mono' }, `${k.key_prefix}…`)),
                     h('td', { 'data-label': 'Created' }, fmtTime(k.created_at)),
                     h('td', { 'data-label': 'Last used' }, fmtTime(k.last_used_at)),
                     h('td', { 'data-label': 'Status' }, status),
