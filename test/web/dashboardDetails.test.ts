@@ -157,3 +157,46 @@ describe('a phone-width window (360 px): lists become cards', () => {
     expect(problems).toEqual([]);
   });
 });
+
+describe('acting on something already gone', () => {
+  it('revoking a key after the session ended says the session ended and shows the sign-in page', async () => {
+    const { page } = await newPage();
+    const pageErrors: string[] = [];
+    page.on('pageerror', (err) => pageErrors.push(err.message));
+    page.on('dialog', (d) => void d.accept());
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    await page.goto(`${server.httpUrl}/#/settings`);
+    const revoke = page.getByRole('button', { name: 'Revoke' }).first();
+    await revoke.waitFor();
+    await server.services.sessions.resetPassword(seed.account.email, PASSWORD);
+    await revoke.click();
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    expect(await page.locator('#toast').textContent()).toBe('Your session ended; please sign in again.');
+    expect(pageErrors).toEqual([]);
+  });
+
+  it('deleting an alert someone else deleted meanwhile says so and drops it from the list', async () => {
+    const alert = await server.services.alerts.create(seed.device, {
+      name: 'Gone soon',
+      field: 'temperature',
+      operator: '<',
+      value: 0,
+      actions: [],
+    });
+    const { page } = await newPage();
+    const pageErrors: string[] = [];
+    page.on('pageerror', (err) => pageErrors.push(err.message));
+    page.on('dialog', (d) => void d.accept());
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    await page.goto(`${server.httpUrl}/#/alerts`);
+    const row = page.locator(`tr[data-alert="${alert.id}"]`);
+    await row.waitFor();
+    await server.services.alerts.remove(alert);
+    await row.getByRole('button', { name: 'Delete' }).click();
+    await page.locator('#toast.error').getByText('alert not found').waitFor();
+    await row.waitFor({ state: 'detached' });
+    expect(pageErrors).toEqual([]);
+  });
+});

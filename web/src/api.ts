@@ -1,4 +1,6 @@
 /** The dashboard's client of its own JSON API (/ui/api): session cookie + CSRF header. */
+import { toast } from './dom';
+
 export interface Session {
   account: { id: string; email: string; name: string; plan: string; status: string; limits: Record<string, number> };
   csrf_token: string;
@@ -59,6 +61,16 @@ export async function api<T = any>(method: string, path: string, body?: unknown)
     throw new ApiError(res.status, data?.error ?? `request failed (${res.status})`);
   }
   return data as T;
+}
+
+/**
+ * Tells the user an action failed, with the server's message. Not for a 401: the session
+ * ended, and the handler of that (setUnauthorizedHandler) has already said so and shown the
+ * sign-in page.
+ */
+export function toastFailure(err: unknown): void {
+  if (err instanceof ApiError && err.status === 401) return;
+  toast(err instanceof Error ? err.message : String(err), 'error');
 }
 
 /**

@@ -1,4 +1,4 @@
-import { api } from '../api';
+import { api, toastFailure } from '../api';
 import { dialog, errorBox, field, fmtTime, h, select, showError, toast } from '../dom';
 import { debounce } from '../live';
 import type { PageContext } from '../main';
@@ -321,7 +321,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                       await api('POST', `/alert-events/${encodeURIComponent(ev.id)}/acknowledge`);
                       await showHistory(alert);
                     } catch (err) {
-                      toast(String((err as Error).message), 'error');
+                      toastFailure(err);
                     }
                   });
                   return h(
@@ -396,7 +396,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                   toast(`${a.name} ${toggle.checked ? 'enabled' : 'disabled'}.`);
                 } catch (err) {
                   toggle.checked = !toggle.checked;
-                  toast(String((err as Error).message), 'error');
+                  toastFailure(err);
                 }
               });
               const edit = h('button', { type: 'button', class: 'small secondary' }, 'Edit');
@@ -406,9 +406,14 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
               const del = h('button', { type: 'button', class: 'small danger' }, 'Delete');
               del.addEventListener('click', async () => {
                 if (!window.confirm(`Delete the alert "${a.name}" and its history?`)) return;
-                await api('DELETE', `/alerts/${encodeURIComponent(a.id)}`);
+                try {
+                  await api('DELETE', `/alerts/${encodeURIComponent(a.id)}`);
+                } catch (err) {
+                  // Deleted elsewhere meanwhile, for one: say why, and show the list as it is now.
+                  toastFailure(err);
+                }
                 if (shownHistory?.id === a.id) historyEl.replaceChildren();
-                await refresh();
+                await refresh().catch(() => {});
               });
               return h(
                 'tr',

@@ -1,5 +1,5 @@
 import { DAY_MS, HOUR_MS } from '../../../src/time';
-import { ApiError, api, newestOnly } from '../api';
+import { ApiError, api, newestOnly, toastFailure } from '../api';
 import { type AggregateBucket, SeriesChart } from '../chart';
 import { ago, connectivityText, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
@@ -101,7 +101,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
         await loadDevice();
         toast(device.status === 'paused' ? 'Device paused: its data is refused until resumed.' : 'Device resumed.');
       } catch (err) {
-        toast(String((err as Error).message), 'error');
+        toastFailure(err);
       }
     });
     const regen = h('button', { type: 'button', class: 'secondary' }, 'Regenerate token');
@@ -123,7 +123,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
           );
           renderCreated(main, res.data, res.access_token, 'New access token');
         } catch (err) {
-          toast(String((err as Error).message), 'error');
+          toastFailure(err);
         }
       });
     });

@@ -1,4 +1,4 @@
-import { api } from '../api';
+import { api, toastFailure } from '../api';
 import { copyable, dialog, errorBox, field, fmtTime, h, showError, toast } from '../dom';
 import type { PageContext } from '../main';
 
@@ -96,9 +96,13 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
                     const revoke = h('button', { type: 'button', class: 'small danger' }, 'Revoke');
                     revoke.addEventListener('click', async () => {
                       if (!window.confirm(`Revoke the key "${k.name}"? Requests using it get 401 at once.`)) return;
-                      await api('POST', `/keys/${encodeURIComponent(k.id)}/revoke`);
-                      toast(`Revoked ${k.name}.`);
-                      await loadKeys();
+                      try {
+                        await api('POST', `/keys/${encodeURIComponent(k.id)}/revoke`);
+                        toast(`Revoked ${k.name}.`);
+                      } catch (err) {
+                        toastFailure(err);
+                      }
+                      await loadKeys().catch(() => {});
                     });
                     status = revoke;
                   }
