@@ -200,3 +200,22 @@ describe('acting on something already gone', () => {
     expect(pageErrors).toEqual([]);
   });
 });
+
+describe('charts', () => {
+  it("a chart's screen-reader summary counts one bucket in the singular and ends without a stray space", async () => {
+    const { device, accessToken } = await server.services.devices.create(seed.account, {
+      name: 'One reading',
+      fields: [{ name: 'temperature', label: 'Temperature', unit: '°C' }],
+    });
+    expect((await ingest(server, { device_id: device.id, access_token: accessToken, data: { temperature: 21.5, level: 3 } })).status).toBe(
+      200,
+    );
+    const { page } = await newPage();
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    await page.goto(`${server.httpUrl}/#/devices/${device.id}`);
+    const summary = (path: string) => page.locator(`figure[data-path="${path}"] p.sr-only`);
+    await expect.poll(() => summary('temperature').textContent()).toBe('Temperature: 1 bucket, average 21.5 °C');
+    expect(await summary('level').textContent()).toBe('level: 1 bucket, average 3');
+  });
+});
