@@ -219,3 +219,16 @@ describe('charts', () => {
     expect(await summary('level').textContent()).toBe('level: 1 bucket, average 3');
   });
 });
+
+describe('a link to a device that does not exist', () => {
+  it('shows a Not found page with the reason and the way back, like an unknown address', async () => {
+    const { page } = await newPage();
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    await page.goto(`${server.httpUrl}/#/devices/dev_doesnotexist`);
+    await page.getByRole('heading', { name: 'Not found' }).waitFor();
+    expect(await page.getByRole('alert').textContent()).toBe('device not found');
+    await page.getByRole('link', { name: 'Back to devices' }).click();
+    await page.getByRole('heading', { name: 'Devices' }).waitFor();
+  });
+});
