@@ -232,3 +232,38 @@ describe('a link to a device that does not exist', () => {
     await page.getByRole('heading', { name: 'Devices' }).waitFor();
   });
 });
+
+describe('new alert form and the mail server', () => {
+  /** The new alert form's email action on a signed-in page of `target`. */
+  async function emailAction(target: TestServer, email: string) {
+    const { page } = await newPage();
+    await page.goto(target.httpUrl);
+    await page.getByLabel('Email').fill(email);
+    await page.getByLabel('Password').fill(PASSWORD);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Devices' }).waitFor();
+    await page.goto(`${target.httpUrl}/#/alerts`);
+    await page.getByRole('button', { name: 'New alert' }).click();
+    const box = page.getByRole('checkbox', { name: /Email the account owner/ });
+    return { checked: await box.isChecked(), label: (await page.locator('label.check', { has: box }).textContent())!.trim() };
+  }
+
+  it('without --smtp-url, email is not ticked by default and the form says why', async () => {
+    expect(server.config.smtpUrl).toBeNull();
+    expect(await emailAction(server, seed.account.email)).toEqual({
+      checked: false,
+      label: 'Email the account owner (this server has no mail server: --smtp-url)',
+    });
+  });
+
+  it('with --smtp-url, email is ticked by default', async () => {
+    const withMail = await startTestServer({ 'smtp-url': 'smtp://127.0.0.1:2525' });
+    try {
+      const owner = await seedAccount(withMail);
+      await withMail.services.accounts.setPassword(owner.account.seq, PASSWORD);
+      expect(await emailAction(withMail, owner.account.email)).toEqual({ checked: true, label: 'Email the account owner' });
+    } finally {
+      await withMail.stop();
+    }
+  });
+});

@@ -6,6 +6,8 @@ export interface Session {
   csrf_token: string;
   public_url: string;
   mqtt: { host: string; port: number; enabled: boolean; certificate_pem: string | null; self_signed: boolean | null };
+  /** Whether the server sends alert email (--smtp-url). */
+  email: { enabled: boolean };
 }
 
 /** GET /ui/api/storage: whether the server takes new readings, and why not. */

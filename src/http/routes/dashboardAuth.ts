@@ -46,6 +46,8 @@ export async function dashboardAuthRoutes(
         certificate_pem: tlsListener?.pem ?? null,
         self_signed: tlsListener?.selfSigned ?? null,
       },
+      // Whether alert email can go out from this server (--smtp-url): the alert form's default.
+      email: { enabled: config.smtpUrl !== null },
     };
   });
 

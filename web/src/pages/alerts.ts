@@ -1,4 +1,4 @@
-import { api, toastFailure } from '../api';
+import { api, session, toastFailure } from '../api';
 import { dialog, errorBox, field, fmtTime, h, select, showError, toast } from '../dom';
 import { debounce } from '../live';
 import type { PageContext } from '../main';
@@ -176,7 +176,9 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
     existing?.severity ?? 'warning',
   );
   const cooldown = h('input', { name: 'cooldown', type: 'number', min: 0, step: 1, value: existing?.cooldown ?? 300 });
-  const email = h('input', { type: 'checkbox', name: 'action_email', checked: existing ? existing.actions.includes('email') : true });
+  // A new alert emails the owner by default only where this server can send email.
+  const mailOn = session?.email.enabled ?? true;
+  const email = h('input', { type: 'checkbox', name: 'action_email', checked: existing ? existing.actions.includes('email') : mailOn });
   const urlActions = URL_ACTIONS.map((a) => {
     const box = h('input', { type: 'checkbox', name: `action_${a.action}`, checked: existing?.actions.includes(a.action) ?? false });
     const url = h('input', {
@@ -217,7 +219,12 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
       'fieldset',
       {},
       h('legend', {}, 'Actions'),
-      h('label', { class: 'check' }, email, ' Email the account owner'),
+      h(
+        'label',
+        { class: 'check' },
+        email,
+        mailOn ? ' Email the account owner' : ' Email the account owner (this server has no mail server: --smtp-url)',
+      ),
       ...urlActions.flatMap((a) => [h('label', { class: 'check' }, a.box, ` ${a.label}`), a.urlField]),
       h('label', { class: 'check' }, notifyResolved, ' Also notify when it resolves'),
     ),
