@@ -1,4 +1,4 @@
-import { api, toastFailure } from '../api';
+import { api, session, toastFailure } from '../api';
 import { copyable, dialog, errorBox, field, fmtTime, h, showError, toast } from '../dom';
 import type { PageContext } from '../main';
 
@@ -128,10 +128,19 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
   const current = h('input', { type: 'password', name: 'current_password', autocomplete: 'current-password', required: true });
   const next = h('input', { type: 'password', name: 'new_password', autocomplete: 'new-password', required: true, minlength: 8 });
   const pwError = errorBox();
+  // The account the password belongs to, for password managers (they update that entry).
+  const username = h('input', {
+    type: 'email',
+    name: 'username',
+    autocomplete: 'username',
+    value: session?.account.email ?? '',
+    hidden: true,
+  });
   const pwForm = h(
     'form',
     { class: 'card', 'aria-labelledby': 'pw-h' },
     h('h2', { id: 'pw-h' }, 'Change password'),
+    username,
     pwError,
     field('Current password', current),
     field('New password', next, 'At least 8 characters. Other sessions are signed out.'),
