@@ -287,3 +287,18 @@ describe('change password form', () => {
     expect(dom).toEqual([]);
   });
 });
+
+describe('latest values', () => {
+  it('a newest reading without values says so instead of an empty row of tiles', async () => {
+    const { device, accessToken } = await server.services.devices.create(seed.account, { name: 'Empty sender' });
+    expect((await ingest(server, { device_id: device.id, access_token: accessToken, data: {} })).status).toBe(200);
+    const { page } = await newPage();
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    await page.goto(`${server.httpUrl}/#/devices/${device.id}`);
+    await page.getByTestId('readings').waitFor();
+    const latest = page.locator('section', { has: page.getByRole('heading', { name: /Latest values/ }) });
+    expect(await latest.locator('.tile').count()).toBe(0);
+    expect(await latest.getByText('The newest reading has no values.').isVisible()).toBe(true);
+  });
+});

@@ -216,6 +216,8 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
     const keys = orderPaths(values.keys());
     latestEl.replaceChildren(
       h('h2', { id: 'latest-h' }, 'Latest values ', h('span', { class: 'muted small' }, fmtTime(latest.time))),
+      // A reading of `{}` is valid (flexible schema), but there is nothing to show for it.
+      keys.length === 0 ? h('p', { class: 'muted' }, 'The newest reading has no values.') : '',
       h(
         'div',
         { class: 'tiles', 'data-testid': 'latest' },
