@@ -101,6 +101,25 @@ describe('a device deleted while tabs show it', () => {
     await otherContext.close();
   });
 
+  it("an Alerts tab drops the deleted device's alerts", async () => {
+    const victim = await server.services.devices.create(seed.account, { name: 'Attic' });
+    const alert = await server.services.alerts.create(victim.device, {
+      name: 'Attic too hot',
+      field: 't',
+      operator: '>',
+      value: 40,
+      actions: [],
+    });
+    const context = await signedInContext(seed.account.email);
+    const alertsPage = await openTab(context, '#/alerts', 'Alerts');
+    const row = alertsPage.locator(`tr[data-alert="${alert.id}"]`);
+    await row.waitFor();
+
+    await server.services.devices.remove(victim.device);
+    await row.waitFor({ state: 'detached', timeout: LIVE_MS });
+    await context.close();
+  });
+
   it('deleted by the admin CLI (another process): the open tabs notice too', async () => {
     const victim = await server.services.devices.create(seed.account, { name: 'Shed' });
     const context = await signedInContext(seed.account.email);

@@ -448,4 +448,6 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
     if (shownHistory) void showHistory(shownHistory).catch(() => {});
   }, 500);
   ctx.onLeave(ctx.live.on('alert', onTrigger));
+  // A deleted device's alerts are deleted with it.
+  ctx.onLeave(ctx.live.on('device', (e) => e.change === 'deleted' && onTrigger()));
 }
