@@ -189,7 +189,7 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
       events.emit('device.changed', { deviceId: device.id, change: 'deleted' });
       while ((await repos.readings.deleteBatchOfDevice(device.seq, 5_000)) > 0) await new Promise((resolve) => setImmediate(resolve));
       await repos.devices.removeWithRollups(device.seq);
-      events.emit('device.removed', { deviceId: device.id });
+      events.emit('device.removed', { deviceId: device.id, accountSeq: device.accountSeq });
     },
 
     /**

@@ -21,9 +21,10 @@ export interface DomainEventMap {
   'device.changed': { deviceId: string; change: 'paused' | 'resumed' | 'token' | 'deleted' | 'updated' };
   /**
    * A deleted device's row is gone (after its 'deleted' change, which came first so that its
-   * sessions closed before its data went): nothing of it can be stored any more.
+   * sessions closed before its data went): nothing of it can be stored any more. `accountSeq`
+   * is its owner's, which can no longer be looked up by then (the dashboard's live view).
    */
-  'device.removed': { deviceId: string };
+  'device.removed': { deviceId: string; accountSeq: number };
   /** An account was suspended, resumed or changed plan. */
   'account.changed': { accountId: string; change: 'suspended' | 'resumed' | 'plan' };
   /** Another process (the admin CLI) committed to the database: caches must be dropped. */

@@ -374,7 +374,8 @@ describe('admin CLI against a running server', () => {
         headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
         body: JSON.stringify({ email: 'nopw@example.com', password }),
       });
-    const sessionOf = (cookie: string) => server.request('/ui/api/session', { headers: { cookie } });
+    // A signed-in route: 200 while the session lives, 401 once it ended.
+    const sessionOf = (cookie: string) => server.request('/ui/api/account', { headers: { cookie } });
     const setPassword = (password: string, ...more: string[]) =>
       runCliAsync(['accounts', 'set-password', 'nopw@example.com', '--password-stdin', ...more], {
         dataDir: server.dataDir,

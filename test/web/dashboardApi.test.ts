@@ -41,9 +41,13 @@ async function accountWithPassword(server: TestServer, password = 'password-123'
 describe('dashboard API', () => {
   it('requires a session for everything but sign-in', async () => {
     const server = await start();
-    for (const path of ['/ui/api/devices', '/ui/api/keys', '/ui/api/account', '/ui/api/session', '/ui/api/events']) {
+    for (const path of ['/ui/api/devices', '/ui/api/keys', '/ui/api/account', '/ui/api/events']) {
       expect((await server.request(path)).status, path).toBe(401);
     }
+    // The session probe answers "no one" as a value (a signed-out visit is no error).
+    const probe = await server.request('/ui/api/session');
+    expect(probe.status).toBe(200);
+    expect(await probe.json()).toEqual({ account: null });
   });
 
   it('throttles failed sign-ins per email, with the same answer for unknown emails', async () => {
@@ -99,8 +103,8 @@ describe('dashboard API', () => {
       });
     expect((await change(one.cookie, one.csrf, 'not it')).status).toBe(400);
     expect((await change(one.cookie, one.csrf, 'password-123')).status).toBe(200);
-    expect((await server.request('/ui/api/session', { headers: { cookie: one.cookie } })).status).toBe(200);
-    expect((await server.request('/ui/api/session', { headers: { cookie: two.cookie } })).status).toBe(401);
+    expect((await server.request('/ui/api/account', { headers: { cookie: one.cookie } })).status).toBe(200);
+    expect((await server.request('/ui/api/account', { headers: { cookie: two.cookie } })).status).toBe(401);
     expect((await signIn(server, account.email, 'password-123')).res.status).toBe(401);
     expect((await signIn(server, account.email, 'new-password-456')).res.status).toBe(200);
 
@@ -110,7 +114,7 @@ describe('dashboard API', () => {
       headers: { ...json, cookie: one.cookie, 'x-csrf-token': one.csrf },
     });
     expect(out.status).toBe(200);
-    expect((await server.request('/ui/api/session', { headers: { cookie: one.cookie } })).status).toBe(401);
+    expect((await server.request('/ui/api/account', { headers: { cookie: one.cookie } })).status).toBe(401);
   });
 
   it('the setup link is refused once an account exists (e.g. created with the CLI)', async () => {
@@ -210,6 +214,7 @@ describe('dashboard API', () => {
       fields: [],
       network: 'wifi',
       protocol: 'mqtt',
+      mqttEnabled: true,
       intervalSeconds: 60,
       certificatePem: pem,
       selfSigned: true,
@@ -226,6 +231,7 @@ describe('dashboard API', () => {
       fields: [],
       network: 'wifi',
       protocol: 'http',
+      mqttEnabled: true,
       intervalSeconds: 60,
       certificatePem: pem,
       selfSigned: true,

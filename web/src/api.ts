@@ -1,9 +1,13 @@
 /** The dashboard's client of its own JSON API (/ui/api): session cookie + CSRF header. */
+import { toast } from './dom';
+
 export interface Session {
   account: { id: string; email: string; name: string; plan: string; status: string; limits: Record<string, number> };
   csrf_token: string;
   public_url: string;
   mqtt: { host: string; port: number; enabled: boolean; certificate_pem: string | null; self_signed: boolean | null };
+  /** Whether the server sends alert email (--smtp-url). */
+  email: { enabled: boolean };
 }
 
 /** GET /ui/api/storage: whether the server takes new readings, and why not. */
@@ -17,7 +21,7 @@ export interface StorageStatus {
   min_free_bytes: number;
 }
 
-class ApiError extends Error {
+export class ApiError extends Error {
   constructor(
     readonly status: number,
     message: string,
@@ -55,10 +59,20 @@ export async function api<T = any>(method: string, path: string, body?: unknown)
     data = { error: text };
   }
   if (!res.ok) {
-    if (res.status === 401 && !path.startsWith('/sign-in') && !path.startsWith('/setup') && path !== '/session') onUnauthorized();
+    if (res.status === 401 && !path.startsWith('/sign-in') && !path.startsWith('/setup')) onUnauthorized();
     throw new ApiError(res.status, data?.error ?? `request failed (${res.status})`);
   }
   return data as T;
+}
+
+/**
+ * Tells the user an action failed, with the server's message. Not for a 401: the session
+ * ended, and the handler of that (setUnauthorizedHandler) has already said so and shown the
+ * sign-in page.
+ */
+export function toastFailure(err: unknown): void {
+  if (err instanceof ApiError && err.status === 401) return;
+  toast(err instanceof Error ? err.message : String(err), 'error');
 }
 
 /**
@@ -75,16 +89,11 @@ export function newestOnly<A extends unknown[], T>(request: (...args: A) => Prom
   };
 }
 
+/** Who is signed in; the server answers `{"account": null}` when no one is. */
 export async function loadSession(): Promise<Session | null> {
-  try {
-    session = await api<Session>('GET', '/session');
-    csrfToken = session.csrf_token;
-  } catch (err) {
-    if (err instanceof ApiError && err.status === 401) {
-      session = null;
-      csrfToken = '';
-    } else throw err;
-  }
+  const answer = await api<Session | { account: null }>('GET', '/session');
+  session = answer.account ? (answer as Session) : null;
+  csrfToken = session?.csrf_token ?? '';
   return session;
 }
 

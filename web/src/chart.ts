@@ -71,9 +71,13 @@ export class SeriesChart {
     this.xRange = [from / 1000, to / 1000];
     const data = columns(this.path, buckets);
     const values = (data[3] as (number | null)[]).filter((v): v is number => v !== null);
-    this.summary.textContent = values.length
-      ? `${this.title}: ${values.length} buckets, averages from ${fmt(Math.min(...values))} to ${fmt(Math.max(...values))} ${this.unit}`
-      : `${this.title}: no values in this range`;
+    const withUnit = (v: number) => (this.unit ? `${fmt(v)} ${this.unit}` : fmt(v));
+    this.summary.textContent =
+      values.length === 0
+        ? `${this.title}: no values in this range`
+        : values.length === 1
+          ? `${this.title}: 1 bucket, average ${withUnit(values[0]!)}`
+          : `${this.title}: ${values.length} buckets, averages from ${withUnit(Math.min(...values))} to ${withUnit(Math.max(...values))}`;
     this.el.dataset.buckets = String(values.length);
     if (this.plot) {
       this.plot.setData(data, false);

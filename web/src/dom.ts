@@ -81,11 +81,15 @@ export function copyable(value: string, label: string, opts: { multiline?: boole
 
 export const fmtTime = (isoTime: string | null | undefined): string => (isoTime ? new Date(isoTime).toLocaleString() : '—');
 
+/**
+ * A reading's value as shown on the device page: numbers rounded to 3 decimals, everything
+ * else as JSON text, so a string is quoted and `"12"` never looks like the number `12`, nor
+ * `"true"` like `true`.
+ */
 export function fmtValue(v: unknown): string {
   if (v === null || v === undefined) return '—';
   if (typeof v === 'number') return Number.isInteger(v) ? String(v) : String(Math.round(v * 1000) / 1000);
-  if (typeof v === 'object') return JSON.stringify(v);
-  return String(v);
+  return JSON.stringify(v);
 }
 
 /** What the device was set up with (a device made in the dashboard); a device made elsewhere has nothing to show. */

@@ -1,4 +1,4 @@
-import { api, clearSession, loadSession, type StorageStatus, session, setUnauthorizedHandler } from './api';
+import { ApiError, api, clearSession, loadSession, type StorageStatus, session, setUnauthorizedHandler } from './api';
 import { h, toast } from './dom';
 import { Live, POLL_MS } from './live';
 import { renderAlerts } from './pages/alerts';
@@ -100,6 +100,8 @@ async function route(): Promise<void> {
   const seq = ++renderSeq;
   for (const fn of leaving) fn();
   leaving = [];
+  // A dialog belongs to the page it was opened on (it lives in <body>, outside #main).
+  for (const d of document.querySelectorAll('dialog')) d.close();
   const ctx: PageContext = { onLeave: (fn) => leaving.push(fn), live, navigate };
 
   if (location.pathname === '/setup' && !session) {
@@ -122,8 +124,14 @@ async function route(): Promise<void> {
   const match = ROUTES.map(([re, page, title]) => [re.exec(path), page, title] as const).find(([m]) => m);
   renderHeader(path);
   main.replaceChildren();
+  const notFound = (reason?: string) =>
+    main.replaceChildren(
+      h('h1', {}, 'Not found'),
+      reason ? h('p', { class: 'error', role: 'alert' }, reason) : '',
+      h('p', {}, h('a', { href: '#/devices' }, 'Back to devices')),
+    );
   if (!match) {
-    main.append(h('h1', {}, 'Not found'), h('p', {}, h('a', { href: '#/devices' }, 'Back to devices')));
+    notFound();
     return;
   }
   const [m, page, title] = match;
@@ -131,7 +139,9 @@ async function route(): Promise<void> {
   try {
     await page(main, m!.slice(1).map(decodeURIComponent), ctx);
   } catch (err) {
-    if (seq === renderSeq) main.append(h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
+    // A link to something that is not there (deleted, or another account's) gets a page of its own.
+    if (seq === renderSeq && err instanceof ApiError && err.status === 404) notFound(err.message);
+    else if (seq === renderSeq) main.append(h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
   }
   if (seq === renderSeq) {
     const heading = main.querySelector('h1');

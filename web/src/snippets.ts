@@ -8,6 +8,8 @@ export interface SnippetInput {
   fields: { name: string }[];
   network: string;
   protocol: string;
+  /** False while the server's MQTT over TLS is off (--mqtt-port off): every snippet uses HTTP then. */
+  mqttEnabled: boolean;
   intervalSeconds: number;
   /** The MQTT listener's certificate (PEM), null when MQTT over TLS is off. */
   certificatePem: string | null;
@@ -31,7 +33,7 @@ export function snippets(s: SnippetInput): { id: string; title: string; code: st
   const json = JSON.stringify(data);
   const ingestUrl = `${s.publicUrl}/api/devices/ingest`;
   const topic = `d/${s.deviceId}/t`;
-  const useMqtt = s.protocol === 'mqtt';
+  const useMqtt = s.protocol === 'mqtt' && s.mqttEnabled;
   const secureHttp = ingestUrl.startsWith('https:');
 
   const curl = `curl -X POST '${ingestUrl}' \\
@@ -183,6 +185,7 @@ while True:
     { id: 'esp32', title: `ESP32 / Arduino (${useMqtt ? 'MQTT' : 'HTTP'})`, code: esp32 },
     { id: 'python', title: `Python (${useMqtt ? 'MQTT' : 'HTTP'})`, code: python },
   ];
-  // The chosen protocol's command-line example first.
-  return useMqtt ? [list[1]!, list[2]!, list[3]!, list[0]!] : list;
+  // The chosen protocol's command-line example first; no MQTT example where no listener takes it.
+  if (useMqtt) return [list[1]!, list[2]!, list[3]!, list[0]!];
+  return s.mqttEnabled ? list : list.filter((sn) => sn.id !== 'mosquitto');
 }

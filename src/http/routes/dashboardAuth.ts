@@ -3,7 +3,6 @@ import type { Services } from '../../composition.js';
 import type { ServerConfig } from '../../config.js';
 import { SHARED_VALUES } from '../../domain/cluster.js';
 import { presentAccount } from '../../domain/presenters.js';
-import { unauthorized } from '../../errors.js';
 import { hashSecret, sameText } from '../../ids.js';
 import type { MqttCertificate } from '../app.js';
 import { clearSessionCookie, setSessionCookie } from '../dashboardSession.js';
@@ -25,10 +24,14 @@ export async function dashboardAuthRoutes(
     mqttCertificate,
   }: { services: Services; config: ServerConfig; setup: SetupState; mqttCertificate: () => MqttCertificate | null },
 ) {
-  /** What the dashboard needs to render: who is signed in, the CSRF token, where devices connect. */
+  /**
+   * What the dashboard needs to render: who is signed in, the CSRF token, where devices connect.
+   * Signed out is `{"account": null}`, not a 401: every signed-out visit asks, and a browser
+   * logs each error status as a console error.
+   */
   app.get('/session', { config: { dashboardPublic: true } }, async (request) => {
     const resolved = request.dashboard;
-    if (!resolved) throw unauthorized('not signed in');
+    if (!resolved) return { account: null };
     const mqttHost = new URL(config.publicUrl).hostname;
     const tlsListener = mqttCertificate();
     return {
@@ -43,6 +46,8 @@ export async function dashboardAuthRoutes(
         certificate_pem: tlsListener?.pem ?? null,
         self_signed: tlsListener?.selfSigned ?? null,
       },
+      // Whether alert email can go out from this server (--smtp-url): the alert form's default.
+      email: { enabled: config.smtpUrl !== null },
     };
   });
 

@@ -197,6 +197,39 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
     });
     res.write('retry: 5000\n\n');
     const send = (event: string, data: unknown) => res.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+    /**
+     * The account's device ids as of the last look, to tell which ones another process
+     * deleted: its commits reach this process only as 'external.change' (SQLite's
+     * data_version, PostgreSQL's notifications), which says nothing of what changed. One look
+     * at a time; changes during a look are covered by one more look after it. A device
+     * created here after the last look and deleted elsewhere before the next change is only
+     * noticed by the page's 15 s poll.
+     */
+    let known: Set<string> | null = null;
+    let looking = false;
+    let lookAgain = false;
+    async function checkRemovedElsewhere(): Promise<void> {
+      if (looking) {
+        lookAgain = true;
+        return;
+      }
+      looking = true;
+      try {
+        do {
+          lookAgain = false;
+          const { devices } = await services.devices.list(account, { limit: 100_000, offset: 0 });
+          const ids = new Set(devices.map((d) => d.id));
+          if (res.writableEnded) return;
+          for (const id of known ?? []) if (!ids.has(id)) send('device', { device_id: id, change: 'deleted' });
+          known = ids;
+        } while (lookAgain);
+      } catch {
+        // The next change looks again; the page's poll notices meanwhile.
+      } finally {
+        looking = false;
+      }
+    }
+    void checkRemovedElsewhere();
     const unsubscribe = [
       services.events.on('reading.stored', ({ device, reading }) => {
         if (device.accountSeq === account.seq) send('reading', { device_id: device.id, reading: presentReading(reading) });
@@ -209,6 +242,8 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
       services.events.on('reading.rejected', ({ device, reason }) => {
         if (device.accountSeq === account.seq) send('rejected', { device_id: device.id, reason });
       }),
+      // A deletion is told once the row is gone (device.removed), so a page that reloads on it
+      // no longer finds the device; its 'deleted' change comes while the data is still going.
       services.events.on('device.changed', ({ deviceId, change }) => {
         if (change === 'deleted') return;
         services.devices.isOwnedBy(account, deviceId).then(
@@ -218,6 +253,13 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
           () => {},
         );
       }),
+      services.events.on('device.removed', ({ deviceId, accountSeq }) => {
+        if (accountSeq !== account.seq) return;
+        known?.delete(deviceId);
+        send('device', { device_id: deviceId, change: 'deleted' });
+      }),
+      // Deleted by another process (the admin CLI; on PostgreSQL also another node).
+      services.events.on('external.change', () => checkRemovedElsewhere()),
       services.events.on('alert.triggered', ({ alert, event }) => {
         if (alert.accountSeq === account.seq) send('alert', { alert_id: alert.id, event: presentAlertEvent(event) });
       }),

@@ -1,4 +1,4 @@
-import { api } from '../api';
+import { api, session, toastFailure } from '../api';
 import { dialog, errorBox, field, fmtTime, h, select, showError, toast } from '../dom';
 import { debounce } from '../live';
 import type { PageContext } from '../main';
@@ -176,7 +176,9 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
     existing?.severity ?? 'warning',
   );
   const cooldown = h('input', { name: 'cooldown', type: 'number', min: 0, step: 1, value: existing?.cooldown ?? 300 });
-  const email = h('input', { type: 'checkbox', name: 'action_email', checked: existing ? existing.actions.includes('email') : true });
+  // A new alert emails the owner by default only where this server can send email.
+  const mailOn = session?.email.enabled ?? true;
+  const email = h('input', { type: 'checkbox', name: 'action_email', checked: existing ? existing.actions.includes('email') : mailOn });
   const urlActions = URL_ACTIONS.map((a) => {
     const box = h('input', { type: 'checkbox', name: `action_${a.action}`, checked: existing?.actions.includes(a.action) ?? false });
     const url = h('input', {
@@ -217,7 +219,12 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
       'fieldset',
       {},
       h('legend', {}, 'Actions'),
-      h('label', { class: 'check' }, email, ' Email the account owner'),
+      h(
+        'label',
+        { class: 'check' },
+        email,
+        mailOn ? ' Email the account owner' : ' Email the account owner (this server has no mail server: --smtp-url)',
+      ),
       ...urlActions.flatMap((a) => [h('label', { class: 'check' }, a.box, ` ${a.label}`), a.urlField]),
       h('label', { class: 'check' }, notifyResolved, ' Also notify when it resolves'),
     ),
@@ -321,7 +328,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                       await api('POST', `/alert-events/${encodeURIComponent(ev.id)}/acknowledge`);
                       await showHistory(alert);
                     } catch (err) {
-                      toast(String((err as Error).message), 'error');
+                      toastFailure(err);
                     }
                   });
                   return h(
@@ -396,7 +403,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                   toast(`${a.name} ${toggle.checked ? 'enabled' : 'disabled'}.`);
                 } catch (err) {
                   toggle.checked = !toggle.checked;
-                  toast(String((err as Error).message), 'error');
+                  toastFailure(err);
                 }
               });
               const edit = h('button', { type: 'button', class: 'small secondary' }, 'Edit');
@@ -406,9 +413,14 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
               const del = h('button', { type: 'button', class: 'small danger' }, 'Delete');
               del.addEventListener('click', async () => {
                 if (!window.confirm(`Delete the alert "${a.name}" and its history?`)) return;
-                await api('DELETE', `/alerts/${encodeURIComponent(a.id)}`);
+                try {
+                  await api('DELETE', `/alerts/${encodeURIComponent(a.id)}`);
+                } catch (err) {
+                  // Deleted elsewhere meanwhile, for one: say why, and show the list as it is now.
+                  toastFailure(err);
+                }
                 if (shownHistory?.id === a.id) historyEl.replaceChildren();
-                await refresh();
+                await refresh().catch(() => {});
               });
               return h(
                 'tr',
@@ -416,7 +428,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
                 h('td', { 'data-label': 'Name' }, a.name),
                 h('td', { 'data-label': 'State' }, h('span', { class: `badge ${a.state}`, 'data-testid': 'state' }, a.state)),
                 h('td', { 'data-label': 'Device' }, deviceName(a.device_id)),
-                h('td', { 'data-label': 'Condition', class: 'mono' }, conditionText(a)),
+                h('td', { 'data-label': 'Condition' }, h('span', { class: 'mono' }, conditionText(a))),
                 h('td', { 'data-label': 'Severity' }, h('span', { class: `badge ${a.severity}` }, a.severity)),
                 h('td', { 'data-label': 'Actions' }, a.actions.join(', ') || '—'),
                 h('td', { 'data-label': 'Last triggered' }, fmtTime(a.last_triggered)),
@@ -436,4 +448,6 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
     if (shownHistory) void showHistory(shownHistory).catch(() => {});
   }, 500);
   ctx.onLeave(ctx.live.on('alert', onTrigger));
+  // A deleted device's alerts are deleted with it.
+  ctx.onLeave(ctx.live.on('device', (e) => e.change === 'deleted' && onTrigger()));
 }

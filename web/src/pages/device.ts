@@ -1,5 +1,5 @@
 import { DAY_MS, HOUR_MS } from '../../../src/time';
-import { api, newestOnly } from '../api';
+import { ApiError, api, newestOnly, toastFailure } from '../api';
 import { type AggregateBucket, SeriesChart } from '../chart';
 import { ago, connectivityText, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
@@ -64,6 +64,24 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   const exportXlsx = h('a', { class: 'button secondary', download: '' }, 'Export Excel');
   const rangeSelect = h('select', { id: 'range' }, ...RANGES.map((r) => h('option', { value: r, selected: r === range }, r)));
   let device: DeviceDetail;
+  /** Set while this tab deletes the device, which then says so itself. */
+  let deleting = false;
+  let left = false;
+  ctx.onLeave(() => (left = true));
+
+  /**
+   * The device was deleted elsewhere (another tab, the admin CLI, another node): told by the
+   * live stream, or noticed as a 404 by the poll. Back to the list, saying why.
+   */
+  function gone(): void {
+    if (deleting || left) return;
+    left = true;
+    toast(`${device ? `"${device.name}"` : 'This device'} was deleted.`);
+    ctx.navigate('#/devices');
+  }
+  const goneOn404 = (err: unknown) => {
+    if (err instanceof ApiError && err.status === 404) gone();
+  };
 
   const fetchDevice = newestOnly(() => api<{ data: DeviceDetail; latest: Reading | null }>('GET', `/devices/${encodeURIComponent(id!)}`));
   async function loadDevice() {
@@ -83,7 +101,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
         await loadDevice();
         toast(device.status === 'paused' ? 'Device paused: its data is refused until resumed.' : 'Device resumed.');
       } catch (err) {
-        toast(String((err as Error).message), 'error');
+        toastFailure(err);
       }
     });
     const regen = h('button', { type: 'button', class: 'secondary' }, 'Regenerate token');
@@ -105,7 +123,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
           );
           renderCreated(main, res.data, res.access_token, 'New access token');
         } catch (err) {
-          toast(String((err as Error).message), 'error');
+          toastFailure(err);
         }
       });
     });
@@ -128,12 +146,14 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
       no.addEventListener('click', () => dlg.close());
       form.addEventListener('submit', async (e) => {
         e.preventDefault();
+        deleting = true;
         try {
           await api('POST', `/devices/${encodeURIComponent(d.id)}/delete`, { confirm_name: input.value });
           dlg.close();
           toast(`Deleted ${d.name}.`);
           ctx.navigate('#/devices');
         } catch (e2) {
+          deleting = false;
           showError(err, e2);
         }
       });
@@ -196,6 +216,8 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
     const keys = orderPaths(values.keys());
     latestEl.replaceChildren(
       h('h2', { id: 'latest-h' }, 'Latest values ', h('span', { class: 'muted small' }, fmtTime(latest.time))),
+      // A reading of `{}` is valid (flexible schema), but there is nothing to show for it.
+      keys.length === 0 ? h('p', { class: 'muted' }, 'The newest reading has no values.') : '',
       h(
         'div',
         { class: 'tiles', 'data-testid': 'latest' },
@@ -341,16 +363,16 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
   await loadData();
 
   // New readings refresh the charts in place: new buckets appear without a reload.
-  const refresh = debounce(() => void loadData().catch(() => {}), 300);
-  const refreshDevice = debounce(() => void loadDevice().catch(() => {}), 300);
+  const refresh = debounce(() => void loadData().catch(goneOn404), 300);
+  const refreshDevice = debounce(() => void loadDevice().catch(goneOn404), 300);
   ctx.onLeave(ctx.live.on('reading', (e) => e.device_id === id && refresh()));
   ctx.onLeave(ctx.live.on('reading', (e) => e.device_id === id && refreshDevice()));
   ctx.onLeave(ctx.live.on('rejected', (e) => e.device_id === id && refreshDevice()));
-  ctx.onLeave(ctx.live.on('device', (e) => e.device_id === id && refreshDevice()));
+  ctx.onLeave(ctx.live.on('device', (e) => e.device_id === id && (e.change === 'deleted' ? gone() : refreshDevice())));
   // Polling fallback (and the 15 s refresh) whether or not the stream is up.
   const timer = window.setInterval(() => {
-    void loadData().catch(() => {});
-    void loadDevice().catch(() => {});
+    void loadData().catch(goneOn404);
+    void loadDevice().catch(goneOn404);
   }, POLL_MS);
   ctx.onLeave(() => window.clearInterval(timer));
   ctx.onLeave(() => {

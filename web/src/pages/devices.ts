@@ -78,8 +78,13 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
                 h(
                   'td',
                   { 'data-label': 'Name' },
-                  h('a', { href: `#/devices/${encodeURIComponent(d.id)}` }, d.name),
-                  h('div', { class: 'muted mono small' }, d.id),
+                  // One box for name and id: on a phone the cell is a flex row (app.css), and the id goes under the name.
+                  h(
+                    'div',
+                    { class: 'cell-stack' },
+                    h('a', { href: `#/devices/${encodeURIComponent(d.id)}` }, d.name),
+                    h('div', { class: 'muted mono small' }, d.id),
+                  ),
                 ),
                 h(
                   'td',
@@ -106,7 +111,13 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
   const soon = debounce(() => void refresh().catch(() => {}), 1000);
   ctx.onLeave(ctx.live.on('reading', soon));
   ctx.onLeave(ctx.live.on('rejected', soon));
-  ctx.onLeave(ctx.live.on('device', soon));
+  ctx.onLeave(
+    ctx.live.on('device', (e) => {
+      // A deleted device leaves the list at once; the refresh then shows the empty state if it was the last.
+      if (e.change === 'deleted') body.querySelector(`tr[data-device="${CSS.escape(e.device_id)}"]`)?.remove();
+      soon();
+    }),
+  );
   const timer = window.setInterval(() => void refresh().catch(() => {}), POLL_MS);
   ctx.onLeave(() => window.clearInterval(timer));
 }
@@ -148,13 +159,15 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
     ],
     'wifi',
   );
+  // MQTT is only the default where the server listens for it (--mqtt-port, not off).
+  const mqttOn = session?.mqtt.enabled ?? true;
   const protocol = select(
     'protocol',
     [
-      ['mqtt', 'MQTT (TLS, port 8883)'],
+      ['mqtt', mqttOn ? `MQTT (TLS, port ${session?.mqtt.port ?? 8883})` : 'MQTT (off on this server)'],
       ['http', 'HTTP'],
     ],
-    'mqtt',
+    mqttOn ? 'mqtt' : 'http',
   );
   const interval = h('input', { name: 'data_interval_seconds', type: 'number', min: 1, max: 604800, value: 60, inputmode: 'numeric' });
   const schema = select(
@@ -230,7 +243,13 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
         'div',
         { class: 'grid2' },
         field('Network', network),
-        field('Protocol', protocol, 'Informational: picks the code snippets; both protocols work.'),
+        field(
+          'Protocol',
+          protocol,
+          mqttOn
+            ? 'Informational: picks the code snippets; both protocols work.'
+            : 'Informational: picks the code snippets. This server has MQTT off, so devices send over HTTP.',
+        ),
       ),
       h('div', { class: 'grid2' }, field('Data direction', direction), field('Data interval (seconds)', interval)),
     ),
@@ -298,6 +317,7 @@ export function renderCreated(main: HTMLElement, device: DeviceDetail, token: st
     fields: device.fields,
     network: String(device.settings.network ?? 'wifi'),
     protocol: String(device.settings.protocol ?? 'mqtt'),
+    mqttEnabled: s.mqtt.enabled,
     intervalSeconds: Number(device.settings.data_interval_seconds ?? 60),
     certificatePem: s.mqtt.certificate_pem,
     selfSigned: s.mqtt.self_signed,

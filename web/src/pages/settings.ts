@@ -1,4 +1,4 @@
-import { api } from '../api';
+import { api, session, toastFailure } from '../api';
 import { copyable, dialog, errorBox, field, fmtTime, h, showError, toast } from '../dom';
 import type { PageContext } from '../main';
 
@@ -96,9 +96,13 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
                     const revoke = h('button', { type: 'button', class: 'small danger' }, 'Revoke');
                     revoke.addEventListener('click', async () => {
                       if (!window.confirm(`Revoke the key "${k.name}"? Requests using it get 401 at once.`)) return;
-                      await api('POST', `/keys/${encodeURIComponent(k.id)}/revoke`);
-                      toast(`Revoked ${k.name}.`);
-                      await loadKeys();
+                      try {
+                        await api('POST', `/keys/${encodeURIComponent(k.id)}/revoke`);
+                        toast(`Revoked ${k.name}.`);
+                      } catch (err) {
+                        toastFailure(err);
+                      }
+                      await loadKeys().catch(() => {});
                     });
                     status = revoke;
                   }
@@ -106,7 +110,7 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
                     'tr',
                     { 'data-key': k.id },
                     h('td', { 'data-label': 'Name' }, k.name),
-                    h('td', { 'data-label': 'Prefix', class: 'mono' }, `${k.key_prefix}…`),
+                    h('td', { 'data-label': 'Prefix' }, h('span', { class: 'mono' }, `${k.key_prefix}…`)),
                     h('td', { 'data-label': 'Created' }, fmtTime(k.created_at)),
                     h('td', { 'data-label': 'Last used' }, fmtTime(k.last_used_at)),
                     h('td', { 'data-label': 'Status' }, status),
@@ -124,10 +128,19 @@ export async function renderSettings(main: HTMLElement, _params: string[], _ctx:
   const current = h('input', { type: 'password', name: 'current_password', autocomplete: 'current-password', required: true });
   const next = h('input', { type: 'password', name: 'new_password', autocomplete: 'new-password', required: true, minlength: 8 });
   const pwError = errorBox();
+  // The account the password belongs to, for password managers (they update that entry).
+  const username = h('input', {
+    type: 'email',
+    name: 'username',
+    autocomplete: 'username',
+    value: session?.account.email ?? '',
+    hidden: true,
+  });
   const pwForm = h(
     'form',
     { class: 'card', 'aria-labelledby': 'pw-h' },
     h('h2', { id: 'pw-h' }, 'Change password'),
+    username,
     pwError,
     field('Current password', current),
     field('New password', next, 'At least 8 characters. Other sessions are signed out.'),
