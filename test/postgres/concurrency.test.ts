@@ -828,4 +828,77 @@ describe('PostgreSQL transactions that run at the same time', () => {
       expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour: H }]);
     });
   });
+
+  describe('a batch of late readings beside deletions of dirty marks', () => {
+    const HOUR = 3_600_000;
+    const H = Date.UTC(2026, 10, 16, 10);
+
+    /**
+     * A device whose hours H and H + 1 are marked dirty, H + 1's mark stored first: a scan of
+     * the table (what a small table gets, and a bitmap scan of a large one) meets it before H's,
+     * where a batch marks H first.
+     */
+    const deviceWithTwoMarks = async (): Promise<number> => {
+      const account = await newAccount();
+      const deviceSeq = await newDevice(account, `dev_marks_${account}`);
+      // The week after too, which the writer makes sure of: its creation would wait for the deletion.
+      await readingPartitions(pool, [H, H + 7 * 24 * HOUR]);
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H + HOUR]);
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
+      await pool.query('ANALYZE rollup_dirty');
+      return deviceSeq;
+    };
+
+    /**
+     * Runs `deletion` until it has locked the first mark it deletes and holds it there, then
+     * sends a batch with a late reading in each of hours H and H + 1 of the device, lets the
+     * deletion go once the batch waits too (or has ended), and returns what became of each.
+     */
+    const batchBeside = async (deviceSeq: number, deletion: () => Awaitable<unknown>) => {
+      // Readings before H + 3 hours are late: they mark their hour.
+      const writer = new PostgresReadingWriter(pool, url, 5_000, () => H + 3 * HOUR);
+      const release = await holdRows('DELETE', 'rollup_dirty');
+      try {
+        const deleted = Promise.allSettled([Promise.resolve().then(deletion)]);
+        await lockWaiters(1);
+        const appended = Promise.allSettled([
+          writer.append({ deviceSeq, time: H + 30 * 60_000, data: '{"t":1}' }),
+          writer.append({ deviceSeq, time: H + HOUR + 30 * 60_000, data: '{"t":2}' }),
+        ]);
+        await lockWaitersOrDone(2, appended);
+        await release();
+        return [(await deleted)[0], ...(await appended)];
+      } finally {
+        await release();
+        await writer.close();
+      }
+    };
+
+    it('deletes a device while a batch marks two late hours of it, neither failing', async () => {
+      const deviceSeq = await deviceWithTwoMarks();
+      // The batch was on its way when the device's deletion began (its readings already deleted in batches).
+      expect(await batchBeside(deviceSeq, () => repos.devices.removeWithRollups(deviceSeq))).toEqual([
+        { status: 'fulfilled', value: undefined },
+        { status: 'fulfilled', value: expect.any(Number) },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+    });
+
+    it('sweeps a removed device while a batch marks two late hours of it, neither failing', async () => {
+      const deviceSeq = await deviceWithTwoMarks();
+      // The device's deletion as the sweep sees it (its tombstone); the batch's node has not heard of it.
+      await pool.query('INSERT INTO removed_devices (device_seq, account_seq) SELECT seq, account_seq FROM devices WHERE seq = $1', [
+        deviceSeq,
+      ]);
+      try {
+        expect(await batchBeside(deviceSeq, () => repos.readings.sweepRemovedDevices())).toEqual([
+          { status: 'fulfilled', value: expect.any(Number) },
+          { status: 'fulfilled', value: expect.any(Number) },
+          { status: 'fulfilled', value: expect.any(Number) },
+        ]);
+      } finally {
+        await pool.query('DELETE FROM removed_devices WHERE device_seq = $1', [deviceSeq]);
+      }
+    });
+  });
 });

@@ -5,7 +5,7 @@ import { type ReadingRow, toReading } from '../../repos/readings.js';
 import type { PendingReading, ReadingsRepository } from '../../repositories.js';
 import type { AuthCache } from '../authCache.js';
 import { archiveDeviceLastSeen } from './devices.js';
-import { deleteRollupsBefore } from './rollups.js';
+import { deleteMarksInOrder, deleteRollupsBefore } from './rollups.js';
 import { inTransaction, prepared } from './sql.js';
 
 /** (seq, time, data) of one device's reading. */
@@ -313,7 +313,7 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
            )
            SELECT count(*) AS n FROM gone`,
         );
-        await client.query('DELETE FROM rollup_dirty WHERE device_seq = ANY($1::bigint[])', [removed]);
+        await client.query(deleteMarksInOrder('device_seq = ANY($1::bigint[])'), [removed]);
         await client.query('DELETE FROM rollups WHERE device_seq = ANY($1::bigint[])', [removed]);
         await client.query("DELETE FROM removed_devices WHERE removed_at < now() - interval '1 day'");
         return Number(deleted.rows[0]!.n);
