@@ -900,5 +900,43 @@ describe('PostgreSQL transactions that run at the same time', () => {
         await pool.query('DELETE FROM removed_devices WHERE device_seq = $1', [deviceSeq]);
       }
     });
+
+    it('drops an expired week while a batch with a late reading of that week marks its hour, the batch not failing', async () => {
+      // A week older than any other partition of these tests, dropped at the first moment it may be.
+      const week = Date.UTC(2025, 0, 6);
+      const hour = week + 10 * HOUR;
+      const account = await newAccount();
+      const days = (await pool.query<{ days: number }>('SELECT max(retention_days) AS days FROM accounts')).rows[0]!.days;
+      const now = week + 7 * 24 * HOUR + days * 24 * HOUR;
+      const deviceSeq = await newDevice(account, `dev_week_${account}`);
+      const writer = new PostgresReadingWriter(pool, url, 5_000, () => now);
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        // A first late reading of the week: the writer knows the week's partition, and the hour is marked.
+        await writer.append({ deviceSeq, time: hour + 60_000, data: '{"t":1}' });
+        // The drop has deleted the week's marks (each row locked), and stops there;
+        const release = await holdRows('DELETE', 'rollup_dirty', 'AFTER');
+        try {
+          const dropped = Promise.allSettled([repos.readings.dropExpiredPartitions(now, 3)]);
+          await lockWaiters(1);
+          // another late reading of the hour comes meanwhile.
+          const appended = Promise.allSettled([writer.append({ deviceSeq, time: hour + 120_000, data: '{"t":2}' })]);
+          await lockWaitersOrDone(2, appended);
+          await release();
+          results = [(await dropped)[0], (await appended)[0]];
+        } finally {
+          await release();
+        }
+      } finally {
+        await writer.close();
+      }
+      expect(results).toEqual([
+        { status: 'fulfilled', value: ['readings_20250106'] },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+      // The reading that came after the drop is in the week made again, its hour marked, for the next pass to drop.
+      expect((await pool.query('SELECT data FROM readings_20250106')).rows).toEqual([{ data: '{"t":2}' }]);
+      expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour }]);
+    });
   });
 });
