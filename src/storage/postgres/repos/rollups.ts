@@ -68,11 +68,12 @@ const allDirty = prepared<{ device_seq: number; hour: number }>(
 );
 const clearDirty = prepared('rollup-clear-dirty', 'DELETE FROM rollup_dirty WHERE device_seq = $1 AND hour = $2');
 /**
- * Deletes the marks `where` selects, locked in (device, hour) order first, the order in which a
- * batch of readings writes its marks (readingWriter.ts, INSERT_BATCH). A plain DELETE locks
- * them in the order its plan meets them (a table or bitmap scan: as stored): holding a later
- * hour while the batch held an earlier one and waited for it, PostgreSQL ended one of them
- * as a deadlock, the batch's readings refused with a 503.
+ * A DELETE of the marks `where` selects that locks them in (device, hour) order first, the
+ * order in which a batch of readings writes its marks (readingWriter.ts, INSERT_BATCH). A
+ * plain DELETE locks them in the order its plan meets them (a table or bitmap scan: as
+ * stored): holding a later hour of a device while a batch holds an earlier one and waits for
+ * it, it would wait for the batch in turn, and PostgreSQL would end one of them as a deadlock
+ * (the batch's readings refused with a 503).
  */
 export const deleteMarksInOrder = (where: string) =>
   `DELETE FROM rollup_dirty WHERE (device_seq, hour) IN
