@@ -884,6 +884,21 @@ describe('PostgreSQL transactions that run at the same time', () => {
       ]);
     });
 
+    it('expires readings of two marked hours while a batch marks both hours, neither failing', async () => {
+      const deviceSeq = await deviceWithTwoMarks();
+      await pool.query(`INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":0}')`, [
+        deviceSeq,
+        H,
+        deviceSeq * 1_000,
+      ]);
+      // Retention's step for the device, its cutoff past both hours.
+      expect(await batchBeside(deviceSeq, () => repos.readings.expireBatch(deviceSeq, H + 2 * HOUR, 1_000, 3))).toEqual([
+        { status: 'fulfilled', value: 1 },
+        { status: 'fulfilled', value: expect.any(Number) },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+    });
+
     it('sweeps a removed device while a batch marks two late hours of it, neither failing', async () => {
       const deviceSeq = await deviceWithTwoMarks();
       // The device's deletion as the sweep sees it (its tombstone); the batch's node has not heard of it.
