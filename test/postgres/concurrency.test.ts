@@ -828,4 +828,130 @@ describe('PostgreSQL transactions that run at the same time', () => {
       expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour: H }]);
     });
   });
+
+  describe('a batch of late readings beside deletions of dirty marks', () => {
+    const HOUR = 3_600_000;
+    const H = Date.UTC(2026, 10, 16, 10);
+
+    /**
+     * A device whose hours H and H + 1 are marked dirty, H + 1's mark stored first: a scan of
+     * the table (what a small table gets, and a bitmap scan of a large one) meets it before H's,
+     * where a batch marks H first.
+     */
+    const deviceWithTwoMarks = async (): Promise<number> => {
+      const account = await newAccount();
+      const deviceSeq = await newDevice(account, `dev_marks_${account}`);
+      // The week after too, which the writer makes sure of: its creation would wait for the deletion.
+      await readingPartitions(pool, [H, H + 7 * 24 * HOUR]);
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H + HOUR]);
+      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
+      await pool.query('ANALYZE rollup_dirty');
+      return deviceSeq;
+    };
+
+    /**
+     * Runs `deletion` until it has locked the first mark it deletes and holds it there, then
+     * sends a batch with a late reading in each of hours H and H + 1 of the device, lets the
+     * deletion go once the batch waits too (or has ended), and returns what became of each.
+     */
+    const batchBeside = async (deviceSeq: number, deletion: () => Awaitable<unknown>) => {
+      // Readings before H + 3 hours are late: they mark their hour.
+      const writer = new PostgresReadingWriter(pool, url, 5_000, () => H + 3 * HOUR);
+      const release = await holdRows('DELETE', 'rollup_dirty');
+      try {
+        const deleted = Promise.allSettled([Promise.resolve().then(deletion)]);
+        await lockWaiters(1);
+        const appended = Promise.allSettled([
+          writer.append({ deviceSeq, time: H + 30 * 60_000, data: '{"t":1}' }),
+          writer.append({ deviceSeq, time: H + HOUR + 30 * 60_000, data: '{"t":2}' }),
+        ]);
+        await lockWaitersOrDone(2, appended);
+        await release();
+        return [(await deleted)[0], ...(await appended)];
+      } finally {
+        await release();
+        await writer.close();
+      }
+    };
+
+    it('deletes a device while a batch marks two late hours of it, neither failing', async () => {
+      const deviceSeq = await deviceWithTwoMarks();
+      // The batch was on its way when the device's deletion began (its readings already deleted in batches).
+      expect(await batchBeside(deviceSeq, () => repos.devices.removeWithRollups(deviceSeq))).toEqual([
+        { status: 'fulfilled', value: undefined },
+        { status: 'fulfilled', value: expect.any(Number) },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+    });
+
+    it('expires readings of two marked hours while a batch marks both hours, neither failing', async () => {
+      const deviceSeq = await deviceWithTwoMarks();
+      await pool.query(`INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":0}')`, [
+        deviceSeq,
+        H,
+        deviceSeq * 1_000,
+      ]);
+      // Retention's step for the device, its cutoff past both hours.
+      expect(await batchBeside(deviceSeq, () => repos.readings.expireBatch(deviceSeq, H + 2 * HOUR, 1_000, 3))).toEqual([
+        { status: 'fulfilled', value: 1 },
+        { status: 'fulfilled', value: expect.any(Number) },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+    });
+
+    it('sweeps a removed device while a batch marks two late hours of it, neither failing', async () => {
+      const deviceSeq = await deviceWithTwoMarks();
+      // The device's deletion as the sweep sees it (its tombstone); the batch's node has not heard of it.
+      await pool.query('INSERT INTO removed_devices (device_seq, account_seq) SELECT seq, account_seq FROM devices WHERE seq = $1', [
+        deviceSeq,
+      ]);
+      try {
+        expect(await batchBeside(deviceSeq, () => repos.readings.sweepRemovedDevices())).toEqual([
+          { status: 'fulfilled', value: expect.any(Number) },
+          { status: 'fulfilled', value: expect.any(Number) },
+          { status: 'fulfilled', value: expect.any(Number) },
+        ]);
+      } finally {
+        await pool.query('DELETE FROM removed_devices WHERE device_seq = $1', [deviceSeq]);
+      }
+    });
+
+    it('drops an expired week while a batch with a late reading of that week marks its hour, the batch not failing', async () => {
+      // A week older than any other partition of these tests, dropped at the first moment it may be.
+      const week = Date.UTC(2025, 0, 6);
+      const hour = week + 10 * HOUR;
+      const account = await newAccount();
+      const days = (await pool.query<{ days: number }>('SELECT max(retention_days) AS days FROM accounts')).rows[0]!.days;
+      const now = week + 7 * 24 * HOUR + days * 24 * HOUR;
+      const deviceSeq = await newDevice(account, `dev_week_${account}`);
+      const writer = new PostgresReadingWriter(pool, url, 5_000, () => now);
+      let results: PromiseSettledResult<unknown>[];
+      try {
+        // A first late reading of the week: the writer knows the week's partition, and the hour is marked.
+        await writer.append({ deviceSeq, time: hour + 60_000, data: '{"t":1}' });
+        // The drop has deleted the week's marks (each row locked), and stops there;
+        const release = await holdRows('DELETE', 'rollup_dirty', 'AFTER');
+        try {
+          const dropped = Promise.allSettled([repos.readings.dropExpiredPartitions(now, 3)]);
+          await lockWaiters(1);
+          // another late reading of the hour comes meanwhile.
+          const appended = Promise.allSettled([writer.append({ deviceSeq, time: hour + 120_000, data: '{"t":2}' })]);
+          await lockWaitersOrDone(2, appended);
+          await release();
+          results = [(await dropped)[0], (await appended)[0]];
+        } finally {
+          await release();
+        }
+      } finally {
+        await writer.close();
+      }
+      expect(results).toEqual([
+        { status: 'fulfilled', value: ['readings_20250106'] },
+        { status: 'fulfilled', value: expect.any(Number) },
+      ]);
+      // The reading that came after the drop is in the week made again, its hour marked, for the next pass to drop.
+      expect((await pool.query('SELECT data FROM readings_20250106')).rows).toEqual([{ data: '{"t":2}' }]);
+      expect((await pool.query('SELECT hour FROM rollup_dirty WHERE device_seq = $1', [deviceSeq])).rows).toEqual([{ hour }]);
+    });
+  });
 });

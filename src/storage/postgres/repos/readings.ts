@@ -5,7 +5,7 @@ import { type ReadingRow, toReading } from '../../repos/readings.js';
 import type { PendingReading, ReadingsRepository } from '../../repositories.js';
 import type { AuthCache } from '../authCache.js';
 import { archiveDeviceLastSeen } from './devices.js';
-import { deleteRollupsBefore } from './rollups.js';
+import { deleteMarksInOrder, deleteRollupsBefore } from './rollups.js';
 import { inTransaction, prepared } from './sql.js';
 
 /** (seq, time, data) of one device's reading. */
@@ -241,17 +241,27 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
      * Drops the weekly partitions whose every reading is past every account's retention at
      * `now` (the partition ends at or before now minus the longest retention): a drop frees a
      * week of readings without deleting them row by row. Each partition goes in a transaction
-     * of its own that first archives the last_seen of the devices it holds readings of,
-     * deletes the rollups (of `levels` levels) and the usage counts of the minutes it covers
-     * (no trigger sees a dropped partition), and takes the lock reading_partitions takes, so a
-     * writer recreating an old week waits for the drop. What is left past each account's own
-     * retention is deleted by statement (expireBatch).
+     * of its own that takes the lock reading_partitions takes (a writer recreating an old week
+     * waits for the drop), archives the last_seen of the devices it holds readings of, deletes
+     * the usage counts of the minutes it covers (no trigger sees a dropped partition) and
+     * drops it; a second transaction then deletes the dirty marks and the rollups (of `levels`
+     * levels) before the week's end. What is left past each account's own retention is
+     * deleted by statement (expireBatch).
      *
      * DROP TABLE of a partition locks the whole readings table (ACCESS EXCLUSIVE), and while
      * it waits for that lock, every statement on readings queues behind it: ingest would
      * stall as long as the longest query in progress. So the drop gives up after
      * DROP_LOCK_TIMEOUT_MS, rolls its transaction back and leaves the remaining weeks to the
      * next pass (expireBatch deletes their rows meanwhile, if their retention asks for it).
+     *
+     * The marks are not deleted in the drop's transaction: every batch of readings holds the
+     * readings table (ROW EXCLUSIVE, from the start of its statement) when it writes a late
+     * reading's mark, so a drop holding that mark while it waits for the table would wait for
+     * the batch that waits for it, and PostgreSQL would end the batch as a deadlock (a 503).
+     * The drop holds nothing a batch waits for; the marks and rollups go after it, marks
+     * first, as a settle takes them (rollups.ts, deleteRollupsBefore). Both deletions take
+     * everything before the week's end, so what a pass stopped between the two left behind
+     * goes with the next week dropped.
      */
     async dropExpiredPartitions(now: number, levels: number): Promise<string[]> {
       const days = (await longestRetention.first(pool, []))!.days;
@@ -274,9 +284,6 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
                FROM (SELECT x.seq, (SELECT max(r.time) FROM ${table} r WHERE r.device_seq = x.seq) AS newest FROM devices x) m
                WHERE d.seq = m.seq AND m.newest IS NOT NULL AND m.newest > coalesce(d.last_seen, 0)`,
               );
-              // Marks before rollups, as a settle takes them (rollups.ts, deleteRollupsBefore).
-              await client.query('DELETE FROM rollup_dirty WHERE hour < $1', [end - HOUR_MS + 1]);
-              await client.query('DELETE FROM rollups WHERE level < $1 AND bucket >= 0 AND bucket < $2', [levels, end]);
               for (const counts of ['reading_counts', 'reading_count_deltas'])
                 await client.query(`DELETE FROM ${counts} WHERE minute >= $1 AND minute < $2`, [start / MINUTE_MS, end / MINUTE_MS]);
               await client.query(`SET LOCAL lock_timeout = ${DROP_LOCK_TIMEOUT_MS}`);
@@ -289,7 +296,12 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
             throw err;
           });
         if (gone === null) break;
-        if (gone) dropped.push(name);
+        if (!gone) continue;
+        await inTransaction(pool, async (client) => {
+          await client.query(deleteMarksInOrder('hour < $1'), [end - HOUR_MS + 1]);
+          await client.query('DELETE FROM rollups WHERE level < $1 AND bucket >= 0 AND bucket < $2', [levels, end]);
+        });
+        dropped.push(name);
       }
       return dropped;
     },
@@ -313,7 +325,7 @@ export function postgresReadingsRepo(pool: Pool, cache: AuthCache): ReadingsRepo
            )
            SELECT count(*) AS n FROM gone`,
         );
-        await client.query('DELETE FROM rollup_dirty WHERE device_seq = ANY($1::bigint[])', [removed]);
+        await client.query(deleteMarksInOrder('device_seq = ANY($1::bigint[])'), [removed]);
         await client.query('DELETE FROM rollups WHERE device_seq = ANY($1::bigint[])', [removed]);
         await client.query("DELETE FROM removed_devices WHERE removed_at < now() - interval '1 day'");
         return Number(deleted.rows[0]!.n);

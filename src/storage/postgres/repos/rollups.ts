@@ -67,8 +67,19 @@ const allDirty = prepared<{ device_seq: number; hour: number }>(
   'SELECT device_seq, hour FROM rollup_dirty ORDER BY device_seq, hour',
 );
 const clearDirty = prepared('rollup-clear-dirty', 'DELETE FROM rollup_dirty WHERE device_seq = $1 AND hour = $2');
-const clearDirtyOfDevice = prepared('rollup-clear-dirty-device', 'DELETE FROM rollup_dirty WHERE device_seq = $1');
-const clearDirtyBefore = prepared('rollup-clear-dirty-before', 'DELETE FROM rollup_dirty WHERE device_seq = $1 AND hour < $2');
+/**
+ * A DELETE of the marks `where` selects that locks them in (device, hour) order first, the
+ * order in which a batch of readings writes its marks (readingWriter.ts, INSERT_BATCH). A
+ * plain DELETE locks them in the order its plan meets them (a table or bitmap scan: as
+ * stored): holding a later hour of a device while a batch holds an earlier one and waits for
+ * it, it would wait for the batch in turn, and PostgreSQL would end one of them as a deadlock
+ * (the batch's readings refused with a 503).
+ */
+export const deleteMarksInOrder = (where: string) =>
+  `DELETE FROM rollup_dirty WHERE (device_seq, hour) IN
+     (SELECT device_seq, hour FROM rollup_dirty WHERE ${where} ORDER BY device_seq, hour FOR UPDATE)`;
+const clearDirtyOfDevice = prepared('rollup-clear-dirty-device', deleteMarksInOrder('device_seq = $1'));
+const clearDirtyBefore = prepared('rollup-clear-dirty-before', deleteMarksInOrder('device_seq = $1 AND hour < $2'));
 
 async function applyWrites(db: Queryable, deviceSeq: number, writes: RollupLevelWrite[]): Promise<void> {
   for (const w of writes) {
