@@ -108,6 +108,61 @@ describe('PostgreSQL transactions that run at the same time', () => {
     };
   };
 
+  /**
+   * Holds the rows `hold` names (holdRows), runs `first` until it waits there, then `second`
+   * until it waits too (or has ended), then lets both go on: how `first` and each of
+   * `second`'s operations ended.
+   */
+  const crossed = async (
+    hold: Parameters<typeof holdRows>,
+    first: () => Awaitable<unknown>,
+    second: () => Awaitable<unknown>[],
+  ): Promise<PromiseSettledResult<unknown>[]> => {
+    const release = await holdRows(...hold);
+    try {
+      const firstDone = Promise.allSettled([Promise.resolve().then(first)]);
+      await lockWaiters(1);
+      const secondDone = Promise.allSettled(second());
+      await lockWaitersOrDone(2, secondDone);
+      await release();
+      return [...(await firstDone), ...(await secondDone)];
+    } finally {
+      await release();
+    }
+  };
+
+  /** How many rollups, dirty marks, readings and device rows a device has left. */
+  const leftOf = async (deviceSeq: number) =>
+    (
+      await pool.query(
+        `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
+           (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
+        [deviceSeq],
+      )
+    ).rows[0];
+
+  /**
+   * A device with two readings in `hour` (its second and third minutes), a minute rollup of
+   * each and, with `hourRollup`, the hour's own; the hour marked dirty.
+   */
+  const deviceWithMarkedHour = async (idPrefix: string, hour: number, hourRollup: boolean): Promise<number> => {
+    const account = await newAccount();
+    const deviceSeq = await newDevice(account, `${idPrefix}_${account}`);
+    await readingPartitions(pool, [hour]);
+    await pool.query(
+      `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
+      [deviceSeq, hour + 60_000, deviceSeq * 1_000],
+    );
+    await pool.query(
+      `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}'), ($1, 0, $2 + 60000, '{"t":2}')`,
+      [deviceSeq, hour + 60_000],
+    );
+    if (hourRollup)
+      await pool.query(`INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 2, $2, '{"t":[2,1,2,3]}')`, [deviceSeq, hour]);
+    await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, hour]);
+    return deviceSeq;
+  };
+
   const begin = async (): Promise<PoolClient> => {
     const client = await pool.connect();
     await client.query('BEGIN');
@@ -666,21 +721,7 @@ describe('PostgreSQL transactions that run at the same time', () => {
     const H = Date.UTC(2026, 10, 24, 10);
 
     /** A device with two readings in hour H, its minute and hour rollups of H, and H marked dirty. */
-    const rolledDevice = async (): Promise<number> => {
-      const account = await newAccount();
-      const deviceSeq = await newDevice(account, `dev_rolled_${account}`);
-      await readingPartitions(pool, [H]);
-      await pool.query(
-        `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
-        [deviceSeq, H + 60_000, deviceSeq * 1_000],
-      );
-      await pool.query(
-        `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}'), ($1, 0, $2 + 60000, '{"t":2}'), ($1, 2, $3, '{"t":[2,1,2,3]}')`,
-        [deviceSeq, H + 60_000, H],
-      );
-      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
-      return deviceSeq;
-    };
+    const rolledDevice = () => deviceWithMarkedHour('dev_rolled', H, true);
 
     /** What settling H writes: its minutes and its hour, recomputed. */
     const settleWrites = [
@@ -698,20 +739,13 @@ describe('PostgreSQL transactions that run at the same time', () => {
      * is held right after it took its mark, `other` runs until it waits too (or ends), then
      * both go on. What became of each.
      */
-    const settleBeside = async (deviceSeq: number, other: () => Awaitable<unknown>) => {
+    const settleBeside = (deviceSeq: number, other: () => Awaitable<unknown>) =>
       // The settle stops right after it has taken its hour's mark (the row is locked by then).
-      const release = await holdRows('DELETE', 'rollup_dirty');
-      try {
-        const settled = Promise.allSettled([repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 })]);
-        await lockWaiters(1);
-        const beside = Promise.allSettled([Promise.resolve().then(other)]);
-        await lockWaitersOrDone(2, beside);
-        await release();
-        return [(await settled)[0], (await beside)[0]];
-      } finally {
-        await release();
-      }
-    };
+      crossed(
+        ['DELETE', 'rollup_dirty'],
+        () => repos.rollups.settleHour(deviceSeq, H, settleWrites, { to: H + HOUR, readings: 2 }),
+        () => [other()],
+      );
 
     it('deletes a device whose dirty hour is being settled, neither failing', async () => {
       const deviceSeq = await rolledDevice();
@@ -720,12 +754,7 @@ describe('PostgreSQL transactions that run at the same time', () => {
         { status: 'fulfilled', value: true },
         { status: 'fulfilled', value: undefined },
       ]);
-      const left = await pool.query(
-        `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
-           (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
-        [deviceSeq],
-      );
-      expect(left.rows).toEqual([{ rollups: 0, marks: 0, readings: 0, devices: 0 }]);
+      expect(await leftOf(deviceSeq)).toEqual({ rollups: 0, marks: 0, readings: 0, devices: 0 });
     });
 
     it('expires readings of an hour being settled, neither failing, and leaves the hour dirty', async () => {
@@ -757,67 +786,38 @@ describe('PostgreSQL transactions that run at the same time', () => {
     const H = Date.UTC(2026, 10, 23, 10);
 
     /** A device with two readings in hour H, a minute rollup of each, and H marked dirty. */
-    const deviceWithReadings = async (): Promise<number> => {
-      const account = await newAccount();
-      const deviceSeq = await newDevice(account, `dev_deleted_${account}`);
-      await readingPartitions(pool, [H]);
-      await pool.query(
-        `INSERT INTO readings (device_seq, time, seq, data) VALUES ($1, $2, $3, '{"t":1}'), ($1, $2 + 60000, $3 + 1, '{"t":2}')`,
-        [deviceSeq, H + 60_000, deviceSeq * 1_000],
-      );
-      await pool.query(
-        `INSERT INTO rollups (device_seq, level, bucket, stats) VALUES ($1, 0, $2, '{"t":1}'), ($1, 0, $2 + 60000, '{"t":2}')`,
-        [deviceSeq, H + 60_000],
-      );
-      await pool.query('INSERT INTO rollup_dirty (device_seq, hour) VALUES ($1, $2)', [deviceSeq, H]);
-      return deviceSeq;
-    };
+    const deviceWithReadings = () => deviceWithMarkedHour('dev_deleted', H, false);
 
     it('expires readings of a device being deleted, neither failing', async () => {
       const deviceSeq = await deviceWithReadings();
-      // The deletion (its readings left behind by the batches) stops once it holds its first reading;
-      const release = await holdRows('DELETE', 'readings');
-      let results: PromiseSettledResult<unknown>[];
-      try {
-        const removed = Promise.allSettled([repos.devices.removeWithRollups(deviceSeq)]);
-        await lockWaiters(1);
-        // retention's step for the device runs meanwhile (past every reading of it).
-        const expired = Promise.allSettled([repos.readings.expireBatch(deviceSeq, H + HOUR, 1_000, 3)]);
-        await lockWaitersOrDone(2, expired);
-        await release();
-        results = [(await removed)[0], (await expired)[0]];
-      } finally {
-        await release();
-      }
+      // The deletion (its readings left behind by the batches) stops once it holds its first
+      // reading; retention's step for the device runs meanwhile (past every reading of it).
+      const results = await crossed(
+        ['DELETE', 'readings'],
+        () => repos.devices.removeWithRollups(deviceSeq),
+        () => [repos.readings.expireBatch(deviceSeq, H + HOUR, 1_000, 3)],
+      );
       expect(results).toEqual([
         { status: 'fulfilled', value: undefined },
         { status: 'fulfilled', value: 0 },
       ]);
-      const left = await pool.query(
-        `SELECT (SELECT count(*)::int FROM rollups WHERE device_seq = $1) AS rollups, (SELECT count(*)::int FROM rollup_dirty WHERE device_seq = $1) AS marks,
-           (SELECT count(*)::int FROM readings WHERE device_seq = $1) AS readings, (SELECT count(*)::int FROM devices WHERE seq = $1) AS devices`,
-        [deviceSeq],
-      );
-      expect(left.rows).toEqual([{ rollups: 0, marks: 0, readings: 0, devices: 0 }]);
+      expect(await leftOf(deviceSeq)).toEqual({ rollups: 0, marks: 0, readings: 0, devices: 0 });
     });
 
     it('clears every rollup (a rebuild) while a batch with a late reading marks its hour, neither failing', async () => {
       const deviceSeq = await deviceWithReadings();
       // Readings before H + 2 hours are late: they mark their hour.
       const writer = new PostgresReadingWriter(pool, url, 5_000, () => H + 2 * HOUR);
-      // The rebuild has deleted every dirty mark (each row locked), and stops there;
-      const release = await holdRows('DELETE', 'rollup_dirty', 'AFTER');
       let results: PromiseSettledResult<unknown>[];
       try {
-        const cleared = Promise.allSettled([repos.rollups.clear()]);
-        await lockWaiters(1);
-        // a batch with a late reading of hour H, whose mark the rebuild holds, comes meanwhile.
-        const appended = Promise.allSettled([writer.append({ deviceSeq, time: H + 30 * 60_000, data: '{"t":3}' })]);
-        await lockWaitersOrDone(2, appended);
-        await release();
-        results = [(await cleared)[0], (await appended)[0]];
+        // The rebuild has deleted every dirty mark (each row locked), and stops there; a batch
+        // with a late reading of hour H, whose mark the rebuild holds, comes meanwhile.
+        results = await crossed(
+          ['DELETE', 'rollup_dirty', 'AFTER'],
+          () => repos.rollups.clear(),
+          () => [writer.append({ deviceSeq, time: H + 30 * 60_000, data: '{"t":3}' })],
+        );
       } finally {
-        await release();
         await writer.close();
       }
       expect(results).toEqual([
@@ -857,19 +857,12 @@ describe('PostgreSQL transactions that run at the same time', () => {
     const batchBeside = async (deviceSeq: number, deletion: () => Awaitable<unknown>) => {
       // Readings before H + 3 hours are late: they mark their hour.
       const writer = new PostgresReadingWriter(pool, url, 5_000, () => H + 3 * HOUR);
-      const release = await holdRows('DELETE', 'rollup_dirty');
       try {
-        const deleted = Promise.allSettled([Promise.resolve().then(deletion)]);
-        await lockWaiters(1);
-        const appended = Promise.allSettled([
+        return await crossed(['DELETE', 'rollup_dirty'], deletion, () => [
           writer.append({ deviceSeq, time: H + 30 * 60_000, data: '{"t":1}' }),
           writer.append({ deviceSeq, time: H + HOUR + 30 * 60_000, data: '{"t":2}' }),
         ]);
-        await lockWaitersOrDone(2, appended);
-        await release();
-        return [(await deleted)[0], ...(await appended)];
       } finally {
-        await release();
         await writer.close();
       }
     };
@@ -929,19 +922,13 @@ describe('PostgreSQL transactions that run at the same time', () => {
       try {
         // A first late reading of the week: the writer knows the week's partition, and the hour is marked.
         await writer.append({ deviceSeq, time: hour + 60_000, data: '{"t":1}' });
-        // The drop has deleted the week's marks (each row locked), and stops there;
-        const release = await holdRows('DELETE', 'rollup_dirty', 'AFTER');
-        try {
-          const dropped = Promise.allSettled([repos.readings.dropExpiredPartitions(now, 3)]);
-          await lockWaiters(1);
-          // another late reading of the hour comes meanwhile.
-          const appended = Promise.allSettled([writer.append({ deviceSeq, time: hour + 120_000, data: '{"t":2}' })]);
-          await lockWaitersOrDone(2, appended);
-          await release();
-          results = [(await dropped)[0], (await appended)[0]];
-        } finally {
-          await release();
-        }
+        // The drop has deleted the week's marks (each row locked), and stops there; another
+        // late reading of the hour comes meanwhile.
+        results = await crossed(
+          ['DELETE', 'rollup_dirty', 'AFTER'],
+          () => repos.readings.dropExpiredPartitions(now, 3),
+          () => [writer.append({ deviceSeq, time: hour + 120_000, data: '{"t":2}' })],
+        );
       } finally {
         await writer.close();
       }

@@ -3,9 +3,10 @@
  * kinds and the chat actions in the form, the firing badge, the devices list's "silent"
  * mark, and resolution times in the history.
  */
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { send, waitForEvents } from '../alerts/helpers.js';
+import { launchChromium } from '../helpers/browser.js';
 import { startTestServer, type TestServer } from '../helpers/server.js';
 
 const EMAIL = 'alerts-ui@example.com';
@@ -23,10 +24,7 @@ beforeAll(async () => {
   const created = await server.services.devices.create(account, { name: 'Cold room', settings: { data_interval_seconds: 60 } });
   device = created.device;
   token = created.accessToken;
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
   page = await (await browser.newContext({ viewport: { width: 1200, height: 900 } })).newPage();
   page.setDefaultTimeout(8_000);
   page.on('dialog', (d) => void d.accept());

@@ -8,8 +8,9 @@
 
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium } from '../helpers/browser.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const ARTIFACTS = path.resolve('test-artifacts');
@@ -64,10 +65,7 @@ beforeAll(async () => {
   await Promise.all(batch.map((r) => server.storage.writer.append(r)));
   await server.services.rollups.runOnce();
 
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
   const context = await browser.newContext({ viewport: { width: 1200, height: 900 }, timezoneId: TZ });
   page = await context.newPage();
   page.setDefaultTimeout(8_000);

@@ -8,9 +8,10 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import ExcelJS from 'exceljs';
-import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashSecret } from '../../src/ids.js';
+import { launchChromium } from '../helpers/browser.js';
 import { ingest, startTestServer, type TestServer } from '../helpers/server.js';
 
 const ARTIFACTS = path.resolve('test-artifacts');
@@ -36,10 +37,7 @@ async function cookieHeader(): Promise<string> {
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   server = await startTestServer();
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
   context = await browser.newContext({ acceptDownloads: true, viewport: { width: 1200, height: 900 } });
   page = await context.newPage();
   page.setDefaultTimeout(8_000);

@@ -3,8 +3,9 @@
  * (docs/dashboard.md): a clean console for a signed-out visitor, and how the readings table
  * shows values.
  */
-import { type Browser, type ConsoleMessage, chromium, type Page } from 'playwright-core';
+import type { Browser, ConsoleMessage, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium } from '../helpers/browser.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const PASSWORD = 'correct horse battery';
@@ -17,10 +18,7 @@ beforeAll(async () => {
   server = await startTestServer();
   seed = await seedAccount(server, { device: { name: 'Greenhouse' } });
   await server.services.accounts.setPassword(seed.account.seq, PASSWORD);
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
 });
 
 afterAll(async () => {
@@ -159,14 +157,23 @@ describe('a phone-width window (360 px): lists become cards', () => {
 });
 
 describe('acting on something already gone', () => {
-  it('revoking a key after the session ended says the session ended and shows the sign-in page', async () => {
+  /**
+   * A signed-in page at `hash` that accepts every confirmation, and the errors its scripts
+   * throw (the console's error lines are expected here: the failed requests).
+   */
+  async function signedInAt(hash: string): Promise<{ page: Page; pageErrors: string[] }> {
     const { page } = await newPage();
     const pageErrors: string[] = [];
     page.on('pageerror', (err) => pageErrors.push(err.message));
     page.on('dialog', (d) => void d.accept());
     await page.goto(server.httpUrl);
     await signIn(page);
-    await page.goto(`${server.httpUrl}/#/settings`);
+    await page.goto(`${server.httpUrl}/${hash}`);
+    return { page, pageErrors };
+  }
+
+  it('revoking a key after the session ended says the session ended and shows the sign-in page', async () => {
+    const { page, pageErrors } = await signedInAt('#/settings');
     const revoke = page.getByRole('button', { name: 'Revoke' }).first();
     await revoke.waitFor();
     await server.services.sessions.resetPassword(seed.account.email, PASSWORD);
@@ -184,13 +191,7 @@ describe('acting on something already gone', () => {
       value: 0,
       actions: [],
     });
-    const { page } = await newPage();
-    const pageErrors: string[] = [];
-    page.on('pageerror', (err) => pageErrors.push(err.message));
-    page.on('dialog', (d) => void d.accept());
-    await page.goto(server.httpUrl);
-    await signIn(page);
-    await page.goto(`${server.httpUrl}/#/alerts`);
+    const { page, pageErrors } = await signedInAt('#/alerts');
     const row = page.locator(`tr[data-alert="${alert.id}"]`);
     await row.waitFor();
     await server.services.alerts.remove(alert);

@@ -4,8 +4,9 @@
  * account, which drops the device from the list and leaves its page, well before the 15 s poll.
  * Deletion by the admin CLI, another process, reaches the tabs too.
  */
-import { type Browser, type BrowserContext, chromium, type Page } from 'playwright-core';
+import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { launchChromium } from '../helpers/browser.js';
 import { runCliAsync } from '../helpers/cli.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
@@ -50,10 +51,7 @@ beforeAll(async () => {
   seed = await seedAccount(server, { device: { name: 'Greenhouse' } });
   other = await seedAccount(server, { device: { name: 'Elsewhere' } });
   for (const a of [seed.account, other.account]) await server.services.accounts.setPassword(a.seq, PASSWORD);
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
 });
 
 afterAll(async () => {

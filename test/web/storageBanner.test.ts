@@ -7,9 +7,10 @@
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { onPostgres, sqliteDb } from '../helpers/backend.js';
+import { launchChromium } from '../helpers/browser.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const ARTIFACTS = path.resolve('test-artifacts');
@@ -19,10 +20,7 @@ const servers: TestServer[] = [];
 
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
-  });
+  browser = await launchChromium();
 });
 afterAll(async () => {
   await browser?.close();
