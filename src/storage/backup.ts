@@ -101,6 +101,9 @@ export async function writeArchive(
   const target = path.resolve(file);
   // Checked first: the staging folder's name in mkdtemp's error would be the only hint.
   if (!existsSync(path.dirname(target))) throw new Error(`no folder ${path.dirname(target)} to write ${path.basename(target)} into`);
+  // Checked before the copy, which the final rename would otherwise fail after with EISDIR.
+  if (statSync(target, { throwIfNoEntry: false })?.isDirectory())
+    throw new Error(`${target} is a folder: give the archive's file name (${path.join(file, 'telemetryd-backup.tar.gz')})`);
   const staging = mkdtempSync(path.join(path.dirname(target), '.telemetryd-backup-'));
   const partial = `${target}.partial-${process.pid}`;
   try {

@@ -5,7 +5,7 @@
  */
 
 import { spawnSync } from 'node:child_process';
-import { existsSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { onPostgres } from '../helpers/backend.js';
@@ -155,6 +155,14 @@ describe('backup and restore', () => {
     const missing = await runCliAsync(['backup', nowhere], { dataDir: path.join(root, 'live') });
     expect(missing.status).toBe(1);
     expect(missing.stderr).toBe(`telemetryd: no folder ${path.dirname(nowhere)} to write x.tgz into\n`);
+    // A folder as FILE is refused before the copy, not by the final rename.
+    const folder = await runCliAsync(['backup', root], { dataDir: path.join(root, 'live') });
+    expect(folder.status).toBe(1);
+    expect(folder.stdout).toBe('');
+    expect(folder.stderr).toBe(
+      `telemetryd: ${root} is a folder: give the archive's file name (${path.join(root, 'telemetryd-backup.tar.gz')})\n`,
+    );
+    expect(readdirSync(path.dirname(root)).filter((f) => f.startsWith(`${path.basename(root)}.partial-`))).toEqual([]);
     const b = await runCliAsync(['backup', path.join(root, 'x.tgz')], { dataDir: path.join(root, 'empty') });
     expect(b.status).not.toBe(0);
     expect(b.stderr).toMatch(onPostgres ? /no telemetryd data/ : /no database/);
