@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { PLAN_NAMES, type PlanLimits } from '../src/domain/plans.js';
 import { presentAccount } from '../src/domain/presenters.js';
-import { intOption, readStdin, runAdmin, withCommonOptions } from './context.js';
+import { intOption, readPassword, runAdmin, withCommonOptions } from './context.js';
 
 const human = (a: ReturnType<typeof presentAccount>) => `${a.id}  ${a.email}  plan=${a.plan}  status=${a.status}`;
 
@@ -18,7 +18,7 @@ export function accountsCommand(): Command {
       .option('--password-stdin', 'read a dashboard password from standard input'),
   ).action(async (opts: { email: string; name?: string; plan?: string; passwordStdin?: boolean }, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
-      const password = opts.passwordStdin ? await readStdin() : null;
+      const password = opts.passwordStdin ? await readPassword() : null;
       const account = await services.accounts.create({ email: opts.email, name: opts.name, plan: opts.plan, password });
       const shown = presentAccount(account);
       print(shown, `created account ${human(shown)}`);
@@ -33,7 +33,7 @@ export function accountsCommand(): Command {
       .requiredOption('--password-stdin', 'read the password from standard input'),
   ).action((account: string, _o, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
-      const shown = presentAccount(await services.sessions.resetPassword(account, await readStdin()));
+      const shown = presentAccount(await services.sessions.resetPassword(account, await readPassword()));
       print(shown, `password set for ${human(shown)}`);
     }),
   );

@@ -1,9 +1,11 @@
+import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyPassword } from '../../src/domain/passwords.js';
 import { openDatabase } from '../../src/storage/db.js';
 import { onPostgres } from '../helpers/backend.js';
-import { runCli, runCliAsync } from '../helpers/cli.js';
+import { CLI, runCli, runCliAsync } from '../helpers/cli.js';
 import { ingest, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
 describe('admin CLI contract (docs/cli.md)', () => {
@@ -58,6 +60,26 @@ describe('admin CLI contract (docs/cli.md)', () => {
     expect(short.status).not.toBe(0);
     expect(short.stderr).toMatch(/at least 8/);
   });
+
+  // util-linux `script` gives the command a pseudo-terminal, as an operator's shell would.
+  it.skipIf(spawnSync('script', ['--version']).status !== 0 || onPostgres)(
+    '--password-stdin at a terminal prompts for one line instead of waiting silently for end of input',
+    async () => {
+      const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} accounts create --email tty@example.com --password-stdin --json --data-dir ${JSON.stringify(dir)}`;
+      const r = spawnSync('script', ['-qec', command, '/dev/null'], {
+        encoding: 'utf8',
+        input: 'correct horse battery\r',
+        timeout: 30_000,
+      });
+      expect(r.status, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toContain('password (not shown; end with Enter): ');
+      expect(r.stdout).toContain('"email":"tty@example.com"');
+      const db = openDatabase(dir);
+      const row = db.prepare("SELECT password_hash FROM accounts WHERE email = 'tty@example.com'").get() as { password_hash: string };
+      db.close();
+      expect(await verifyPassword('correct horse battery', row.password_hash)).toBe(true);
+    },
+  );
 
   it('keys create / list / revoke', () => {
     const k = cli('keys', 'create', '--account', 'owner@example.com', '--name', 'ci', '--json').json;
