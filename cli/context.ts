@@ -190,6 +190,11 @@ export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
+/** A warning on stderr: stdout keeps its one line or JSON object. */
+export function warn(message: string): void {
+  process.stderr.write(`telemetryd: warning: ${message}\n`);
+}
+
 /**
  * `--password-stdin`: the whole of standard input (less one final newline) when it is a pipe
  * or a file; at a terminal, one line typed after a prompt on stderr, not echoed.

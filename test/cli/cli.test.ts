@@ -167,8 +167,22 @@ describe('admin CLI contract (docs/cli.md)', () => {
     const tooMany = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', ...fields, '--json');
     expect(tooMany.status).not.toBe(0);
     expect(tooMany.stderr).toMatch(/allows 5/);
-    const ok = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', '--json').json;
-    expect(ok.schema_mode).toBe('strict');
+    const ok = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', '--json');
+    expect(ok.json.schema_mode).toBe('strict');
+    // Strict without fields refuses every reading: created, and said so on stderr.
+    expect(ok.stderr).toBe(
+      `telemetryd: warning: ${ok.json.id} has a strict schema and no declared fields, so it refuses every reading: declare its fields in the dashboard, or create it with --field NAME or --schema flexible\n`,
+    );
+    const declared = cli('devices', 'create', '--account', 'free@example.com', '--name', 'm', '--field', 'temp', '--json');
+    expect(declared.status).toBe(0);
+    expect(declared.stderr).toBe('');
+    // A key of a free account is refused by the Public API until the plan changes: created, and said so.
+    const key = cli('keys', 'create', '--account', 'free@example.com', '--name', 'k', '--json');
+    expect(key.status).toBe(0);
+    expect(key.json.key).toMatch(/^tlm_/);
+    expect(key.stderr).toBe(
+      "telemetryd: warning: free@example.com is on the free plan, which has no Public API: this key is refused (403) until the account's plan changes (accounts set-plan free@example.com starter)\n",
+    );
   });
 
   it('device limit of the plan', () => {
