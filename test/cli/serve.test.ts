@@ -62,6 +62,45 @@ describe('telemetryd serve', () => {
     expect(Date.now() - started).toBeLessThan(10_000);
   });
 
+  it('warns when the certificate generated on an earlier start does not name the host of --public-url', async () => {
+    const dir = tempDir();
+    const start = async (publicUrl: string) => {
+      const serve = await spawnServe(
+        [
+          '--data-dir',
+          dir,
+          '--host',
+          '127.0.0.1',
+          '--http-port',
+          '0',
+          '--mqtt-port',
+          '0',
+          '--public-url',
+          publicUrl,
+          '--log-level',
+          'error',
+        ],
+        { ready: /First run/ },
+      );
+      serve.child.kill('SIGTERM');
+      expect(await serve.exited).toBe(0);
+      return serve.output();
+    };
+    // The first start generates the certificate for the names it is given.
+    expect(await start('http://telemetry.example:8080')).toContain('generated self-signed certificate');
+    expect(await start('http://telemetry.example:8080')).not.toContain('warning');
+    // A later --public-url naming another host is not in it: devices checking that name would fail.
+    const moved = await start('http://10.9.8.7:8080');
+    expect(moved).toContain(
+      'warning: the self-signed MQTT certificate was generated for other names and does not name 10.9.8.7 (--public-url/--host): devices that check it by that name fail the TLS handshake; ',
+    );
+    expect(moved).toContain(
+      onPostgres
+        ? 'give --tls-cert/--tls-key a certificate that does'
+        : `delete ${path.join(dir, 'tls')} and start again to generate one that does`,
+    );
+  });
+
   it('a port in use ends the start with one line, and no listening line for a port that closes again', async () => {
     const busy = createServer();
     await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
