@@ -201,7 +201,13 @@ export function warn(message: string): void {
  */
 export async function readPassword(): Promise<string> {
   const stdin = process.stdin;
-  if (!stdin.isTTY) return readStdin();
+  if (!stdin.isTTY) {
+    const piped = await readStdin();
+    // Nothing at all is a forgotten pipe (a script run without its input), not a short password.
+    if (piped === '')
+      throw new Error("no password on standard input (--password-stdin): pipe it in, e.g. echo 'a long password' | telemetryd …");
+    return piped;
+  }
   process.stderr.write('password (not shown; end with Enter): ');
   stdin.setRawMode(true);
   stdin.setEncoding('utf8');

@@ -59,6 +59,12 @@ describe('admin CLI contract (docs/cli.md)', () => {
     const short = runCli(['accounts', 'create', '--email', 'pw2@example.com', '--password-stdin'], { dataDir: dir, input: 'short\n' });
     expect(short.status).not.toBe(0);
     expect(short.stderr).toMatch(/at least 8/);
+    const none = runCli(['accounts', 'set-password', 'pw@example.com', '--password-stdin', '--json'], { dataDir: dir, input: '' });
+    expect(none.status).toBe(1);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toBe(
+      "telemetryd: no password on standard input (--password-stdin): pipe it in, e.g. echo 'a long password' | telemetryd …\n",
+    );
   });
 
   // util-linux `script` gives the command a pseudo-terminal, as an operator's shell would.
