@@ -1,11 +1,11 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
 import path from 'node:path';
 import { generate } from 'selfsigned';
 import { describe, expect, it } from 'vitest';
-import { onPostgres } from '../helpers/backend.js';
+import { backendEnv, onPostgres } from '../helpers/backend.js';
 import { CLI, runCli } from '../helpers/cli.js';
 import { freePort, spawnServe } from '../helpers/process.js';
 import { tempDir } from '../helpers/server.js';
@@ -56,6 +56,21 @@ describe('telemetryd serve', () => {
       { ready: /First run/ },
     );
     expect(serve.output()).toMatch(/open http:\/\/telemetry\.local:8080\/setup\?token=[0-9A-Za-z]{32}/);
+    // The command-line alternative names this server's storage, so pasted in another directory
+    // it creates the account where the server looks.
+    const hint = /\(or: (echo .*)\)\n/.exec(serve.output())?.[1];
+    expect(hint).toBe(
+      `echo 'a password' | telemetryd accounts create --email you@example.com --password-stdin ${onPostgres ? '--database-url "$TELEMETRYD_DATABASE_URL"' : `--data-dir ${dir}`}`,
+    );
+    const pasted = spawnSync('sh', ['-c', hint!.replace('telemetryd ', `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} `)], {
+      cwd: tempDir(),
+      encoding: 'utf8',
+      env: { ...process.env, ...backendEnv(dir) },
+    });
+    expect(pasted.status, pasted.stderr).toBe(0);
+    expect(runCli(['accounts', 'list', '--json'], { dataDir: dir }).json.data.map((a: { email: string }) => a.email)).toEqual([
+      'you@example.com',
+    ]);
     const started = Date.now();
     serve.child.kill('SIGINT');
     expect(await serve.exited).toBe(0);
