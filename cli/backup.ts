@@ -70,7 +70,10 @@ export function backupCommands(): Command[] {
         const restored = await restorePostgres(databaseUrl, file, { force, snapshotsDir });
         const result = { ...restored, database: redactDatabaseUrl(databaseUrl) };
         process.stdout.write(
-          opts.json ? `${JSON.stringify(result)}\n` : `restored ${result.file} into ${result.database} (${result.readings} readings)\n`,
+          opts.json
+            ? `${JSON.stringify(result)}\n`
+            : // The snapshots folder too: without --snapshots-dir it is ./telemetryd-data/snapshots of wherever this ran.
+              `restored ${result.file} into ${result.database} (${result.readings} readings), snapshot files into ${result.snapshots_dir}\n`,
         );
         return;
       }

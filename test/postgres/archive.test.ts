@@ -230,6 +230,12 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     });
     expect(restored.stdout).not.toContain(pg.password);
     expect(hashes(pgSnapshots)).toEqual(hashes(path.join(source, 'snapshots')));
+    // The human line says where the snapshot files went, which the server must be given.
+    const again = cli('restore', first, '--database-url', url, '--snapshots-dir', pgSnapshots, '--force');
+    expect(again.status, again.stderr).toBe(0);
+    expect(again.stdout).toBe(
+      `restored ${first} into ${url.replace(pg.password, '***')} (${CLUSTERED_READINGS + 1 + INBOX_READINGS} readings), snapshot files into ${pgSnapshots}\n`,
+    );
 
     // In PostgreSQL: booleans as booleans, every reading in its weekly partition, ids continue
     // after the archive's.
