@@ -198,7 +198,11 @@ function databaseInUse(dataDir: string): boolean {
     db.exec('COMMIT');
     return false;
   } catch (err) {
-    if ((err as { code?: string }).code === 'SQLITE_BUSY') return true;
+    const code = (err as { code?: string }).code;
+    if (code === 'SQLITE_BUSY') return true;
+    // Not a database at all (a damaged header): no server can be serving it, and replacing
+    // such a file is what `restore --force` is for.
+    if (code === 'SQLITE_NOTADB') return false;
     throw err;
   } finally {
     db.close();

@@ -5,7 +5,7 @@
  */
 
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { onPostgres } from '../helpers/backend.js';
@@ -140,6 +140,27 @@ describe('backup and restore', () => {
     expect(r.status, r.stdout + r.stderr).toBe(0);
     expect(r.stdout).toMatch(/backup: database 100% \(\d+\/\d+ pages\)/);
     expect(r.stdout).toContain(`wrote ${file}`);
+  });
+
+  it.skipIf(onPostgres)('restore --force replaces a database file that is not a database any more, naming the file', async () => {
+    const good = path.join(root, 'good');
+    await seedViaCli(good);
+    const archive = path.join(root, 'good.tar.gz');
+    expect((await runCliAsync(['backup', archive], { dataDir: good })).status).toBe(0);
+    const damaged = path.join(root, 'damaged');
+    mkdirSync(damaged, { mode: 0o700 });
+    writeFileSync(path.join(damaged, 'telemetryd.db'), Buffer.alloc(8192, 0x5a));
+    const broken = await runCliAsync(['accounts', 'list'], { dataDir: damaged });
+    expect(broken.status).toBe(1);
+    expect(broken.stderr).toBe(`telemetryd: ${path.join(damaged, 'telemetryd.db')}: file is not a database\n`);
+    const refused = await runCliAsync(['restore', archive], { dataDir: damaged });
+    expect(refused.stderr).toBe(`telemetryd: ${damaged} already holds a database; pass --force to replace it\n`);
+    const forced = await runCliAsync(['restore', archive, '--force', '--json'], { dataDir: damaged });
+    expect(forced.status, forced.stderr).toBe(0);
+    expect((await runCliAsync(['accounts', 'list', '--json'], { dataDir: damaged })).json.data.length).toBeGreaterThan(0);
+    // A data dir that is a file is named as such.
+    const notFolder = await runCliAsync(['accounts', 'list'], { dataDir: archive });
+    expect(notFolder.stderr).toBe(`telemetryd: the data dir ${archive} is a file, not a folder\n`);
   });
 
   it('refuses a file that is not a backup and leaves the data dir untouched', async () => {
