@@ -1,6 +1,7 @@
 import { Command } from 'commander';
-import { PLAN_NAMES, type PlanLimits } from '../src/domain/plans.js';
+import { isPlanName, PLAN_NAMES, type PlanLimits } from '../src/domain/plans.js';
 import { presentAccount } from '../src/domain/presenters.js';
+import { badRequest } from '../src/errors.js';
 import { intOption, readPassword, runAdmin, withCommonOptions } from './context.js';
 
 const human = (a: ReturnType<typeof presentAccount>) => `${a.id}  ${a.email}  plan=${a.plan}  status=${a.status}`;
@@ -62,6 +63,9 @@ export function accountsCommand(): Command {
   for (const [flag, key] of overrides) setPlan.option(`--${flag} <n>`, `override ${key}`, intOption(`--${flag}`));
   withCommonOptions(setPlan).action((account: string, plan: string, opts: Record<string, number | undefined>, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
+      // No account id or email is a plan name: the two arguments were given the other way round.
+      if (isPlanName(account) && !isPlanName(plan))
+        throw badRequest(`accounts set-plan takes ACCOUNT then PLAN: "${account}" is a plan; try: accounts set-plan ${plan} ${account}`);
       const limits: Partial<PlanLimits> = {};
       for (const [, key] of overrides) if (opts[key] !== undefined) limits[key] = opts[key];
       const shown = presentAccount(await services.accounts.setPlan(account, plan, limits));

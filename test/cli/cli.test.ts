@@ -48,6 +48,13 @@ describe('admin CLI contract (docs/cli.md)', () => {
 
     expect(cli('accounts', 'create', '--email', 'not-an-email').status).not.toBe(0);
     expect(cli('accounts', 'suspend', 'nobody@example.com').status).not.toBe(0);
+    // The arguments the other way round: no account is named like a plan.
+    const swapped = cli('accounts', 'set-plan', 'business', 'me@example.com', '--json');
+    expect(swapped.status).toBe(1);
+    expect(swapped.stdout).toBe('');
+    expect(swapped.stderr).toBe(
+      'telemetryd: accounts set-plan takes ACCOUNT then PLAN: "business" is a plan; try: accounts set-plan me@example.com business\n',
+    );
   });
 
   it('accounts create --password-stdin stores only a scrypt hash', () => {
