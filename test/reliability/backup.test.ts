@@ -146,7 +146,10 @@ describe('backup and restore', () => {
     const good = path.join(root, 'good');
     await seedViaCli(good);
     const archive = path.join(root, 'good.tar.gz');
-    expect((await runCliAsync(['backup', archive], { dataDir: good })).status).toBe(0);
+    const wrote = await runCliAsync(['backup', archive], { dataDir: good });
+    expect(wrote.status, wrote.stderr).toBe(0);
+    // The line names the database it read, so an environment's TELEMETRYD_DATABASE_URL winning over --data-dir shows.
+    expect(wrote.stdout).toBe(`wrote ${archive} (${statSync(archive).size} bytes) from SQLite ${path.join(good, 'telemetryd.db')}\n`);
     const damaged = path.join(root, 'damaged');
     mkdirSync(damaged, { mode: 0o700 });
     writeFileSync(path.join(damaged, 'telemetryd.db'), Buffer.alloc(8192, 0x5a));
