@@ -1,9 +1,11 @@
 import {
   chmodSync,
+  chownSync,
   cpSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
+  readdirSync,
   readFileSync,
   renameSync,
   rmSync,
@@ -277,6 +279,18 @@ export function placeSnapshots(restored: string | null, snapshotsDir: string): v
   }
 }
 
+/** As root: `paths` (folders with everything in them) get the owner of `reference`, unless that is root too. */
+function giveToOwnerOf(reference: string, paths: string[]): void {
+  if (process.getuid?.() !== 0) return;
+  const { uid, gid } = statSync(reference);
+  if (uid === 0) return;
+  const chownTree = (p: string) => {
+    chownSync(p, uid, gid);
+    if (statSync(p).isDirectory()) for (const entry of readdirSync(p)) chownTree(path.join(p, entry));
+  };
+  for (const p of paths) chownTree(p);
+}
+
 /**
  * Puts an archive back into a data dir (the server must be stopped). The archive is
  * unpacked and checked (manifest, integrity_check) in a staging folder inside the data dir
@@ -305,8 +319,12 @@ export async function restoreBackup(
     for (const suffix of ['-wal', '-shm', '']) rmSync(dbPath + suffix, { force: true });
     renameSync(unpacked.dbFile, dbPath);
     chmodSync(dbPath, 0o600);
-    placeSnapshots(unpacked.snapshots, path.resolve(opts.snapshotsDir ?? path.join(dir, SNAPSHOTS_DIR)));
+    const snapshotsDir = path.resolve(opts.snapshotsDir ?? path.join(dir, SNAPSHOTS_DIR));
+    placeSnapshots(unpacked.snapshots, snapshotsDir);
     chmodSync(dir, 0o700);
+    // Run as root (sudo) into a service's data dir, the files would be root's, mode 0600, and
+    // the service user could not open them: they take the data dir's owner.
+    if (!madeDir) giveToOwnerOf(dir, [dbPath, ...(existsSync(snapshotsDir) ? [snapshotsDir] : [])]);
     restored = true;
     return { file: source, data_dir: dir, readings: unpacked.readings };
   } finally {

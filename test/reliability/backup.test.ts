@@ -5,7 +5,7 @@
  */
 
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { onPostgres } from '../helpers/backend.js';
@@ -164,6 +164,28 @@ describe('backup and restore', () => {
     // A data dir that is a file is named as such.
     const notFolder = await runCliAsync(['accounts', 'list'], { dataDir: archive });
     expect(notFolder.stderr).toBe(`telemetryd: the data dir ${archive} is a file, not a folder\n`);
+  });
+
+  // sudo telemetryd restore … --data-dir /var/lib/telemetryd: the service user must be able to open what it restored.
+  it.skipIf(onPostgres || process.getuid?.() !== 0)("run as root, restore gives the files the data dir's owner", async () => {
+    const source = path.join(root, 'owned-source');
+    await seedViaCli(source);
+    const archive = path.join(root, 'owned.tar.gz');
+    expect((await runCliAsync(['backup', archive], { dataDir: source })).status).toBe(0);
+    const service = path.join(root, 'service');
+    mkdirSync(service, { mode: 0o700 });
+    mkdirSync(path.join(service, 'snapshots', 'dev_x'), { recursive: true });
+    writeFileSync(path.join(service, 'snapshots', 'dev_x', 'a.jpg'), 'old');
+    chownSync(service, 65534, 65534);
+    const r = await runCliAsync(['restore', archive, '--json'], { dataDir: service });
+    expect(r.status, r.stderr).toBe(0);
+    expect(statSync(path.join(service, 'telemetryd.db')).uid).toBe(65534);
+    expect(statSync(service).uid).toBe(65534);
+    if (existsSync(path.join(service, 'snapshots'))) expect(statSync(path.join(service, 'snapshots')).uid).toBe(65534);
+    // A data dir made by the restore itself stays root's, as anything else root creates.
+    const made = path.join(root, 'made-by-root');
+    expect((await runCliAsync(['restore', archive, '--json'], { dataDir: made })).status).toBe(0);
+    expect(statSync(path.join(made, 'telemetryd.db')).uid).toBe(0);
   });
 
   it('refuses a file that is not a backup and leaves the data dir untouched', async () => {
