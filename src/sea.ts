@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
-import { chownSync, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { giveToOwnerOf } from './storage/ownership.js';
 
 /**
  * The single executable (Node's SEA, docs/executable.md) carries files that cannot live in
@@ -46,24 +47,8 @@ export function runningSea(): SeaApi | null {
 function cacheRoot(dataDir: string): string {
   const root = path.join(dataDir, '.cache');
   mkdirSync(root, { recursive: true, mode: 0o700 });
-  giveToDataDirOwner(dataDir, root);
+  giveToOwnerOf(dataDir, [root]);
   return root;
-}
-
-/**
- * Run as root (`sudo telemetryd backup … --data-dir /var/lib/telemetryd`) in a data dir that
- * another user owns (the service's), what is extracted becomes that user's: a root-owned
- * `.cache/<hash>/` (mode 0700) would stop the service from starting with this executable.
- */
-function giveToDataDirOwner(dataDir: string, ...paths: string[]): void {
-  if (process.getuid?.() !== 0) return;
-  const { uid, gid } = statSync(dataDir);
-  if (uid === 0) return;
-  const chownTree = (p: string) => {
-    chownSync(p, uid, gid);
-    if (statSync(p).isDirectory()) for (const entry of readdirSync(p)) chownTree(path.join(p, entry));
-  };
-  for (const p of paths) chownTree(p);
 }
 
 /**
@@ -80,10 +65,10 @@ export function extractAssetFile(sea: SeaApi, dataDir: string, assetName: string
   const file = path.join(dir, fileName);
   if (existsSync(file) && statSync(file).size === bytes.length) return file;
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  giveToDataDirOwner(dataDir, dir);
+  giveToOwnerOf(dataDir, [dir]);
   const tmp = `${file}.${process.pid}.tmp`;
   writeFileSync(tmp, bytes, { mode });
-  giveToDataDirOwner(dataDir, tmp);
+  giveToOwnerOf(dataDir, [tmp]);
   renameSync(tmp, file);
   return file;
 }
@@ -128,7 +113,7 @@ export function extractWebRoot(sea: SeaApi, dataDir: string): string | null {
     mkdirSync(path.dirname(target), { recursive: true, mode: 0o700 });
     writeFileSync(target, Buffer.from(sea.getRawAsset(SEA_ASSET.webPrefix + rel)));
   }
-  giveToDataDirOwner(dataDir, tmp);
+  giveToOwnerOf(dataDir, [tmp]);
   try {
     renameSync(tmp, dir);
   } catch (err) {

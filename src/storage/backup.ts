@@ -1,11 +1,9 @@
 import {
   chmodSync,
-  chownSync,
   cpSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
-  readdirSync,
   readFileSync,
   renameSync,
   rmSync,
@@ -17,6 +15,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { DB_FILE, type Db } from './db.js';
 import { loadNativeBinding } from './native.js';
+import { giveToOwnerOf } from './ownership.js';
 import { snapshotFiles } from './snapshotFiles.js';
 
 /**
@@ -279,18 +278,6 @@ export function placeSnapshots(restored: string | null, snapshotsDir: string): v
   }
 }
 
-/** As root: `paths` (folders with everything in them) get the owner of `reference`, unless that is root too. */
-function giveToOwnerOf(reference: string, paths: string[]): void {
-  if (process.getuid?.() !== 0) return;
-  const { uid, gid } = statSync(reference);
-  if (uid === 0) return;
-  const chownTree = (p: string) => {
-    chownSync(p, uid, gid);
-    if (statSync(p).isDirectory()) for (const entry of readdirSync(p)) chownTree(path.join(p, entry));
-  };
-  for (const p of paths) chownTree(p);
-}
-
 /**
  * Puts an archive back into a data dir (the server must be stopped). The archive is
  * unpacked and checked (manifest, integrity_check) in a staging folder inside the data dir
@@ -324,7 +311,7 @@ export async function restoreBackup(
     chmodSync(dir, 0o700);
     // Run as root (sudo) into a service's data dir, the files would be root's, mode 0600, and
     // the service user could not open them: they take the data dir's owner.
-    if (!madeDir) giveToOwnerOf(dir, [dbPath, ...(existsSync(snapshotsDir) ? [snapshotsDir] : [])]);
+    if (!madeDir) giveToOwnerOf(dir, [dbPath, snapshotsDir]);
     restored = true;
     return { file: source, data_dir: dir, readings: unpacked.readings };
   } finally {

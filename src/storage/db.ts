@@ -3,6 +3,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { migrate } from './migrations.js';
 import { loadNativeBinding } from './native.js';
+import { giveToOwnerOf } from './ownership.js';
 
 export type Db = Database.Database;
 
@@ -64,5 +65,7 @@ export function openDatabase(dataDir: string, options: OpenOptions = {}): Db {
       // -wal/-shm may not exist yet; SQLite creates them with the main file's mode.
     }
   }
+  // A first admin command run with sudo before the service's first start creates the database.
+  giveToOwnerOf(dataDir, [file, `${file}-wal`, `${file}-shm`]);
   return db;
 }

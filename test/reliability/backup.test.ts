@@ -167,26 +167,35 @@ describe('backup and restore', () => {
   });
 
   // sudo telemetryd restore … --data-dir /var/lib/telemetryd: the service user must be able to open what it restored.
-  it.skipIf(onPostgres || process.getuid?.() !== 0)("run as root, restore gives the files the data dir's owner", async () => {
-    const source = path.join(root, 'owned-source');
-    await seedViaCli(source);
-    const archive = path.join(root, 'owned.tar.gz');
-    expect((await runCliAsync(['backup', archive], { dataDir: source })).status).toBe(0);
-    const service = path.join(root, 'service');
-    mkdirSync(service, { mode: 0o700 });
-    mkdirSync(path.join(service, 'snapshots', 'dev_x'), { recursive: true });
-    writeFileSync(path.join(service, 'snapshots', 'dev_x', 'a.jpg'), 'old');
-    chownSync(service, 65534, 65534);
-    const r = await runCliAsync(['restore', archive, '--json'], { dataDir: service });
-    expect(r.status, r.stderr).toBe(0);
-    expect(statSync(path.join(service, 'telemetryd.db')).uid).toBe(65534);
-    expect(statSync(service).uid).toBe(65534);
-    if (existsSync(path.join(service, 'snapshots'))) expect(statSync(path.join(service, 'snapshots')).uid).toBe(65534);
-    // A data dir made by the restore itself stays root's, as anything else root creates.
-    const made = path.join(root, 'made-by-root');
-    expect((await runCliAsync(['restore', archive, '--json'], { dataDir: made })).status).toBe(0);
-    expect(statSync(path.join(made, 'telemetryd.db')).uid).toBe(0);
-  });
+  it.skipIf(onPostgres || process.getuid?.() !== 0)(
+    "run as root, restore and a first command give the files the data dir's owner",
+    async () => {
+      const source = path.join(root, 'owned-source');
+      await seedViaCli(source);
+      const archive = path.join(root, 'owned.tar.gz');
+      expect((await runCliAsync(['backup', archive], { dataDir: source })).status).toBe(0);
+      const service = path.join(root, 'service');
+      mkdirSync(service, { mode: 0o700 });
+      mkdirSync(path.join(service, 'snapshots', 'dev_x'), { recursive: true });
+      writeFileSync(path.join(service, 'snapshots', 'dev_x', 'a.jpg'), 'old');
+      chownSync(service, 65534, 65534);
+      const r = await runCliAsync(['restore', archive, '--json'], { dataDir: service });
+      expect(r.status, r.stderr).toBe(0);
+      expect(statSync(path.join(service, 'telemetryd.db')).uid).toBe(65534);
+      expect(statSync(service).uid).toBe(65534);
+      if (existsSync(path.join(service, 'snapshots'))) expect(statSync(path.join(service, 'snapshots')).uid).toBe(65534);
+      // So does the database a first admin command creates there before the service's first start.
+      const fresh = path.join(root, 'fresh-service');
+      mkdirSync(fresh, { mode: 0o700 });
+      chownSync(fresh, 65534, 65534);
+      expect((await runCliAsync(['accounts', 'create', '--email', 'first@example.com'], { dataDir: fresh })).status).toBe(0);
+      expect(statSync(path.join(fresh, 'telemetryd.db')).uid).toBe(65534);
+      // A data dir made by the restore itself stays root's, as anything else root creates.
+      const made = path.join(root, 'made-by-root');
+      expect((await runCliAsync(['restore', archive, '--json'], { dataDir: made })).status).toBe(0);
+      expect(statSync(path.join(made, 'telemetryd.db')).uid).toBe(0);
+    },
+  );
 
   it('refuses a file that is not a backup and leaves the data dir untouched', async () => {
     const junk = path.join(root, 'junk.tar.gz');
