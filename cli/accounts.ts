@@ -1,7 +1,8 @@
 import { Command } from 'commander';
-import { PLAN_NAMES, type PlanLimits } from '../src/domain/plans.js';
+import { isPlanName, PLAN_NAMES, type PlanLimits } from '../src/domain/plans.js';
 import { presentAccount } from '../src/domain/presenters.js';
-import { intOption, readStdin, runAdmin, withCommonOptions } from './context.js';
+import { badRequest } from '../src/errors.js';
+import { intOption, readPassword, runAdmin, withCommonOptions } from './context.js';
 
 const human = (a: ReturnType<typeof presentAccount>) => `${a.id}  ${a.email}  plan=${a.plan}  status=${a.status}`;
 
@@ -18,7 +19,7 @@ export function accountsCommand(): Command {
       .option('--password-stdin', 'read a dashboard password from standard input'),
   ).action(async (opts: { email: string; name?: string; plan?: string; passwordStdin?: boolean }, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
-      const password = opts.passwordStdin ? await readStdin() : null;
+      const password = opts.passwordStdin ? await readPassword() : null;
       const account = await services.accounts.create({ email: opts.email, name: opts.name, plan: opts.plan, password });
       const shown = presentAccount(account);
       print(shown, `created account ${human(shown)}`);
@@ -33,7 +34,7 @@ export function accountsCommand(): Command {
       .requiredOption('--password-stdin', 'read the password from standard input'),
   ).action((account: string, _o, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
-      const shown = presentAccount(await services.sessions.resetPassword(account, await readStdin()));
+      const shown = presentAccount(await services.sessions.resetPassword(account, await readPassword()));
       print(shown, `password set for ${human(shown)}`);
     }),
   );
@@ -62,6 +63,9 @@ export function accountsCommand(): Command {
   for (const [flag, key] of overrides) setPlan.option(`--${flag} <n>`, `override ${key}`, intOption(`--${flag}`));
   withCommonOptions(setPlan).action((account: string, plan: string, opts: Record<string, number | undefined>, cmd: Command) =>
     runAdmin(cmd, async ({ services, print }) => {
+      // No account id or email is a plan name: the two arguments were given the other way round.
+      if (isPlanName(account) && !isPlanName(plan))
+        throw badRequest(`accounts set-plan takes ACCOUNT then PLAN: "${account}" is a plan; try: accounts set-plan ${plan} ${account}`);
       const limits: Partial<PlanLimits> = {};
       for (const [, key] of overrides) if (opts[key] !== undefined) limits[key] = opts[key];
       const shown = presentAccount(await services.accounts.setPlan(account, plan, limits));

@@ -1,7 +1,9 @@
+import path from 'node:path';
 import { Command } from 'commander';
 import type { BackupProgress, PostgresBackupProgress } from '../src/composition.js';
 import { backupPostgres, hasDatabase, openDataDir, restoreDataDir, restorePostgres } from '../src/composition.js';
-import { redactDatabaseUrl } from '../src/storage/postgres/connect.js';
+import { DB_FILE } from '../src/storage/db.js';
+import { describeDatabase, redactDatabaseUrl } from '../src/storage/postgres/connect.js';
 import { fail, storageOf, withCommonOptions, withSourceOf } from './context.js';
 
 /** Progress on stderr, only when it is a terminal (scripts and --json get a quiet stderr). */
@@ -51,7 +53,9 @@ export function backupCommands(): Command[] {
           composition.close();
         }
       }
-      process.stdout.write(opts.json ? `${JSON.stringify(result)}\n` : `wrote ${result.file} (${result.bytes} bytes)\n`);
+      // Which database it read: a TELEMETRYD_DATABASE_URL left in the environment wins over --data-dir.
+      const from = databaseUrl !== null ? `PostgreSQL ${describeDatabase(databaseUrl)}` : `SQLite ${path.join(dataDir, DB_FILE)}`;
+      process.stdout.write(opts.json ? `${JSON.stringify(result)}\n` : `wrote ${result.file} (${result.bytes} bytes) from ${from}\n`);
     } catch (err) {
       fail(withSourceOf(cmd, err));
     }
@@ -70,7 +74,10 @@ export function backupCommands(): Command[] {
         const restored = await restorePostgres(databaseUrl, file, { force, snapshotsDir });
         const result = { ...restored, database: redactDatabaseUrl(databaseUrl) };
         process.stdout.write(
-          opts.json ? `${JSON.stringify(result)}\n` : `restored ${result.file} into ${result.database} (${result.readings} readings)\n`,
+          opts.json
+            ? `${JSON.stringify(result)}\n`
+            : // The snapshots folder too: without --snapshots-dir it is ./telemetryd-data/snapshots of wherever this ran.
+              `restored ${result.file} into ${result.database} (${result.readings} readings), snapshot files into ${result.snapshots_dir}\n`,
         );
         return;
       }

@@ -190,6 +190,55 @@ export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
 }
 
+/** A warning on stderr: stdout keeps its one line or JSON object. */
+export function warn(message: string): void {
+  process.stderr.write(`telemetryd: warning: ${message}\n`);
+}
+
+/**
+ * `--password-stdin`: the whole of standard input (less one final newline) when it is a pipe
+ * or a file; at a terminal, one line typed after a prompt on stderr, not echoed.
+ */
+export async function readPassword(): Promise<string> {
+  const stdin = process.stdin;
+  if (!stdin.isTTY) {
+    const piped = await readStdin();
+    // Nothing at all is a forgotten pipe (a script run without its input), not a short password.
+    if (piped === '')
+      throw new Error("no password on standard input (--password-stdin): pipe it in, e.g. echo 'a long password' | telemetryd …");
+    return piped;
+  }
+  process.stderr.write('password (not shown; end with Enter): ');
+  stdin.setRawMode(true);
+  stdin.setEncoding('utf8');
+  let typed: string[] = [];
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const onData = (chunk: string) => {
+        for (const ch of chunk) {
+          if (ch === '\r' || ch === '\n' || ch === '\u0004') {
+            stdin.off('data', onData);
+            return resolve();
+          }
+          if (ch === '\u0003') {
+            stdin.off('data', onData);
+            return reject(new Error('no password given (interrupted)'));
+          }
+          if (ch === '\u007f' || ch === '\b') typed = typed.slice(0, -1);
+          else typed.push(ch);
+        }
+      };
+      stdin.on('data', onData);
+      stdin.resume();
+    });
+  } finally {
+    stdin.setRawMode(false);
+    stdin.pause();
+    process.stderr.write('\n');
+  }
+  return typed.join('');
+}
+
 export async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);

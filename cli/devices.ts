@@ -3,7 +3,7 @@ import { Command } from 'commander';
 import { presentDeviceDetail } from '../src/domain/presenters.js';
 import { DEVICE_TYPES } from '../src/domain/types.js';
 import { badRequest } from '../src/errors.js';
-import { collect, deleteCommand, runAdmin, withCommonOptions } from './context.js';
+import { collect, deleteCommand, runAdmin, warn, withCommonOptions } from './context.js';
 
 const human = (d: ReturnType<typeof presentDeviceDetail>) =>
   `${d.id}  ${d.name}  ${d.type}  ${d.status}  last seen ${d.last_seen ?? 'never'}  rejected ${d.rejected_count}${d.last_rejection_reason ? ` (last: ${d.last_rejection_reason})` : ''}`;
@@ -71,6 +71,11 @@ export function devicesCommand(): Command {
         const { id, ...detail } = presentDeviceDetail(device);
         const shown = { id, access_token: accessToken, ...detail };
         print(shown, `created ${human(presentDeviceDetail(device))}\naccess token: ${accessToken}\n(shown once: store it now)`);
+        // The free plan's default schema: without fields such a device stores nothing.
+        if (detail.schema_mode === 'strict' && detail.fields.length === 0)
+          warn(
+            `${id} has a strict schema and no declared fields, so it refuses every reading: declare its fields in the dashboard, or create it with --field NAME or --schema flexible`,
+          );
       }),
   );
 

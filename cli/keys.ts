@@ -1,6 +1,7 @@
 import { Command } from 'commander';
+import { planHasApiAccess } from '../src/domain/plans.js';
 import { presentApiKey } from '../src/domain/presenters.js';
-import { runAdmin, withCommonOptions } from './context.js';
+import { runAdmin, warn, withCommonOptions } from './context.js';
 
 const human = (k: ReturnType<typeof presentApiKey>) =>
   `${k.id}  ${k.key_prefix}…  ${k.name}  ${k.revoked_at ? `revoked ${k.revoked_at}` : 'valid'}  last used ${k.last_used_at ?? 'never'}`;
@@ -19,6 +20,11 @@ export function keysCommand(): Command {
       const account = await services.accounts.resolve(opts.account);
       const { key, record } = await services.keys.create(account, opts.name);
       print({ ...presentApiKey(record), key }, `${key}\n(${record.id}; shown once: store it now)`);
+      // Created anyway: the key works from the moment the plan changes.
+      if (!planHasApiAccess(account.plan))
+        warn(
+          `${account.email} is on the free plan, which has no Public API: this key is refused (403) until the account's plan changes (accounts set-plan ${account.email} starter)`,
+        );
     }),
   );
 

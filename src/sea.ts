@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { giveToOwnerOf } from './storage/ownership.js';
 
 /**
  * The single executable (Node's SEA, docs/executable.md) carries files that cannot live in
@@ -46,6 +47,7 @@ export function runningSea(): SeaApi | null {
 function cacheRoot(dataDir: string): string {
   const root = path.join(dataDir, '.cache');
   mkdirSync(root, { recursive: true, mode: 0o700 });
+  giveToOwnerOf(dataDir, [root]);
   return root;
 }
 
@@ -63,8 +65,10 @@ export function extractAssetFile(sea: SeaApi, dataDir: string, assetName: string
   const file = path.join(dir, fileName);
   if (existsSync(file) && statSync(file).size === bytes.length) return file;
   mkdirSync(dir, { recursive: true, mode: 0o700 });
+  giveToOwnerOf(dataDir, [dir]);
   const tmp = `${file}.${process.pid}.tmp`;
   writeFileSync(tmp, bytes, { mode });
+  giveToOwnerOf(dataDir, [tmp]);
   renameSync(tmp, file);
   return file;
 }
@@ -109,6 +113,7 @@ export function extractWebRoot(sea: SeaApi, dataDir: string): string | null {
     mkdirSync(path.dirname(target), { recursive: true, mode: 0o700 });
     writeFileSync(target, Buffer.from(sea.getRawAsset(SEA_ASSET.webPrefix + rel)));
   }
+  giveToOwnerOf(dataDir, [tmp]);
   try {
     renameSync(tmp, dir);
   } catch (err) {

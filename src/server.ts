@@ -216,10 +216,15 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   if (mqtt?.tls && mqtt.tlsPort !== null)
     mqttCertificate = { port: mqtt.tlsPort, pem: mqtt.tls.cert, selfSigned: mqtt.tls.source !== 'configured' };
   const setupUrl = setupToken ? `${config.publicUrl}/setup?token=${setupToken}` : null;
-  if (setupUrl)
+  if (setupUrl) {
+    // The command names this server's storage: pasted elsewhere without it, it would create
+    // the account in a new database of its own working directory.
+    const storageOption =
+      config.databaseUrl !== null ? '--database-url "$TELEMETRYD_DATABASE_URL"' : `--data-dir ${shellQuoted(config.dataDir)}`;
     print(
-      `First run: open ${setupUrl} to create the first account (or: echo 'a password' | telemetryd accounts create --email you@example.com --password-stdin)`,
+      `First run: open ${setupUrl} to create the first account (or: echo 'a password' | telemetryd accounts create --email you@example.com --password-stdin ${storageOption})`,
     );
+  }
 
   let closed = false;
   return {
@@ -257,4 +262,9 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       await closeStorage();
     },
   };
+}
+
+/** A path as a POSIX shell word: as it is when it needs no quoting, else in single quotes. */
+function shellQuoted(value: string): string {
+  return /^[\w@%+=:,./-]+$/.test(value) ? value : `'${value.replace(/'/g, "'\\''")}'`;
 }

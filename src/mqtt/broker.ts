@@ -6,6 +6,7 @@
  */
 import type { EventEmitter } from 'node:events';
 import net, { type AddressInfo, type Socket } from 'node:net';
+import path from 'node:path';
 import tls from 'node:tls';
 import { Aedes, type Client } from 'aedes';
 import mqttPacket from 'mqtt-packet';
@@ -20,7 +21,7 @@ import { recordForwardedAddress } from './clientAddress.js';
 import { brokerHooks, isTelemetryTopic, PublishesInFlight } from './hooks.js';
 import { readProxyHeader } from './proxyProtocol.js';
 import { SessionRegistry } from './sessions.js';
-import { loadTlsMaterial, type TlsMaterial } from './tls.js';
+import { loadTlsMaterial, namesNotCovered, type TlsMaterial } from './tls.js';
 
 /**
  * Largest MQTT packet accepted (remaining length). Above the 65,536-byte payload limit by
@@ -219,6 +220,18 @@ export async function startMqtt(
       print(
         `MQTT over TLS listening on ${config.host}:${tlsPort} (${origin} certificate ${material.certPath}, SHA-256 fingerprint ${material.fingerprint})`,
       );
+      const uncovered = material.source === 'reused' ? namesNotCovered(material.cert, config) : [];
+      if (uncovered.length > 0) {
+        // On PostgreSQL the pair is the cluster's, kept in the database: a new tls/ folder would get it back.
+        const renew =
+          config.databaseUrl === null
+            ? `stop the server, delete ${path.dirname(material.certPath)} and start again to generate one that does (devices pinning the old fingerprint then need the new one), or give --tls-cert/--tls-key`
+            : 'give --tls-cert/--tls-key a certificate that does';
+        print(
+          `warning: the self-signed MQTT certificate was generated for other names and does not name ${uncovered.join(', ')} (--public-url/--host): devices that check it by that name fail the TLS handshake; ${renew}`,
+        );
+        log.warn({ names: uncovered }, 'the MQTT certificate does not name the --public-url/--host host');
+      }
     }
     if (config.mqttProxyProtocol) print('MQTT listeners expect a PROXY protocol header on every connection (--mqtt-proxy-protocol)');
     if (config.mqttPlainPort !== null) {

@@ -63,6 +63,22 @@ export async function loadTlsMaterial(config: ServerConfig, shared: SharedTls = 
   return { ...pair, certPath, fingerprint: fingerprintOf(pair.cert), source: generated ? 'generated' : 'reused' };
 }
 
+/**
+ * The names of `--host` and `--public-url` that a self-signed certificate generated on an
+ * earlier start does not carry (it was made for the names of that start): a device that
+ * checks the certificate by such a name fails its TLS handshake.
+ */
+export function namesNotCovered(certPem: string, config: Pick<ServerConfig, 'host' | 'publicUrl'>): string[] {
+  const cert = new X509Certificate(certPem);
+  const missing: string[] = [];
+  for (const candidate of new Set([config.host, safeHostname(config.publicUrl)])) {
+    if (!candidate || candidate === '0.0.0.0' || candidate === '::') continue;
+    const covered = isIP(candidate) ? cert.checkIP(candidate) !== undefined : cert.checkHost(candidate) !== undefined;
+    if (!covered) missing.push(candidate);
+  }
+  return missing;
+}
+
 function fingerprintOf(certPem: string): string {
   return new X509Certificate(certPem).fingerprint256;
 }

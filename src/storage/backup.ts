@@ -15,6 +15,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { DB_FILE, type Db } from './db.js';
 import { loadNativeBinding } from './native.js';
+import { giveToOwnerOf } from './ownership.js';
 import { snapshotFiles } from './snapshotFiles.js';
 
 /**
@@ -101,6 +102,9 @@ export async function writeArchive(
   const target = path.resolve(file);
   // Checked first: the staging folder's name in mkdtemp's error would be the only hint.
   if (!existsSync(path.dirname(target))) throw new Error(`no folder ${path.dirname(target)} to write ${path.basename(target)} into`);
+  // Checked before the copy, which the final rename would otherwise fail after with EISDIR.
+  if (statSync(target, { throwIfNoEntry: false })?.isDirectory())
+    throw new Error(`${target} is a folder: give the archive's file name (${path.join(file, 'telemetryd-backup.tar.gz')})`);
   const staging = mkdtempSync(path.join(path.dirname(target), '.telemetryd-backup-'));
   const partial = `${target}.partial-${process.pid}`;
   try {
@@ -195,7 +199,11 @@ function databaseInUse(dataDir: string): boolean {
     db.exec('COMMIT');
     return false;
   } catch (err) {
-    if ((err as { code?: string }).code === 'SQLITE_BUSY') return true;
+    const code = (err as { code?: string }).code;
+    if (code === 'SQLITE_BUSY') return true;
+    // Not a database at all (a damaged header): no server can be serving it, and replacing
+    // such a file is what `restore --force` is for.
+    if (code === 'SQLITE_NOTADB') return false;
     throw err;
   } finally {
     db.close();
@@ -298,8 +306,12 @@ export async function restoreBackup(
     for (const suffix of ['-wal', '-shm', '']) rmSync(dbPath + suffix, { force: true });
     renameSync(unpacked.dbFile, dbPath);
     chmodSync(dbPath, 0o600);
-    placeSnapshots(unpacked.snapshots, path.resolve(opts.snapshotsDir ?? path.join(dir, SNAPSHOTS_DIR)));
+    const snapshotsDir = path.resolve(opts.snapshotsDir ?? path.join(dir, SNAPSHOTS_DIR));
+    placeSnapshots(unpacked.snapshots, snapshotsDir);
     chmodSync(dir, 0o700);
+    // Run as root (sudo) into a service's data dir, the files would be root's, mode 0600, and
+    // the service user could not open them: they take the data dir's owner.
+    if (!madeDir) giveToOwnerOf(dir, [dbPath, snapshotsDir]);
     restored = true;
     return { file: source, data_dir: dir, readings: unpacked.readings };
   } finally {

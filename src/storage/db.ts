@@ -1,8 +1,9 @@
-import { chmodSync, existsSync, mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, statSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { migrate } from './migrations.js';
 import { loadNativeBinding } from './native.js';
+import { giveToOwnerOf } from './ownership.js';
 
 export type Db = Database.Database;
 
@@ -16,7 +17,11 @@ export const DB_FILE = 'telemetryd.db';
 /** Creates the data dir (mode 0700: it holds secrets' hashes and readings). */
 function ensureDataDir(dataDir: string): void {
   if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  else if (!statSync(dataDir).isDirectory()) throw new Error(`the data dir ${dataDir} is a file, not a folder`);
 }
+
+/** SQLite errors that are about the file itself: they get its path, which SQLite's messages lack. */
+const FILE_ERRORS = new Set(['SQLITE_CANTOPEN', 'SQLITE_NOTADB', 'SQLITE_CORRUPT']);
 
 /**
  * Opens the database once, deliberately: busy_timeout first, because the admin CLI and the
@@ -26,9 +31,17 @@ function ensureDataDir(dataDir: string): void {
 export function openDatabase(dataDir: string, options: OpenOptions = {}): Db {
   ensureDataDir(dataDir);
   const file = path.join(dataDir, DB_FILE);
-  const db = new Database(file, { nativeBinding: loadNativeBinding(dataDir) } as Database.Options);
-  db.pragma('busy_timeout = 10000');
-  db.pragma('journal_mode = WAL');
+  let db: Db;
+  try {
+    db = new Database(file, { nativeBinding: loadNativeBinding(dataDir) } as Database.Options);
+    db.pragma('busy_timeout = 10000');
+    db.pragma('journal_mode = WAL');
+  } catch (err) {
+    // "file is not a database" alone does not say which file.
+    const e = err as { code?: string; message: string };
+    if (e.code && FILE_ERRORS.has(e.code)) e.message = `${file}: ${e.message}`;
+    throw err;
+  }
   db.pragma(`synchronous = ${options.durability === 'full' ? 'FULL' : 'NORMAL'}`);
   db.pragma('foreign_keys = ON');
   // Larger page cache and memory-mapped reads keep history queries on a big table fast.
@@ -52,5 +65,7 @@ export function openDatabase(dataDir: string, options: OpenOptions = {}): Db {
       // -wal/-shm may not exist yet; SQLite creates them with the main file's mode.
     }
   }
+  // A first admin command run with sudo before the service's first start creates the database.
+  giveToOwnerOf(dataDir, [file, `${file}-wal`, `${file}-shm`]);
   return db;
 }

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync, readFileSync, statSync, truncateSync, utimesSync } from 'node:fs';
+import { chownSync, existsSync, readdirSync, readFileSync, statSync, truncateSync, utimesSync } from 'node:fs';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { extractAssetFile, extractWebRoot, SEA_ASSET } from '../../src/sea.js';
@@ -27,6 +27,27 @@ const webAssets = (hash: string, files: Record<string, string>) => {
 };
 
 describe('SEA asset extraction', () => {
+  // sudo telemetryd … --data-dir /var/lib/telemetryd before the service's first start with this executable.
+  it.skipIf(process.getuid?.() !== 0)("run as root in a data dir another user owns, the extracted files are that user's", () => {
+    const dataDir = tempDir();
+    chownSync(dataDir, 65534, 65534);
+    const sea = fakeSea({ ...webAssets('cd'.repeat(32), { 'index.html': 'x', 'assets/app.js': 'y' }), addon: 'binary' });
+    const file = extractAssetFile(sea, dataDir, 'addon', 'addon.node');
+    const web = extractWebRoot(sea, dataDir)!;
+    for (const p of [
+      path.join(dataDir, '.cache'),
+      path.dirname(file),
+      file,
+      web,
+      path.join(web, 'assets'),
+      path.join(web, 'assets', 'app.js'),
+    ])
+      expect(statSync(p).uid, p).toBe(65534);
+    // In a data dir of root's own, nothing changes hands.
+    const rootDir = tempDir();
+    expect(statSync(extractAssetFile(sea, rootDir, 'addon', 'addon.node')).uid).toBe(0);
+  });
+
   it('extracts the dashboard once into <data-dir>/.cache/web-<hash>/ with every file', () => {
     const dataDir = tempDir();
     const sea = fakeSea(webAssets('ab'.repeat(32), { 'index.html': '<html>one</html>', 'assets/app.js': 'run()' }));

@@ -1,9 +1,11 @@
+import { spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyPassword } from '../../src/domain/passwords.js';
 import { openDatabase } from '../../src/storage/db.js';
 import { onPostgres } from '../helpers/backend.js';
-import { runCli, runCliAsync } from '../helpers/cli.js';
+import { CLI, runCli, runCliAsync } from '../helpers/cli.js';
 import { ingest, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 
 describe('admin CLI contract (docs/cli.md)', () => {
@@ -46,6 +48,13 @@ describe('admin CLI contract (docs/cli.md)', () => {
 
     expect(cli('accounts', 'create', '--email', 'not-an-email').status).not.toBe(0);
     expect(cli('accounts', 'suspend', 'nobody@example.com').status).not.toBe(0);
+    // The arguments the other way round: no account is named like a plan.
+    const swapped = cli('accounts', 'set-plan', 'business', 'me@example.com', '--json');
+    expect(swapped.status).toBe(1);
+    expect(swapped.stdout).toBe('');
+    expect(swapped.stderr).toBe(
+      'telemetryd: accounts set-plan takes ACCOUNT then PLAN: "business" is a plan; try: accounts set-plan me@example.com business\n',
+    );
   });
 
   it('accounts create --password-stdin stores only a scrypt hash', () => {
@@ -57,7 +66,33 @@ describe('admin CLI contract (docs/cli.md)', () => {
     const short = runCli(['accounts', 'create', '--email', 'pw2@example.com', '--password-stdin'], { dataDir: dir, input: 'short\n' });
     expect(short.status).not.toBe(0);
     expect(short.stderr).toMatch(/at least 8/);
+    const none = runCli(['accounts', 'set-password', 'pw@example.com', '--password-stdin', '--json'], { dataDir: dir, input: '' });
+    expect(none.status).toBe(1);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toBe(
+      "telemetryd: no password on standard input (--password-stdin): pipe it in, e.g. echo 'a long password' | telemetryd …\n",
+    );
   });
+
+  // util-linux `script` gives the command a pseudo-terminal, as an operator's shell would.
+  it.skipIf(spawnSync('script', ['--version']).status !== 0 || onPostgres)(
+    '--password-stdin at a terminal prompts for one line instead of waiting silently for end of input',
+    async () => {
+      const command = `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} accounts create --email tty@example.com --password-stdin --json --data-dir ${JSON.stringify(dir)}`;
+      const r = spawnSync('script', ['-qec', command, '/dev/null'], {
+        encoding: 'utf8',
+        input: 'correct horse battery\r',
+        timeout: 30_000,
+      });
+      expect(r.status, r.stdout + r.stderr).toBe(0);
+      expect(r.stdout).toContain('password (not shown; end with Enter): ');
+      expect(r.stdout).toContain('"email":"tty@example.com"');
+      const db = openDatabase(dir);
+      const row = db.prepare("SELECT password_hash FROM accounts WHERE email = 'tty@example.com'").get() as { password_hash: string };
+      db.close();
+      expect(await verifyPassword('correct horse battery', row.password_hash)).toBe(true);
+    },
+  );
 
   it('keys create / list / revoke', () => {
     const k = cli('keys', 'create', '--account', 'owner@example.com', '--name', 'ci', '--json').json;
@@ -145,8 +180,22 @@ describe('admin CLI contract (docs/cli.md)', () => {
     const tooMany = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', ...fields, '--json');
     expect(tooMany.status).not.toBe(0);
     expect(tooMany.stderr).toMatch(/allows 5/);
-    const ok = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', '--json').json;
-    expect(ok.schema_mode).toBe('strict');
+    const ok = cli('devices', 'create', '--account', 'free@example.com', '--name', 'n', '--json');
+    expect(ok.json.schema_mode).toBe('strict');
+    // Strict without fields refuses every reading: created, and said so on stderr.
+    expect(ok.stderr).toBe(
+      `telemetryd: warning: ${ok.json.id} has a strict schema and no declared fields, so it refuses every reading: declare its fields in the dashboard, or create it with --field NAME or --schema flexible\n`,
+    );
+    const declared = cli('devices', 'create', '--account', 'free@example.com', '--name', 'm', '--field', 'temp', '--json');
+    expect(declared.status).toBe(0);
+    expect(declared.stderr).toBe('');
+    // A key of a free account is refused by the Public API until the plan changes: created, and said so.
+    const key = cli('keys', 'create', '--account', 'free@example.com', '--name', 'k', '--json');
+    expect(key.status).toBe(0);
+    expect(key.json.key).toMatch(/^tlm_/);
+    expect(key.stderr).toBe(
+      "telemetryd: warning: free@example.com is on the free plan, which has no Public API: this key is refused (403) until the account's plan changes (accounts set-plan free@example.com starter)\n",
+    );
   });
 
   it('device limit of the plan', () => {

@@ -1,11 +1,11 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
 import path from 'node:path';
 import { generate } from 'selfsigned';
 import { describe, expect, it } from 'vitest';
-import { onPostgres } from '../helpers/backend.js';
+import { backendEnv, onPostgres } from '../helpers/backend.js';
 import { CLI, runCli } from '../helpers/cli.js';
 import { freePort, spawnServe } from '../helpers/process.js';
 import { tempDir } from '../helpers/server.js';
@@ -56,10 +56,64 @@ describe('telemetryd serve', () => {
       { ready: /First run/ },
     );
     expect(serve.output()).toMatch(/open http:\/\/telemetry\.local:8080\/setup\?token=[0-9A-Za-z]{32}/);
+    // The command-line alternative names this server's storage, so pasted in another directory
+    // it creates the account where the server looks.
+    const hint = /\(or: (echo .*)\)\n/.exec(serve.output())?.[1];
+    expect(hint).toBe(
+      `echo 'a password' | telemetryd accounts create --email you@example.com --password-stdin ${onPostgres ? '--database-url "$TELEMETRYD_DATABASE_URL"' : `--data-dir ${dir}`}`,
+    );
+    const pasted = spawnSync('sh', ['-c', hint!.replace('telemetryd ', `${JSON.stringify(process.execPath)} ${JSON.stringify(CLI)} `)], {
+      cwd: tempDir(),
+      encoding: 'utf8',
+      env: { ...process.env, ...backendEnv(dir) },
+    });
+    expect(pasted.status, pasted.stderr).toBe(0);
+    expect(runCli(['accounts', 'list', '--json'], { dataDir: dir }).json.data.map((a: { email: string }) => a.email)).toEqual([
+      'you@example.com',
+    ]);
     const started = Date.now();
     serve.child.kill('SIGINT');
     expect(await serve.exited).toBe(0);
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it('warns when the certificate generated on an earlier start does not name the host of --public-url', async () => {
+    const dir = tempDir();
+    const start = async (publicUrl: string) => {
+      const serve = await spawnServe(
+        [
+          '--data-dir',
+          dir,
+          '--host',
+          '127.0.0.1',
+          '--http-port',
+          '0',
+          '--mqtt-port',
+          '0',
+          '--public-url',
+          publicUrl,
+          '--log-level',
+          'error',
+        ],
+        { ready: /First run/ },
+      );
+      serve.child.kill('SIGTERM');
+      expect(await serve.exited).toBe(0);
+      return serve.output();
+    };
+    // The first start generates the certificate for the names it is given.
+    expect(await start('http://telemetry.example:8080')).toContain('generated self-signed certificate');
+    expect(await start('http://telemetry.example:8080')).not.toContain('warning');
+    // A later --public-url naming another host is not in it: devices checking that name would fail.
+    const moved = await start('http://10.9.8.7:8080');
+    expect(moved).toContain(
+      'warning: the self-signed MQTT certificate was generated for other names and does not name 10.9.8.7 (--public-url/--host): devices that check it by that name fail the TLS handshake; ',
+    );
+    expect(moved).toContain(
+      onPostgres
+        ? 'give --tls-cert/--tls-key a certificate that does'
+        : `delete ${path.join(dir, 'tls')} and start again to generate one that does`,
+    );
   });
 
   it('a port in use ends the start with one line, and no listening line for a port that closes again', async () => {

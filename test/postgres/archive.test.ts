@@ -5,7 +5,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Pool } from 'pg';
@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/storage/db.js';
 import { MIGRATIONS, REBUILD_READING_COUNTS } from '../../src/storage/migrations.js';
 import { createPostgresBackup } from '../../src/storage/postgres/archive.js';
-import { connectPostgres } from '../../src/storage/postgres/connect.js';
+import { connectPostgres, describeDatabase } from '../../src/storage/postgres/connect.js';
 import { migratePostgres, readingPartitions } from '../../src/storage/postgres/migrations.js';
 import { PostgresReadingWriter } from '../../src/storage/postgres/readingWriter.js';
 import { CLI, runCli } from '../helpers/cli.js';
@@ -230,6 +230,12 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     });
     expect(restored.stdout).not.toContain(pg.password);
     expect(hashes(pgSnapshots)).toEqual(hashes(path.join(source, 'snapshots')));
+    // The human line says where the snapshot files went, which the server must be given.
+    const again = cli('restore', first, '--database-url', url, '--snapshots-dir', pgSnapshots, '--force');
+    expect(again.status, again.stderr).toBe(0);
+    expect(again.stdout).toBe(
+      `restored ${first} into ${url.replace(pg.password, '***')} (${CLUSTERED_READINGS + 1 + INBOX_READINGS} readings), snapshot files into ${pgSnapshots}\n`,
+    );
 
     // In PostgreSQL: booleans as booleans, every reading in its weekly partition, ids continue
     // after the archive's.
@@ -255,6 +261,13 @@ describe('backup and restore across SQLite and PostgreSQL', () => {
     const pgBackup = cli('backup', second, '--database-url', url, '--snapshots-dir', pgSnapshots, '--json');
     expect(pgBackup.status, pgBackup.stderr).toBe(0);
     expect(pgBackup.json).toEqual({ file: second, bytes: expect.any(Number) });
+    // Without --json the line names the database read, never with its password.
+    const human = cli('backup', path.join(root, 'human.tar.gz'), '--database-url', url, '--snapshots-dir', pgSnapshots);
+    expect(human.status, human.stderr).toBe(0);
+    expect(human.stdout).toBe(
+      `wrote ${path.join(root, 'human.tar.gz')} (${statSync(path.join(root, 'human.tar.gz')).size} bytes) from PostgreSQL ${describeDatabase(url)}\n`,
+    );
+    expect(human.stdout).not.toContain(pg.password);
     const tar = await import('tar');
     const unpacked = path.join(root, 'unpacked');
     mkdirSync(unpacked);

@@ -64,6 +64,12 @@ describe('--database-url parsing', () => {
     [`postgres://app:${encodeURIComponent(SECRET)}@h/db?sslmode=prefer`, 'sslmode must be one of disable, require, verify-full'],
     // An unencoded "/" in the password breaks the URL: the message must not show the rest of it.
     [`postgres://app:${SECRET}@h/db`, 'not a URL'],
+    // An "@" with a "/", "?" or "#" after it parses, with part of the password as the host:
+    // refused before that host is connected to or named.
+    ['postgres://app:s3cr@s3cr/x#y@127.0.0.1:5432/telemetry', 'a "#" (a URL fragment)'],
+    ['postgres://app:s3cr@s3cr/xy@127.0.0.1:5432', 'an "@" after the host'],
+    ['postgres://app:s3cr@s3cr?xy@127.0.0.1:5432/telemetry', 'an "@" after the host'],
+    [`postgres://app:${encodeURIComponent(SECRET)}@h/db#x`, 'a "#" (a URL fragment)'],
   ])('rejects %s', async (url, why) => {
     const message = await parseFailure(url);
     expect(message).toContain(`--database-url: ${why}`);

@@ -5,7 +5,7 @@
  */
 
 import { spawnSync } from 'node:child_process';
-import { existsSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { onPostgres } from '../helpers/backend.js';
@@ -142,6 +142,61 @@ describe('backup and restore', () => {
     expect(r.stdout).toContain(`wrote ${file}`);
   });
 
+  it.skipIf(onPostgres)('restore --force replaces a database file that is not a database any more, naming the file', async () => {
+    const good = path.join(root, 'good');
+    await seedViaCli(good);
+    const archive = path.join(root, 'good.tar.gz');
+    const wrote = await runCliAsync(['backup', archive], { dataDir: good });
+    expect(wrote.status, wrote.stderr).toBe(0);
+    // The line names the database it read, so an environment's TELEMETRYD_DATABASE_URL winning over --data-dir shows.
+    expect(wrote.stdout).toBe(`wrote ${archive} (${statSync(archive).size} bytes) from SQLite ${path.join(good, 'telemetryd.db')}\n`);
+    const damaged = path.join(root, 'damaged');
+    mkdirSync(damaged, { mode: 0o700 });
+    writeFileSync(path.join(damaged, 'telemetryd.db'), Buffer.alloc(8192, 0x5a));
+    const broken = await runCliAsync(['accounts', 'list'], { dataDir: damaged });
+    expect(broken.status).toBe(1);
+    expect(broken.stderr).toBe(`telemetryd: ${path.join(damaged, 'telemetryd.db')}: file is not a database\n`);
+    const refused = await runCliAsync(['restore', archive], { dataDir: damaged });
+    expect(refused.stderr).toBe(`telemetryd: ${damaged} already holds a database; pass --force to replace it\n`);
+    const forced = await runCliAsync(['restore', archive, '--force', '--json'], { dataDir: damaged });
+    expect(forced.status, forced.stderr).toBe(0);
+    expect((await runCliAsync(['accounts', 'list', '--json'], { dataDir: damaged })).json.data.length).toBeGreaterThan(0);
+    // A data dir that is a file is named as such.
+    const notFolder = await runCliAsync(['accounts', 'list'], { dataDir: archive });
+    expect(notFolder.stderr).toBe(`telemetryd: the data dir ${archive} is a file, not a folder\n`);
+  });
+
+  // sudo telemetryd restore … --data-dir /var/lib/telemetryd: the service user must be able to open what it restored.
+  it.skipIf(onPostgres || process.getuid?.() !== 0)(
+    "run as root, restore and a first command give the files the data dir's owner",
+    async () => {
+      const source = path.join(root, 'owned-source');
+      await seedViaCli(source);
+      const archive = path.join(root, 'owned.tar.gz');
+      expect((await runCliAsync(['backup', archive], { dataDir: source })).status).toBe(0);
+      const service = path.join(root, 'service');
+      mkdirSync(service, { mode: 0o700 });
+      mkdirSync(path.join(service, 'snapshots', 'dev_x'), { recursive: true });
+      writeFileSync(path.join(service, 'snapshots', 'dev_x', 'a.jpg'), 'old');
+      chownSync(service, 65534, 65534);
+      const r = await runCliAsync(['restore', archive, '--json'], { dataDir: service });
+      expect(r.status, r.stderr).toBe(0);
+      expect(statSync(path.join(service, 'telemetryd.db')).uid).toBe(65534);
+      expect(statSync(service).uid).toBe(65534);
+      if (existsSync(path.join(service, 'snapshots'))) expect(statSync(path.join(service, 'snapshots')).uid).toBe(65534);
+      // So does the database a first admin command creates there before the service's first start.
+      const fresh = path.join(root, 'fresh-service');
+      mkdirSync(fresh, { mode: 0o700 });
+      chownSync(fresh, 65534, 65534);
+      expect((await runCliAsync(['accounts', 'create', '--email', 'first@example.com'], { dataDir: fresh })).status).toBe(0);
+      expect(statSync(path.join(fresh, 'telemetryd.db')).uid).toBe(65534);
+      // A data dir made by the restore itself stays root's, as anything else root creates.
+      const made = path.join(root, 'made-by-root');
+      expect((await runCliAsync(['restore', archive, '--json'], { dataDir: made })).status).toBe(0);
+      expect(statSync(path.join(made, 'telemetryd.db')).uid).toBe(0);
+    },
+  );
+
   it('refuses a file that is not a backup and leaves the data dir untouched', async () => {
     const junk = path.join(root, 'junk.tar.gz');
     writeFileSync(junk, 'this is not an archive');
@@ -155,6 +210,14 @@ describe('backup and restore', () => {
     const missing = await runCliAsync(['backup', nowhere], { dataDir: path.join(root, 'live') });
     expect(missing.status).toBe(1);
     expect(missing.stderr).toBe(`telemetryd: no folder ${path.dirname(nowhere)} to write x.tgz into\n`);
+    // A folder as FILE is refused before the copy, not by the final rename.
+    const folder = await runCliAsync(['backup', root], { dataDir: path.join(root, 'live') });
+    expect(folder.status).toBe(1);
+    expect(folder.stdout).toBe('');
+    expect(folder.stderr).toBe(
+      `telemetryd: ${root} is a folder: give the archive's file name (${path.join(root, 'telemetryd-backup.tar.gz')})\n`,
+    );
+    expect(readdirSync(path.dirname(root)).filter((f) => f.startsWith(`${path.basename(root)}.partial-`))).toEqual([]);
     const b = await runCliAsync(['backup', path.join(root, 'x.tgz')], { dataDir: path.join(root, 'empty') });
     expect(b.status).not.toBe(0);
     expect(b.stderr).toMatch(onPostgres ? /no telemetryd data/ : /no database/);

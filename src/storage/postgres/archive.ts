@@ -6,6 +6,7 @@ import { type ArchiveChecks, placeSnapshots, unpackArchive, writeArchive } from 
 import { type Db, openDatabase } from '../db.js';
 import { migrate } from '../migrations.js';
 import { loadNativeBinding } from '../native.js';
+import { giveToOwnerOf } from '../ownership.js';
 import { migratePostgres, READING_ID_BLOCK, readingPartitions } from './migrations.js';
 
 /**
@@ -240,6 +241,8 @@ export async function restorePostgresBackup(
       sqlite.close();
     }
     placeSnapshots(unpacked.snapshots, snapshotsDir);
+    // Run as root beside the servers' files: they must be able to read what was restored.
+    if (!madeParent) giveToOwnerOf(parent, [snapshotsDir]);
     // Fresh statistics: the planner would otherwise take the loaded tables for empty.
     await pool.query('ANALYZE');
     return { file: source, snapshots_dir: snapshotsDir, readings: unpacked.readings };

@@ -56,6 +56,12 @@ export function parseDatabaseUrl(url: string): DatabaseUrl {
   }
   if (u.protocol !== 'postgres:' && u.protocol !== 'postgresql:')
     throw bad(`the scheme must be postgres:// or postgresql://, not ${u.protocol}//`);
+  // An unencoded "/", "?" or "#" in a password that also holds an "@" still parses: the
+  // password's tail becomes the host and the rest lands in the path, query or fragment
+  // (postgres://app:p@ss/w#rd@db/t names host "ss"). Refused here, before the host named
+  // by the password is connected to or shown in a message.
+  if (u.hash || url.includes('#')) throw bad('a "#" (a URL fragment)', encodingHint);
+  if (u.pathname.includes('@') || u.search.includes('@')) throw bad('an "@" after the host', encodingHint);
   if (!u.username) throw bad('no user', encodingHint);
   if (!u.hostname) throw bad('no host', encodingHint);
   const database = decode(u.pathname.slice(1), 'database name', url);
