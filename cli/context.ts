@@ -239,7 +239,7 @@ export async function readPassword(): Promise<string> {
   return typed.join('');
 }
 
-export async function readStdin(): Promise<string> {
+async function readStdin(): Promise<string> {
   const chunks: Buffer[] = [];
   for await (const chunk of process.stdin) chunks.push(chunk as Buffer);
   return Buffer.concat(chunks)
