@@ -379,6 +379,22 @@ describe('serve on PostgreSQL', () => {
     expect(left.rows.map((r) => r.data)).toEqual(['{"old":false}']);
   });
 
+  it('restore --database-url refuses the database while a server runs on it, even with --force', async () => {
+    const dir = tempDir();
+    const file = path.join(dir, 'live.tar.gz');
+    try {
+      const backup = await runCliAsync(['backup', file, '--database-url', url]);
+      expect(backup.status, backup.stderr).toBe(0);
+      const accountsBefore = (await observer.query('SELECT count(*)::int AS n FROM accounts')).rows[0].n;
+      const restore = await runCliAsync(['restore', file, '--database-url', url, '--force']);
+      expect(restore.status).toBe(1);
+      expect(restore.stderr).toMatch(/is in use by a running server; stop it first\n$/);
+      expect((await observer.query('SELECT count(*)::int AS n FROM accounts')).rows[0].n).toBe(accountsBefore);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('retention deletes again a reading committed after its device’s deletion, and its usage count', async () => {
     const s = await seedAccount(server, { plan: 'business' });
     await server.services.devices.remove(s.device);

@@ -66,13 +66,12 @@ describe('backup and restore', () => {
     const refused = await runCliAsync(['restore', archive, '--json'], { dataDir });
     expect(refused.status).not.toBe(0);
     expect(refused.stdout).toBe('');
-    expect(refused.stderr).toMatch(onPostgres ? /already holds accounts/ : /already holds a database/);
-    // SQLite sees its file in use; PostgreSQL has no such check (its restore says to stop the server first).
-    if (!onPostgres) {
-      const refusedForced = await runCliAsync(['restore', archive, '--force'], { dataDir });
-      expect(refusedForced.status).not.toBe(0);
-      expect(refusedForced.stderr).toMatch(/in use/);
-    }
+    expect(refused.stderr).toMatch(onPostgres ? /is in use by a running server/ : /already holds a database/);
+    // --force does not replace what a running server holds: SQLite sees its file in use,
+    // PostgreSQL the server's node lock.
+    const refusedForced = await runCliAsync(['restore', archive, '--force'], { dataDir });
+    expect(refusedForced.status).not.toBe(0);
+    expect(refusedForced.stderr).toMatch(/in use/);
     expect((await stopChild(server)).code).toBe(0);
 
     const restoredDir = path.join(root, 'restored');
@@ -109,11 +108,9 @@ describe('backup and restore', () => {
         headers: { authorization: `Bearer ${seed.key}` },
       });
       expect(telemetry.status).toBe(200);
-      // A second restore onto it needs --force, and is refused while this server holds it (SQLite).
-      if (!onPostgres) {
-        const busy = await runCliAsync(['restore', archive, '--force'], { dataDir: restoredDir });
-        expect(busy.stderr).toMatch(/in use/);
-      }
+      // A second restore onto it needs --force, and is refused while this server holds it.
+      const busy = await runCliAsync(['restore', archive, '--force'], { dataDir: restoredDir });
+      expect(busy.stderr).toMatch(/in use/);
     } finally {
       await stopChild(again);
     }

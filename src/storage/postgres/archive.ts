@@ -7,6 +7,7 @@ import { type Db, openDatabase } from '../db.js';
 import { migrate } from '../migrations.js';
 import { loadNativeBinding } from '../native.js';
 import { giveToOwnerOf } from '../ownership.js';
+import { NODE_LOCK_CLASS } from './leadership.js';
 import { migratePostgres, READING_ID_BLOCK, readingPartitions } from './migrations.js';
 
 /**
@@ -219,6 +220,20 @@ export async function restorePostgresBackup(
     'SELECT current_database() AS db, EXISTS (SELECT 1 FROM accounts) AS has_accounts',
   );
   const { db: database, has_accounts: hasAccounts } = state[0]!;
+  // Every serving node holds its node lock (leadership.ts) while it runs: the tables would be
+  // replaced under the rows it caches and the batches it writes, as SQLite's in-use check
+  // refuses for a data dir.
+  const { rows: nodes } = await pool.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM pg_locks
+     WHERE locktype = 'advisory' AND classid::bigint = $1 AND objsubid = 2 AND granted
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+    [NODE_LOCK_CLASS],
+  );
+  const serving = nodes[0]!.n;
+  if (serving > 0)
+    throw new Error(
+      `the PostgreSQL database "${database}" is in use by ${serving === 1 ? 'a running server' : `${serving} running servers`}; stop ${serving === 1 ? 'it' : 'them'} first`,
+    );
   if (hasAccounts && !opts.force)
     throw new Error(`the PostgreSQL database "${database}" already holds accounts; pass --force to replace them`);
 
