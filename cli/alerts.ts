@@ -12,10 +12,17 @@ const human = (a: ReturnType<typeof presentAlertDetail>) =>
       : `${a.condition.field} ${a.condition.operator} ${a.condition.value}${a.condition.clear_value !== undefined ? ` (clear ${a.condition.clear_value})` : ''}`
   }  ${a.severity}  ${a.enabled ? 'enabled' : 'disabled'}  ${a.state}  cooldown ${a.cooldown}s  actions ${a.actions.join(',')}`;
 
-/** A number given on the command line; empty or non-numeric text is refused, not read as 0. */
+/** A decimal number as JSON spells one, with an optional leading '+' (a shell user's "+5"). */
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+/**
+ * A number given on the command line, in decimal: empty or non-numeric text is refused, not
+ * read as 0, and JavaScript's other spellings (0x10, 0b1, Infinity) are refused rather than
+ * read as a threshold the user did not write.
+ */
 function numberOption(flag: string, text: string): number {
   const value = Number(text);
-  if (text.trim() === '' || !Number.isFinite(value)) throw badRequest(`${flag} must be a number, got "${text}"`);
+  if (!DECIMAL.test(text.trim()) || !Number.isFinite(value)) throw badRequest(`${flag} must be a decimal number, got "${text}"`);
   return value;
 }
 

@@ -194,7 +194,7 @@ describe('telemetryd alerts (CLI) against a running server', () => {
       [['--no-data', '30', '--field', 'a..b'], /field/],
       [['--field', 't', '--operator', '==', '--value', '1', '--clear-value', '0'], /clear_value does not apply to the == operator/],
       [['--field', 't', '--operator', '!=', '--value', '1', '--clear-value', '0'], /clear_value does not apply to the != operator/],
-      [[...threshold, '--clear-value', 'cool'], /--clear-value must be a number/],
+      [[...threshold, '--clear-value', 'cool'], /--clear-value must be a decimal number/],
       [[...threshold, '--action', 'slack'], /slack action needs a slack URL/],
       [[...threshold, '--action', 'discord'], /discord action needs a discord URL/],
       [[...threshold, '--action', 'ntfy'], /ntfy action needs a ntfy URL/],
@@ -218,7 +218,8 @@ describe('telemetryd alerts (CLI) against a running server', () => {
     const cases: [string[], RegExp][] = [
       [['--operator', '>', '--value', '1', '--action', 'webhook'], /webhook URL/],
       [['--operator', '=>', '--value', '1'], /operator/],
-      [['--operator', '>', '--value', 'warm'], /--value must be a number/],
+      [['--operator', '>', '--value', 'warm'], /--value must be a decimal number/],
+      [['--operator', '>', '--value', '0x10'], /--value must be a decimal number, got "0x10"/],
       [['--operator', '>', '--value', '1', '--severity', 'fatal'], /severity/],
       [['--operator', '>', '--value', '1', '--action', 'sms'], /action/],
       [['--operator', '>', '--value', '1', '--cooldown', '-1'], /cooldown/],
