@@ -269,6 +269,32 @@ describe('new alert form and the mail server', () => {
   });
 });
 
+describe('alerts page while its devices are still loading', () => {
+  it('keeps New alert disabled until the devices are known, so a quick click opens the form instead of "Create a device first"', async () => {
+    const { page, problems } = await newPage();
+    await page.goto(server.httpUrl);
+    await signIn(page);
+    // The real server answers; only the answer is held back until the button has been looked at.
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    await page.route('**/ui/api/devices', async (route) => {
+      await held;
+      await route.continue();
+    });
+    await page.goto(`${server.httpUrl}/#/alerts`);
+    const button = page.getByRole('button', { name: 'New alert' });
+    await button.waitFor();
+    expect(await button.isDisabled()).toBe(true);
+    release();
+    await button.click();
+    await page.getByRole('checkbox', { name: /Email the account owner/ }).waitFor();
+    expect(await page.locator('#toast').textContent()).not.toContain('Create a device first');
+    expect(problems).toEqual([]);
+  });
+});
+
 describe('change password form', () => {
   it("names the account (hidden username) so a password manager updates the right entry, and Chromium's form check is quiet", async () => {
     const { page } = await newPage();

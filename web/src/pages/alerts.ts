@@ -269,7 +269,8 @@ function alertForm(devices: DeviceDetail[], existing: Alert | null, onSaved: () 
 export async function renderAlerts(main: HTMLElement, _params: string[], ctx: PageContext): Promise<void> {
   const listEl = h('div');
   const historyEl = h('section', { 'aria-live': 'polite' });
-  const newButton = h('button', { type: 'button' }, 'New alert');
+  // Enabled once the devices are known, so that a quick click does not read "Create a device first".
+  const newButton = h('button', { type: 'button', disabled: true }, 'New alert');
   main.append(h('div', { class: 'page-head' }, h('h1', {}, 'Alerts'), newButton), listEl, historyEl);
   let devices: DeviceDetail[] = [];
   let shownHistory: Alert | null = null;
@@ -443,6 +444,7 @@ export async function renderAlerts(main: HTMLElement, _params: string[], ctx: Pa
     );
   }
   await refresh();
+  newButton.disabled = false;
   const onTrigger = debounce(() => {
     void refresh().catch(() => {});
     if (shownHistory) void showHistory(shownHistory).catch(() => {});
