@@ -289,7 +289,9 @@ async function copyDataset(dir) {
 // With --backend postgres, one throwaway server (the tests' helper: initdb in a temp dir, as
 // the postgres user when run as root) holds a database per server started; each is filled
 // from the SQLite dataset with telemetryd's own backup and restore, as a user moves up.
-const pgServer = POSTGRES ? await internals.startPostgres() : null;
+// shared_buffers as Debian's postgresql.conf ships it (128MB), not the tests' 16MB: with 16MB
+// every history request of the 10 M-row database reads its pages through the kernel again.
+const pgServer = POSTGRES ? await internals.startPostgres({ sharedBuffers: '128MB' }) : null;
 /** Data dir → the URL of the database its server uses. */
 const databaseOf = new Map();
 

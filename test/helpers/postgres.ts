@@ -32,6 +32,8 @@ export interface PostgresServerInfo {
   port: number;
   user: string;
   password: string;
+  /** PostgreSQL's shared_buffers setting. */
+  sharedBuffers: string;
 }
 
 export interface PostgresServer extends PostgresServerInfo {
@@ -91,8 +93,7 @@ async function startServer(info: PostgresServerInfo): Promise<void> {
     `-c unix_socket_directories=${info.dir}`,
     '-c fsync=off',
     '-c full_page_writes=off',
-    // Small: many test files may hold a server each on a shared machine.
-    '-c shared_buffers=16MB',
+    `-c shared_buffers=${info.sharedBuffers}`,
     '-c max_connections=200',
   ].join(' ');
   await pgCtl(info, ['start', '-w', '-t', '60', '-l', path.join(info.dir, 'server.log'), '-o', options]);
@@ -116,11 +117,22 @@ function watchdog(info: PostgresServerInfo): ChildProcess {
   return child;
 }
 
-export async function startPostgres(): Promise<PostgresServer> {
+/**
+ * Starts a throwaway server. `sharedBuffers` defaults to 16MB, small because many test files
+ * may hold a server each on a shared machine; the benchmark asks for Debian's default.
+ */
+export async function startPostgres({ sharedBuffers = '16MB' }: { sharedBuffers?: string } = {}): Promise<PostgresServer> {
   const binDir = findPostgresBin();
   if (!binDir) throw new Error(`PostgreSQL ${MIN_MAJOR}+ server binaries not found (Debian package "postgresql")`);
   const dir = mkdtempSync(path.join(tmpdir(), 'telemetryd-pg-'));
-  const info: PostgresServerInfo = { binDir, dir, port: await freePort(), user: SUPERUSER, password: randomBytes(12).toString('hex') };
+  const info: PostgresServerInfo = {
+    binDir,
+    dir,
+    port: await freePort(),
+    user: SUPERUSER,
+    password: randomBytes(12).toString('hex'),
+    sharedBuffers,
+  };
   const pwfile = path.join(dir, 'pwfile');
   writeFileSync(pwfile, `${info.password}\n`, { mode: 0o600 });
   if (asRoot) {
