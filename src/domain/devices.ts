@@ -76,9 +76,20 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
     return device;
   }
 
+  /**
+   * The account's device, for routes that read its readings (history, aggregates, export):
+   * served from the authentication cache, so a hit costs no query, and its lastSeen is the
+   * archived value, not the newest reading's time. Routes that show last_seen use getOwned.
+   */
+  async function getOwnedForReading(account: Account, id: string): Promise<DeviceWithToken> {
+    const device = await repos.devices.findForAuth(id);
+    if (!device || device.accountSeq !== account.seq) throw notFound('device not found');
+    return device;
+  }
+
   /** True when the device exists and belongs to the account. */
   async function isOwnedBy(account: Account, id: string): Promise<boolean> {
-    return (await repos.devices.findById(id))?.accountSeq === account.seq;
+    return (await repos.devices.findForAuth(id))?.accountSeq === account.seq;
   }
 
   async function getAny(id: string): Promise<DeviceWithToken> {
@@ -137,6 +148,7 @@ export function deviceService(repos: Repositories, events: DomainEvents, clock: 
 
   return {
     getOwned,
+    getOwnedForReading,
     isOwnedBy,
     getAny,
     list: async (account: Account, opts: { limit: number; offset: number; status?: string }) => ({

@@ -135,7 +135,7 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
   /** Readings of a range, newest first, capped to the plan retention like /v1 (docs/api.md, "Telemetry ranges and retention"). */
   app.get<IdParams & { Querystring: { range?: string; limit?: string } }>('/devices/:id/readings', async (request) => {
     const acc = account(request);
-    const device = await devices.getOwned(acc, request.params.id);
+    const device = await devices.getOwnedForReading(acc, request.params.id);
     const requested = parseRange(request.query.range);
     const limit = Math.min(Math.max(Number(request.query.limit ?? 1000) || 1000, 1), 5000);
     const { range, readings } = await telemetry.history(acc, device, requested, limit);
@@ -150,7 +150,7 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     '/devices/:id/aggregate',
     async (request, reply) => {
       const acc = account(request);
-      const device = await devices.getOwned(acc, request.params.id);
+      const device = await devices.getOwnedForReading(acc, request.params.id);
       const requested = parseRange(request.query.range);
       const result = await services.aggregates.aggregate(acc, device, { ...request.query, range: requested });
       return reply.type('application/json; charset=utf-8').send(presentAggregateJson(result, device, acc, requested));

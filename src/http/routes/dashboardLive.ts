@@ -114,7 +114,7 @@ export async function dashboardLiveRoutes(app: FastifyInstance, { services }: { 
 
   app.get<{ Params: { id: string }; Querystring: { range?: string; format?: string } }>('/devices/:id/export', async (request, reply) => {
     const account = request.dashboard!.account;
-    const device = await services.devices.getOwned(account, request.params.id);
+    const device = await services.devices.getOwnedForReading(account, request.params.id);
     const format = request.query.format ?? 'csv';
     if (format !== 'csv' && format !== 'xlsx') throw badRequest('format must be csv or xlsx');
     const range = capRangeToRetention(parseRange(request.query.range), account.limits.retentionDays);

@@ -177,7 +177,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     },
     async (request, reply) => {
       const account = request.account!;
-      const device = await devices.getOwned(account, request.params.id);
+      const device = await devices.getOwnedForReading(account, request.params.id);
       const limit = clamp(request.query.limit, LIMITS.telemetry);
       const { range, readings } = await telemetry.history(account, device, request.query.range, limit);
       const query = {
@@ -234,7 +234,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     },
     async (request, reply) => {
       const account = request.account!;
-      const device = await devices.getOwned(account, request.params.id);
+      const device = await devices.getOwnedForReading(account, request.params.id);
       const result = await aggregates.aggregate(account, device, request.query);
       return reply.type('application/json; charset=utf-8').send(presentAggregateJson(result, device, account, request.query.range));
     },
