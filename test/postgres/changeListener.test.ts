@@ -123,7 +123,7 @@ describe('PostgreSQL change listener: the readings channel on demand', () => {
 });
 
 describe('PostgreSQL change listener: what counts as a change', () => {
-  it("another node's use of an API key (last_used_at) empties no cache; a device change does", async () => {
+  it("another node's use of an API key (last_used_at) empties no cache; a key's revocation and a device change do", async () => {
     const pg = await startPostgres();
     const url = await createDatabase(pg);
     const pool = await connectPostgres(url, { node: 'node-a' });
@@ -143,6 +143,9 @@ describe('PostgreSQL change listener: what counts as a change', () => {
       await waitFor('the fence', () => external > before);
       await new Promise((resolve) => setTimeout(resolve, 100));
       expect(external - before).toBe(1);
+      // The Public API caches keys by hash: a revocation elsewhere must reach it.
+      await sender.query('UPDATE api_keys SET revoked_at = 1');
+      await waitFor('the revocation', () => external > before + 1);
     } finally {
       stop();
       await listener.close();

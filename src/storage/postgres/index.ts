@@ -26,14 +26,14 @@ import { postgresSnapshotsRepo } from './repos/snapshots.js';
  * from connectPostgres (its node name tells this process's change notifications apart).
  */
 export async function createPostgresRepositories(pool: Pool) {
-  // Device authentication and its account, on every reading: cached, dropped on this
-  // process's own changes to either table (authCache.ts).
+  // Device authentication and its account on every reading, API keys on every Public API
+  // request: cached, dropped on any change to these tables (authCache.ts).
   const authCache = new AuthCache();
   // Names this process in the deliveries it sends and in the lock it holds while it runs.
   const nodeKey = newNodeKey();
   const repositories = {
     accounts: postgresAccountsRepo(pool, authCache),
-    apiKeys: postgresApiKeysRepo(pool),
+    apiKeys: postgresApiKeysRepo(pool, authCache),
     devices: postgresDevicesRepo(pool, authCache, deleteRollupsOfDevice),
     readings: postgresReadingsRepo(pool, authCache),
     rollups: await postgresRollupsRepo(pool),

@@ -21,9 +21,10 @@ import type { Pool, PoolClient } from 'pg';
 export const CHANGES_CHANNEL = 'telemetryd_changes';
 /**
  * Tables whose changes by another process a running server must see at once: device
- * authentication and MQTT sessions (devices, accounts) and the alerts the evaluator caches.
- * Readings, rollups and usage counts are read fresh and not listed; api_keys was, until
- * migration 7 dropped its trigger.
+ * authentication and MQTT sessions (devices, accounts), the alerts the evaluator caches and
+ * the cached API keys. Readings, rollups and usage counts are read fresh and not listed.
+ * api_keys' trigger of migration 3 was dropped by migration 7; migration 13's leaves out a
+ * key's use.
  */
 const CHANGE_NOTIFYING_TABLES = ['accounts', 'api_keys', 'devices', 'alerts'] as const;
 /**
@@ -489,6 +490,18 @@ export const POSTGRES_MIGRATIONS: { version: number; name: string; sql: string }
         account_seq bigint NOT NULL,
         removed_at timestamptz NOT NULL DEFAULT now()
       );
+    `,
+  },
+  {
+    // API keys are cached by hash (repos/apiKeys.ts), so other processes must hear of a key
+    // created, revoked or deleted; not of a use, which writes only last_used_at (at most once
+    // a minute per key) and would empty every node's caches that often.
+    version: 13,
+    name: 'change notices for api_keys, not for their use',
+    sql: `
+      CREATE TRIGGER api_keys_notify_change
+        AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF id, account_seq, name, key_prefix, key_hash, created_at, revoked_at ON api_keys
+        FOR EACH STATEMENT EXECUTE FUNCTION telemetryd_notify_change();
     `,
   },
 ];

@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import type { ApiKey } from '../../../domain/types.js';
 import { type KeyRow, toKey } from '../../repos/apiKeys.js';
 import type { ApiKeysRepository, NewApiKey } from '../../repositories.js';
+import type { AuthCache } from '../authCache.js';
 import { prepared } from './sql.js';
 
 const COLUMNS = 'seq, id, account_seq, name, key_prefix, key_hash, last_used_at, created_at, revoked_at';
@@ -21,16 +22,22 @@ const revoke = prepared('key-revoke', 'UPDATE api_keys SET revoked_at = $2 WHERE
 const touch = prepared('key-touch', 'UPDATE api_keys SET last_used_at = $2 WHERE seq = $1');
 
 /** API keys on PostgreSQL (ApiKeysRepository, src/storage/repositories.ts). */
-export function postgresApiKeysRepo(pool: Pool): ApiKeysRepository {
+export function postgresApiKeysRepo(pool: Pool, cache: AuthCache): ApiKeysRepository {
   return {
-    findByHash: async (hash: string): Promise<ApiKey | null> => toKey(await byHash.first(pool, [hash])),
+    /**
+     * Every Public API request authenticates: cached until a key, device or account changes
+     * here or in another process (authCache.ts; other processes' key changes are heard through
+     * migration 13's notices), so a hit costs no round trip. The cached key is shared: its
+     * lastUsedAt, set by the caller after a touch, is what keeps touches to one a minute.
+     */
+    findByHash: cache.cached(async (hash: string): Promise<ApiKey | null> => toKey(await byHash.first(pool, [hash]))),
     findById: async (id: string): Promise<ApiKey | null> => toKey(await byId.first(pool, [id])),
     listByAccount: async (accountSeq: number): Promise<ApiKey[]> => (await byAccount.rows(pool, [accountSeq])).map((r) => toKey(r)!),
     async insert(k: NewApiKey): Promise<void> {
-      await insert.run(pool, [k.id, k.accountSeq, k.name, k.keyPrefix, k.keyHash, k.now]);
+      await cache.writing(insert.run(pool, [k.id, k.accountSeq, k.name, k.keyPrefix, k.keyHash, k.now]));
     },
     async revoke(seq: number, now: number): Promise<void> {
-      await revoke.run(pool, [seq, now]);
+      await cache.writing(revoke.run(pool, [seq, now]));
     },
     async touch(seq: number, now: number): Promise<void> {
       await touch.run(pool, [seq, now]);
