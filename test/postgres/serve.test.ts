@@ -56,7 +56,12 @@ describe('serve on PostgreSQL', () => {
     const triggers = await observer.query<{ name: string }>(
       "SELECT tgname AS name FROM pg_trigger WHERE tgname LIKE '%_notify_change' ORDER BY 1",
     );
-    expect(triggers.rows.map((r) => r.name)).toEqual(['accounts_notify_change', 'alerts_notify_change', 'api_keys_notify_change', 'devices_notify_change']);
+    expect(triggers.rows.map((r) => r.name)).toEqual([
+      'accounts_notify_change',
+      'alerts_notify_change',
+      'api_keys_notify_change',
+      'devices_notify_change',
+    ]);
   });
 
   it('takes readings over HTTP and MQTT QoS 1 and answers history, latest, aggregates and usage from PostgreSQL', async () => {

@@ -1,5 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { Services } from '../../composition.js';
+import type { DeviceInput } from '../../domain/devices.js';
 import {
   presentAccount,
   presentAggregateJson,
@@ -10,7 +11,7 @@ import {
   presentReading,
 } from '../../domain/presenters.js';
 import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
-import type { Account } from '../../domain/types.js';
+import type { Account, Device } from '../../domain/types.js';
 import { badRequest } from '../../errors.js';
 
 /** Dashboard-side device settings (docs/api.md, "Device"): informational, kept in `settings`. */
@@ -61,15 +62,63 @@ function oneOf<T extends string>(value: unknown, allowed: readonly T[], what: st
   return value as T;
 }
 
-function deviceSettings(body: DeviceBody) {
-  const interval = body.data_interval_seconds === undefined || body.data_interval_seconds === '' ? 60 : Number(body.data_interval_seconds);
+/**
+ * The dashboard-only settings from a device form. Creating, `current` is empty and what the
+ * form leaves out takes its default; editing, `current` is the device's settings, so what the
+ * form leaves out (or leaves empty) keeps its value.
+ */
+function deviceSettings(body: DeviceBody, current: Record<string, unknown> = {}) {
+  const given = body.data_interval_seconds !== undefined && body.data_interval_seconds !== '';
+  const interval = given ? Number(body.data_interval_seconds) : Number(current.data_interval_seconds ?? 60);
   if (!Number.isInteger(interval) || interval < 1 || interval > 7 * 86_400)
     throw badRequest('data interval must be a whole number of seconds between 1 and 604800');
   return {
-    data_direction: oneOf(body.data_direction, DATA_DIRECTIONS, 'data direction', 'send_only'),
-    network: oneOf(body.network, NETWORKS, 'network', 'wifi'),
-    protocol: oneOf(body.protocol, PROTOCOLS, 'protocol', 'mqtt'),
+    data_direction: oneOf(
+      body.data_direction,
+      DATA_DIRECTIONS,
+      'data direction',
+      known(current.data_direction, DATA_DIRECTIONS, 'send_only'),
+    ),
+    network: oneOf(body.network, NETWORKS, 'network', known(current.network, NETWORKS, 'wifi')),
+    protocol: oneOf(body.protocol, PROTOCOLS, 'protocol', known(current.protocol, PROTOCOLS, 'mqtt')),
     data_interval_seconds: interval,
+  };
+}
+
+/** A stored setting, if it is one the form offers (settings are free-form for other clients). */
+function known<T extends string>(value: unknown, allowed: readonly T[], fallback: T): T {
+  return (allowed as readonly string[]).includes(value as string) ? (value as T) : fallback;
+}
+
+/**
+ * The domain's input from a device form, for creation (no `current`) or an edit of `current`.
+ * Creating, what the body leaves out takes the defaults; editing, it keeps the device's value,
+ * so a client may send only what it changes. Either way the domain (devices.ts normalize)
+ * checks the values: the same checks and messages for both.
+ */
+function deviceInput(body: DeviceBody, current?: Device): DeviceInput {
+  if (body.description !== undefined && body.description !== null && typeof body.description !== 'string')
+    throw badRequest('description must be text');
+  if (!current) {
+    return {
+      name: String(body.name ?? ''),
+      type: body.type || undefined,
+      description: body.description ?? '',
+      schemaMode: body.schema_mode || undefined,
+      fields: body.fields ?? [],
+      snapshotsEnabled: body.snapshots_enabled === true,
+      settings: deviceSettings(body),
+    };
+  }
+  return {
+    name: body.name === undefined ? current.name : String(body.name ?? ''),
+    type: body.type || undefined,
+    description: body.description ?? undefined,
+    schemaMode: body.schema_mode || undefined,
+    fields: body.fields,
+    snapshotsEnabled: typeof body.snapshots_enabled === 'boolean' ? body.snapshots_enabled : undefined,
+    // Settings the form does not know (set by another client) stay as they are.
+    settings: { ...current.settings, ...deviceSettings(body, current.settings) },
   };
 }
 
@@ -94,16 +143,7 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
   });
 
   app.post<{ Body: DeviceBody }>('/devices', async (request) => {
-    const body = request.body ?? {};
-    const { device, accessToken } = await devices.create(account(request), {
-      name: String(body.name ?? ''),
-      type: body.type || undefined,
-      description: body.description ?? '',
-      schemaMode: body.schema_mode || undefined,
-      fields: body.fields ?? [],
-      snapshotsEnabled: body.snapshots_enabled === true,
-      settings: deviceSettings(body),
-    });
+    const { device, accessToken } = await devices.create(account(request), deviceInput(request.body ?? {}));
     return { data: presentDeviceDetail(device), access_token: accessToken };
   });
 
@@ -111,6 +151,17 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     const device = await devices.getOwned(account(request), request.params.id);
     const latest = await telemetry.latest(account(request), device);
     return { data: presentDeviceDetail(device), latest: latest ? presentReading(latest) : null };
+  });
+
+  /**
+   * Edits what creation set (name, type, description, schema mode, fields, snapshots, the
+   * dashboard settings); never the id, the token, the status or any reading. The domain's
+   * `device.changed` tells the owner's other tabs (dashboardLive.ts) and re-checks MQTT sessions.
+   */
+  app.put<IdParams & { Body: DeviceBody }>('/devices/:id', async (request) => {
+    const acc = account(request);
+    const device = await devices.getOwned(acc, request.params.id);
+    return { data: presentDeviceDetail(await devices.update(device, acc, deviceInput(request.body ?? {}, device))) };
   });
 
   app.post<IdParams>('/devices/:id/pause', async (request) => ({

@@ -4,7 +4,7 @@ import { type AggregateBucket, SeriesChart } from '../chart';
 import { ago, connectivityText, dialog, errorBox, field, fmtTime, fmtValue, h, showError, toast } from '../dom';
 import { debounce, POLL_MS } from '../live';
 import type { PageContext } from '../main';
-import { type DeviceDetail, renderCreated, statusBadge } from './devices';
+import { type DeviceDetail, deviceForm, renderCreated, statusBadge } from './devices';
 
 interface Reading {
   id: string;
@@ -104,6 +104,42 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
         toastFailure(err);
       }
     });
+    const edit = h('button', { type: 'button', class: 'secondary' }, 'Edit');
+    edit.addEventListener('click', () => {
+      // The New device form's controls, filled with the device as last loaded.
+      const controls = deviceForm(d);
+      const err = errorBox();
+      const save = h('button', { type: 'submit' }, 'Save');
+      const cancel = h('button', { type: 'button', class: 'secondary' }, 'Cancel');
+      const form = h('form', {}, err, ...controls.fieldsets, h('div', { class: 'row' }, save, cancel));
+      const dlg = dialog(`Edit ${d.name}`, form);
+      cancel.addEventListener('click', () => dlg.close());
+      form.addEventListener('submit', async (e) => {
+        e.preventDefault();
+        err.hidden = true;
+        save.disabled = true;
+        try {
+          const res = await api<{ data: DeviceDetail }>('PUT', `/devices/${encodeURIComponent(d.id)}`, controls.body());
+          dlg.close();
+          toast('Device saved.');
+          device = res.data;
+          renderHead();
+          // Labels, units and the order of declared fields show in the tiles, charts and table.
+          for (const chart of charts.values()) chart.destroy();
+          charts.clear();
+          await Promise.all([loadDevice(), loadData()]);
+        } catch (e2) {
+          // A refusal (400) keeps the dialog open with the server's message; nothing was saved.
+          if (dlg.open) {
+            showError(err, e2);
+            err.scrollIntoView({ block: 'nearest' });
+          } else toastFailure(e2);
+        } finally {
+          save.disabled = false;
+        }
+      });
+      controls.name.focus();
+    });
     const regen = h('button', { type: 'button', class: 'secondary' }, 'Regenerate token');
     regen.addEventListener('click', () => {
       const yes = h('button', { type: 'button', class: 'danger' }, 'Regenerate');
@@ -183,7 +219,7 @@ export async function renderDevice(main: HTMLElement, [id]: string[], ctx: PageC
           d.rejected_count ? `${d.rejected_count} · last: ${d.last_rejection_reason ?? '—'} (${fmtTime(d.last_rejection_at)})` : '0',
         ),
       ),
-      h('div', { class: 'row' }, pause, regen, del),
+      h('div', { class: 'row' }, edit, pause, regen, del),
     );
   }
 

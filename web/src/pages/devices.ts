@@ -124,11 +124,19 @@ export async function renderDevices(main: HTMLElement, _params: string[], ctx: P
 
 type FieldRow = { name: HTMLInputElement; label: HTMLInputElement; unit: HTMLInputElement; row: HTMLElement };
 
-export async function renderNewDevice(main: HTMLElement, _params: string[], ctx: PageContext): Promise<void> {
+/** What a device form sends (POST and PUT /ui/api/devices, src/http/routes/dashboardApi.ts). */
+export type DeviceFormBody = Record<string, unknown>;
+
+/**
+ * The controls of a device form, shared by "New device" and the device page's "Edit": the
+ * same fields, look and checks in both. Empty for a new device, or filled with `current`'s
+ * values for an edit. `fieldsets` go into the caller's form; `body()` reads them for the API.
+ */
+export function deviceForm(current?: DeviceDetail): { fieldsets: HTMLElement[]; name: HTMLInputElement; body(): DeviceFormBody } {
   const free = session?.account.plan === 'free';
   const fieldLimit = session?.account.limits.field_limit ?? 5;
-  const error = errorBox();
-  const name = h('input', { name: 'name', required: true, maxlength: 200, autocomplete: 'off' });
+  const settings = current?.settings ?? {};
+  const name = h('input', { name: 'name', required: true, maxlength: 200, autocomplete: 'off', value: current?.name ?? '' });
   const type = select(
     'type',
     [
@@ -138,9 +146,10 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
       ['actuator', 'Actuator'],
       ['other', 'Other'],
     ],
-    'sensor',
+    current?.type ?? 'sensor',
   );
   const description = h('textarea', { name: 'description', rows: 2 });
+  description.value = current?.description ?? '';
   const direction = select(
     'data_direction',
     [
@@ -148,7 +157,7 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
       ['receive_only', 'Receive only'],
       ['send_and_receive', 'Send and receive'],
     ],
-    'send_only',
+    String(settings.data_direction ?? 'send_only'),
   );
   const network = select(
     'network',
@@ -157,7 +166,7 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
       ['ethernet', 'Ethernet'],
       ['4g', '4G'],
     ],
-    'wifi',
+    String(settings.network ?? 'wifi'),
   );
   // MQTT is only the default where the server listens for it (--mqtt-port, not off).
   const mqttOn = session?.mqtt.enabled ?? true;
@@ -167,18 +176,25 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
       ['mqtt', mqttOn ? `MQTT (TLS, port ${session?.mqtt.port ?? 8883})` : 'MQTT (off on this server)'],
       ['http', 'HTTP'],
     ],
-    mqttOn ? 'mqtt' : 'http',
+    String(settings.protocol ?? (mqttOn ? 'mqtt' : 'http')),
   );
-  const interval = h('input', { name: 'data_interval_seconds', type: 'number', min: 1, max: 604800, value: 60, inputmode: 'numeric' });
+  const interval = h('input', {
+    name: 'data_interval_seconds',
+    type: 'number',
+    min: 1,
+    max: 604800,
+    value: Number(settings.data_interval_seconds ?? 60),
+    inputmode: 'numeric',
+  });
   const schema = select(
     'schema_mode',
     [
       ['strict', 'Strict: only declared fields are accepted'],
       ['flexible', 'Flexible: any fields'],
     ],
-    free ? 'strict' : 'flexible',
+    current?.schema_mode ?? (free ? 'strict' : 'flexible'),
   );
-  const snapshots = h('input', { type: 'checkbox', name: 'snapshots_enabled' });
+  const snapshots = h('input', { type: 'checkbox', name: 'snapshots_enabled', checked: current?.snapshots_enabled ?? false });
 
   const rows: FieldRow[] = [];
   const rowsEl = h('div', { class: 'field-rows' });
@@ -204,6 +220,7 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
     updateCount();
     return r;
   }
+  for (const f of current?.fields ?? []) addRow(f);
   const addButton = h('button', { type: 'button', class: 'secondary' }, 'Add field');
   addButton.addEventListener('click', () => addRow().name.focus());
   const importInput = h('input', { type: 'file', accept: 'application/json,.json', name: 'fields_file' });
@@ -229,11 +246,7 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
   });
   updateCount();
 
-  const submit = h('button', { type: 'submit' }, 'Create device');
-  const form = h(
-    'form',
-    { class: 'card' },
-    error,
+  const fieldsets = [
     h('fieldset', {}, h('legend', {}, 'Device'), field('Name', name), field('Type', type), field('Description', description)),
     h(
       'fieldset',
@@ -270,6 +283,37 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
       h('legend', {}, 'Images'),
       h('label', { class: 'check' }, snapshots, ' Allow this device to upload images (camera snapshots over HTTP POST)'),
     ),
+  ];
+  return {
+    fieldsets,
+    name,
+    body: () => ({
+      name: name.value,
+      type: type.value,
+      description: description.value,
+      data_direction: direction.value,
+      network: network.value,
+      protocol: protocol.value,
+      data_interval_seconds: interval.value,
+      schema_mode: schema.value,
+      // A row whose name is left empty is no field; the server checks the rest.
+      fields: rows
+        .filter((r) => r.name.value.trim())
+        .map((r) => ({ name: r.name.value.trim(), label: r.label.value.trim(), unit: r.unit.value.trim() })),
+      snapshots_enabled: snapshots.checked,
+    }),
+  };
+}
+
+export async function renderNewDevice(main: HTMLElement, _params: string[], ctx: PageContext): Promise<void> {
+  const error = errorBox();
+  const controls = deviceForm();
+  const submit = h('button', { type: 'submit' }, 'Create device');
+  const form = h(
+    'form',
+    { class: 'card' },
+    error,
+    ...controls.fieldsets,
     h('div', { class: 'row' }, submit, h('a', { href: '#/devices', class: 'button secondary' }, 'Cancel')),
   );
   form.addEventListener('submit', async (e) => {
@@ -277,21 +321,7 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
     error.hidden = true;
     submit.disabled = true;
     try {
-      const fields = rows
-        .filter((r) => r.name.value.trim())
-        .map((r) => ({ name: r.name.value.trim(), label: r.label.value.trim(), unit: r.unit.value.trim() }));
-      const res = await api<{ data: DeviceDetail; access_token: string }>('POST', '/devices', {
-        name: name.value,
-        type: type.value,
-        description: description.value,
-        data_direction: direction.value,
-        network: network.value,
-        protocol: protocol.value,
-        data_interval_seconds: interval.value,
-        schema_mode: schema.value,
-        fields,
-        snapshots_enabled: snapshots.checked,
-      });
+      const res = await api<{ data: DeviceDetail; access_token: string }>('POST', '/devices', controls.body());
       renderCreated(main, res.data, res.access_token, 'Device created');
     } catch (err) {
       showError(error, err);
@@ -302,7 +332,7 @@ export async function renderNewDevice(main: HTMLElement, _params: string[], ctx:
   });
   void ctx;
   main.append(h('h1', {}, 'New device'), form);
-  name.focus();
+  controls.name.focus();
 }
 
 /** The id and access token, shown once, with snippets for the device's connectivity. */
