@@ -32,8 +32,8 @@ interface Waiting extends PendingReading {
  * other, never deadlock. The mark is the later of $5 (this process's)
  * and rollup_late's (the node running the rollup pass moves it), whose row the statement
  * holds FOR SHARE until it commits: the pass's move waits for the batches in flight, so a
- * reading either commits before the pass reads its minute or sees the moved mark. The ids
- * come back in the order the readings were given.
+ * reading either commits before the pass reads its minute or sees the moved mark. One row
+ * comes back, with the block's first id: the reading at ordinal k has id first + k - 1.
  *
  * With $6 (this node's name and what the writer knows of the batch) the same statement sends
  * one notification on READINGS_CHANNEL, delivered at commit, for other nodes' live views:
@@ -42,8 +42,7 @@ interface Waiting extends PendingReading {
  * With $9, readings of a device deleted since the pipeline accepted them (queued while the
  * dashboard or the admin CLI deleted it) are left out (alive): readings have no foreign key,
  * so they would stay behind the device, counted in its account's usage until their week's
- * partition is dropped. Only their (ordinal, seq) pairs come back; the writer refuses the
- * others. The check costs about 70 µs of PostgreSQL CPU per 13-reading batch, so the
+ * partition is dropped. The ordinals kept come back; the writer refuses the others. The check costs about 70 µs of PostgreSQL CPU per 13-reading batch, so the
  * writer asks for it only within a second of a change (deviceCheckWindow) to devices or accounts it has
  * heard of; without $9 the CTE is never read. Not seen: a removal committing while this
  * statement runs, or one by another process whose notification has not arrived yet; a
@@ -78,12 +77,12 @@ const INSERT_BATCH = `
     ORDER BY 1, 2
     ON CONFLICT (device_seq, hour) DO UPDATE SET hour = excluded.hour
   )
-  SELECT b.ord, b.seq FROM batch b CROSS JOIN (
-    SELECT CASE WHEN $6::text IS NOT NULL THEN
+  SELECT (SELECT first FROM block) AS first,
+    CASE WHEN $9::boolean THEN (SELECT string_agg(ord::text, ',' ORDER BY ord) FROM batch) END AS kept,
+    CASE WHEN $6::text IS NOT NULL AND EXISTS (SELECT FROM batch) THEN
       pg_notify('${READINGS_CHANNEL}', split_part($6, ' ', 1) || ' ' || $7::bigint || ' ' || $8::bigint || ' '
         || (SELECT min(seq) || ' ' || max(seq) FROM batch) || ' ' || split_part($6, ' ', 2))
-    END
-  ) notified ORDER BY b.ord`;
+    END AS notified`;
 
 /**
  * Between the readings' JSON texts in INSERT_BATCH's $3 (U+001E, chr(30) there). JSON text
@@ -104,6 +103,9 @@ const TRANSIENT = /^(53|08)|^(57P0[1-3]|57014|25006|40001|40P01|55P03)$/;
 /** No partition for a row's time: one was dropped by another process, or the cache is stale. */
 const isMissingPartition = (err: unknown) =>
   (err as { code?: string }).code === '23514' && /no partition of relation/.test((err as Error).message);
+
+/** INSERT_BATCH's one row: the block's first id, the ordinals kept when $9 checked the devices. */
+type BatchResult = [first: number, kept: string | null, notified: unknown];
 
 /** Batches a writer has in flight at most: one being committed while the next is sent. */
 export const MAX_IN_FLIGHT = 2;
@@ -293,6 +295,7 @@ export class PostgresReadingWriter {
       }
     }
     if (unknownWeek) await this.ensureWeeks(unknownWeek);
+    const checkDevices = this.checksDevices();
     const query = {
       name: 'telemetryd-insert-readings',
       text: INSERT_BATCH,
@@ -305,22 +308,24 @@ export class PostgresReadingWriter {
         this.node === null ? null : `${this.node} ${notified.size > MAX_NOTIFIED_DEVICES ? '*' : [...notified].join(',')}`,
         minTime,
         maxTime,
-        this.checksDevices(),
+        checkDevices,
       ],
       rowMode: 'array',
     };
-    let rows: [number, number][];
+    let rows: BatchResult[];
     try {
-      rows = (await this.pool.query<[number, number]>(query)).rows;
+      rows = (await this.pool.query<BatchResult>(query)).rows;
     } catch (err) {
       if (!isMissingPartition(err)) throw err;
       this.weeks.clear();
       await this.ensureWeeks(times);
-      rows = (await this.pool.query<[number, number]>(query)).rows;
+      rows = (await this.pool.query<BatchResult>(query)).rows;
     }
-    if (rows.length === n) return rows.map((r) => r[1]);
+    // The ids are the block's, in the batch's order: one row comes back, not one per reading.
+    const [first, kept] = rows[0]!;
+    if (!checkDevices) return Array.from({ length: n }, (_, i) => first + i);
     const seqs = new Array<number | null>(n).fill(null);
-    for (const [ord, seq] of rows) seqs[ord - 1] = seq;
+    if (kept) for (const ord of kept.split(',')) seqs[Number(ord) - 1] = first + Number(ord) - 1;
     return seqs;
   }
 
