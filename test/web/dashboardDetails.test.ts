@@ -3,9 +3,9 @@
  * (docs/dashboard.md): a clean console for a signed-out visitor, and how the readings table
  * shows values.
  */
-import type { Browser, ConsoleMessage, Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchChromium } from '../helpers/browser.js';
+import { launchChromium, pageWithProblems } from '../helpers/browser.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const PASSWORD = 'correct horse battery';
@@ -27,16 +27,7 @@ afterAll(async () => {
 });
 
 /** A new browser context's page, and every console message and page error it produces. */
-async function newPage(viewport = { width: 1200, height: 800 }): Promise<{ page: Page; problems: string[] }> {
-  const page = await (await browser.newContext({ viewport })).newPage();
-  page.setDefaultTimeout(8_000);
-  const problems: string[] = [];
-  page.on('console', (m: ConsoleMessage) => {
-    if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()}: ${m.text()}`);
-  });
-  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
-  return { page, problems };
-}
+const newPage = (viewport = { width: 1200, height: 800 }) => pageWithProblems(browser, viewport);
 
 async function signIn(page: Page): Promise<void> {
   await page.getByLabel('Email').fill(seed.account.email);

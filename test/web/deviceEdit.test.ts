@@ -3,9 +3,9 @@
  * real headless Chromium, and PUT /ui/api/devices/:id against the real server. An edit keeps
  * the id, the token, the status and the readings, and the ingest path sees it at once.
  */
-import type { Browser, ConsoleMessage, Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { launchChromium } from '../helpers/browser.js';
+import { launchChromium, pageWithProblems } from '../helpers/browser.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const PASSWORD = 'correct horse battery';
@@ -76,16 +76,7 @@ async function apiSession(email: string) {
 }
 
 /** A new browser page, and every console error or warning and page error it produces. */
-async function newPage(): Promise<{ page: Page; problems: string[] }> {
-  const page = await (await browser.newContext({ viewport: { width: 1200, height: 900 } })).newPage();
-  page.setDefaultTimeout(8_000);
-  const problems: string[] = [];
-  page.on('console', (m: ConsoleMessage) => {
-    if (m.type() === 'error' || m.type() === 'warning') problems.push(`${m.type()}: ${m.text()}`);
-  });
-  page.on('pageerror', (err) => problems.push(`pageerror: ${err.message}`));
-  return { page, problems };
-}
+const newPage = () => pageWithProblems(browser, { width: 1200, height: 900 });
 
 async function openDevicePage(page: Page, email: string, deviceId: string, name: string): Promise<void> {
   await page.goto(server.httpUrl);
