@@ -65,7 +65,8 @@ describe('a device deleted while tabs show it', () => {
     const context = await signedInContext(seed.account.email);
     const devicePage = await openTab(context, `#/devices/${seed.device.id}`, 'Greenhouse');
     const listPage = await openTab(context, '#/devices', 'Devices');
-    expect(await listed(listPage)).toEqual(expect.arrayContaining([seed.device.id, second.device.id]));
+    // The heading shows before the list's rows: wait for them.
+    await expect.poll(() => listed(listPage)).toEqual(expect.arrayContaining([seed.device.id, second.device.id]));
     // Another account's tab: its list must not change, and it must hear nothing of this device.
     const otherContext = await signedInContext(other.account.email);
     const otherPage = await openTab(otherContext, '#/devices', 'Devices');
@@ -91,9 +92,9 @@ describe('a device deleted while tabs show it', () => {
     expect(Date.now() - deletedAt).toBeLessThan(LIVE_MS + 1_000);
     // The deleting tab says it once, its own way, and is back on the list.
     expect(await deleter.locator('#toast').textContent()).toBe('Deleted Greenhouse.');
-    expect(await listed(deleter)).toEqual([second.device.id]);
+    await expect.poll(() => listed(deleter)).toEqual([second.device.id]);
 
-    expect(await listed(otherPage)).toEqual([other.device.id]);
+    await expect.poll(() => listed(otherPage)).toEqual([other.device.id]);
     expect(otherEvents.filter((t) => t.includes(seed.device.id))).toEqual([]);
     await context.close();
     await otherContext.close();
@@ -123,7 +124,7 @@ describe('a device deleted while tabs show it', () => {
     const context = await signedInContext(seed.account.email);
     const devicePage = await openTab(context, `#/devices/${victim.device.id}`, 'Shed');
     const listPage = await openTab(context, '#/devices', 'Devices');
-    expect(await listed(listPage)).toContain(victim.device.id);
+    await expect.poll(() => listed(listPage)).toContain(victim.device.id);
 
     const cli = await runCliAsync(['devices', 'delete', victim.device.id, '--yes', '--json'], { dataDir: server.dataDir });
     expect(cli.status, cli.stderr).toBe(0);
