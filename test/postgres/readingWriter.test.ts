@@ -283,13 +283,22 @@ describe('PostgreSQL reading writer', () => {
     await pool.query('DELETE FROM devices WHERE seq = $1', [deleted]);
     const outcomes = await Promise.allSettled([
       writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW, data: '{}' }),
-      writer.append({ deviceSeq: devices[1]!, time: NOW + 1, data: '{}' }),
-      writer.append({ deviceSeq: devices[2]!, accountSeq, time: NOW + MINUTE, data: '{}' }),
       // A device deleted meanwhile: neither stored nor counted, and refused; the rest of its batch is stored.
       writer.append({ deviceSeq: deleted, accountSeq, time: NOW, data: '{}' }),
+      writer.append({ deviceSeq: devices[1]!, time: NOW + 1, data: '{}' }),
+      writer.append({ deviceSeq: devices[2]!, accountSeq, time: NOW + MINUTE, data: '{}' }),
     ]);
-    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
-    expect((outcomes[3] as PromiseRejectedResult).reason).toMatchObject({ status: 401, message: 'device no longer exists' });
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+    expect((outcomes[1] as PromiseRejectedResult).reason).toMatchObject({ status: 401, message: 'device no longer exists' });
+    // Each kept reading is answered with its own stored id, across the refused one's gap.
+    const ids = [0, 2, 3].map((i) => (outcomes[i] as PromiseFulfilledResult<number>).value);
+    const stored = await observer.query('SELECT seq, device_seq, time FROM readings WHERE seq = ANY($1)', [ids]);
+    const bySeq = new Map(stored.rows.map((r) => [Number(r.seq), [Number(r.device_seq), Number(r.time)]]));
+    expect(ids.map((id) => bySeq.get(id))).toEqual([
+      [devices[0], NOW],
+      [devices[1], NOW + 1],
+      [devices[2], NOW + MINUTE],
+    ]);
     await writer.append({ deviceSeq: devices[0]!, accountSeq, time: NOW + 2, data: '{}' });
     // One row per batch, account and minute, appended: no batch waits on another's row.
     const { rows } = await observer.query('SELECT account_seq, minute, n, xmin::text AS tx FROM reading_count_deltas ORDER BY minute, n');
