@@ -170,6 +170,7 @@ export function ingestPipeline(deps: {
   }
 
   /**
+   * Appends the reading to the writer and, once committed, runs afterStore.
    * `text`, when given, is the JSON text `data` was parsed from (an MQTT payload, or the
    * `data` member of an HTTP body): it is stored as sent instead of re-serializing the parsed
    * object, whose JSON.stringify was a measurable share of ingest CPU (BENCHMARKS.md, "Design
@@ -181,13 +182,22 @@ export function ingestPipeline(deps: {
    * (spellsEachKeyOnce), so what is stored, and spliced into history responses, is the
    * object that was validated.
    */
-  function store(device: Device, data: Record<string, unknown>, text?: string): Promise<StoredReading> {
+  function store(
+    device: Device,
+    account: Account,
+    data: Record<string, unknown>,
+    transport: Transport,
+    text?: string,
+  ): Promise<StoredReading> {
     const time = clock.now();
     const json = text ?? JSON.stringify(data);
-    // Not an async function: one promise per reading fewer on the MQTT hot path.
-    return sink
-      .append({ deviceSeq: device.seq, accountSeq: device.accountSeq, time, data: json, parsed: data })
-      .then((seq) => ({ seq, deviceSeq: device.seq, time, data: json }));
+    // One continuation for the commit and what follows it: each further .then is a promise
+    // and a closure more per reading on the MQTT hot path.
+    return sink.append({ deviceSeq: device.seq, accountSeq: device.accountSeq, time, data: json, parsed: data }).then((seq) => {
+      const reading: StoredReading = { seq, deviceSeq: device.seq, time, data: json };
+      const evaluated = afterStore(device, account, reading, data, transport);
+      return evaluated === undefined ? reading : evaluated.then(() => reading);
+    });
   }
 
   /**
@@ -251,10 +261,7 @@ export function ingestPipeline(deps: {
     // Low disk space: refused before the database is touched. A bad reading was refused for
     // good above, so the device does not resend it.
     if (gate.readingsRefusal !== null) throw gate.refuseReading();
-    return store(device, data, text).then((reading) => {
-      const evaluated = afterStore(device, account, reading, data, req.transport);
-      return evaluated === undefined ? reading : evaluated.then(() => reading);
-    });
+    return store(device, account, data, req.transport, text);
   }
 
   return {
