@@ -26,7 +26,6 @@ afterAll(async () => {
   await server?.stop();
 });
 
-/** A new browser context's page, and every console message and page error it produces. */
 const newPage = (viewport = { width: 1200, height: 800 }) => pageWithProblems(browser, viewport);
 
 async function signIn(page: Page): Promise<void> {

@@ -75,7 +75,6 @@ async function apiSession(email: string) {
   };
 }
 
-/** A new browser page, and every console error or warning and page error it produces. */
 const newPage = () => pageWithProblems(browser, { width: 1200, height: 900 });
 
 async function openDevicePage(page: Page, email: string, deviceId: string, name: string): Promise<void> {

@@ -44,10 +44,11 @@ interface Waiting extends PendingReading {
  * so they would stay behind the device, counted in its account's usage until their week's
  * partition is dropped. The ordinals kept come back; the writer refuses the others. The
  * check costs about 70 µs of PostgreSQL CPU per 13-reading batch, so the writer asks for it
- * only within a second of a change (deviceCheckWindow) to devices or accounts it has heard of; without $9 the CTE is never read. Not seen: a removal committing while this
- * statement runs, or one by another process whose notification has not arrived yet; a
- * reading may then land behind it, which retention deletes at its next pass
- * (repos/readings.ts, sweepRemovedDevices) rather than every batch paying for row locks.
+ * only within a second of a change (deviceCheckWindow) to devices or accounts it has heard
+ * of; without $9 the CTE is never read. Not seen: a removal committing while this statement
+ * runs, or one by another process whose notification has not arrived yet; a reading may
+ * then land behind it, which retention deletes at its next pass (repos/readings.ts,
+ * sweepRemovedDevices) rather than every batch paying for row locks.
  */
 const INSERT_BATCH = `
   WITH block AS MATERIALIZED (
