@@ -42,6 +42,11 @@ describe('POST /api/devices/{device_id}/snapshot', () => {
       const again = await fetchSnapshot(server, up.body.url, cam.token, { 'if-none-match': `"${up.body.id}"` });
       expect(again.status).toBe(304);
       expect(again.bytes.length).toBe(0);
+      // Compared weakly, in a list, or `*`, as HTTP defines If-None-Match; another tag is a miss.
+      for (const header of [`W/"${up.body.id}"`, `"other", "${up.body.id}"`, '*']) {
+        expect((await fetchSnapshot(server, up.body.url, cam.token, { 'if-none-match': header })).status).toBe(304);
+      }
+      expect((await fetchSnapshot(server, up.body.url, cam.token, { 'if-none-match': '"other"' })).status).toBe(200);
     }
     // Files sit under <data-dir>/snapshots/<device id>/, no temporary names left.
     const files = readdirSync(path.join(server.dataDir, 'snapshots', cam.device.id));

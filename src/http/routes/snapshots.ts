@@ -95,7 +95,19 @@ export async function snapshotRoutes(
     const snapshot = await services.snapshots.read(deviceId, id, who);
     const etag = `"${snapshot.id}"`;
     reply.header('cache-control', IMMUTABLE_CACHE).header('etag', etag).header('x-content-type-options', 'nosniff');
-    if (request.headers['if-none-match']?.split(',').some((t) => t.trim() === etag)) return reply.code(304).send();
+    if (noneMatchHits(request.headers['if-none-match'], etag)) return reply.code(304).send();
     return reply.type(snapshot.contentType).header('content-length', String(snapshot.size)).send(snapshot.bytes);
+  });
+}
+
+/**
+ * Whether an If-None-Match header names this ETag: `*`, or any listed tag compared weakly
+ * (a `W/` prefix does not count), as HTTP defines the header.
+ */
+function noneMatchHits(header: string | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  return header.split(',').some((tag) => {
+    const t = tag.trim();
+    return t === '*' || (t.startsWith('W/') ? t.slice(2) : t) === etag;
   });
 }
