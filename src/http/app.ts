@@ -3,7 +3,7 @@ import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { Services } from '../composition.js';
 import type { ServerConfig } from '../config.js';
 import { MAX_INGEST_BYTES } from '../domain/ingest/pipeline.js';
-import { errorBody, errorHandler, formatValidationErrors } from './errors.js';
+import { clientErrorHandler, errorBody, errorHandler, formatValidationErrors, frameworkErrorHandler } from './errors.js';
 import { parseJsonBody } from './jsonBody.js';
 import { createMetrics, installMetrics } from './metrics.js';
 import { dashboardRoutes } from './routes/dashboard.js';
@@ -69,6 +69,8 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
     schemaController: { compilersFactory: { buildSerializer: buildSharedSerializer, buildValidator: buildLazyValidator } },
     ajv: { customOptions: { coerceTypes: true, removeAdditional: true, useDefaults: true, allErrors: false, validateSchema: false } },
     schemaErrorFormatter: formatValidationErrors,
+    frameworkErrors: frameworkErrorHandler,
+    clientErrorHandler,
   });
 
   // fastify's JSON parser, plus a nesting limit (./jsonBody.ts); plugins may override it.

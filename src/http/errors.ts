@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import type { FastifyError, FastifyReply, FastifyRequest, FastifySchemaValidationError } from 'fastify';
 import { AppError } from '../errors.js';
 
@@ -75,4 +76,41 @@ function handleError(err: FastifyError | AppError, request: FastifyRequest, repl
   // full disk must not also fill the log with a stack per request.
   if (status >= 500 && !(err instanceof AppError && err.code === 'storage_unavailable')) request.log.error({ err }, 'request failed');
   return reply.code(status).type('application/json').send(errorBody(request.url, message));
+}
+
+/**
+ * Requests fastify refuses before routing (its `frameworkErrors`): an id in the path longer
+ * than the router takes, or a path whose percent-encoding does not decode. The statuses are
+ * fastify's; the bodies are the documented ones of the API the path belongs to.
+ */
+export function frameworkErrorHandler(err: FastifyError, request: FastifyRequest, reply: FastifyReply) {
+  const [status, message] =
+    err.code === 'FST_ERR_MAX_PARAM_LENGTH'
+      ? [414, 'a path segment is too long (ids are at most 200 characters)']
+      : err.code === 'FST_ERR_BAD_URL'
+        ? [400, 'the path is not valid URL encoding']
+        : [400, 'bad request'];
+  return reply.code(status).type('application/json').send(errorBody(request.url, message));
+}
+
+/**
+ * Requests node refuses before there is a request to route (fastify's `clientErrorHandler`):
+ * headers too large or too slow, a malformed request. The path is not known yet, so the body
+ * is the Public API's `{"error": …}`; the connection is closed, as node does.
+ */
+export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket) {
+  if (err.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, reason, message] =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [408, 'Request Timeout', 'the request did not arrive in time']
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? [431, 'Request Header Fields Too Large', 'request headers are too large (limit 16 KB)']
+        : [400, 'Bad Request', 'malformed HTTP request'];
+  const body = JSON.stringify({ error: message });
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${reason}\r\nContent-Length: ${Buffer.byteLength(body)}\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy(err);
 }

@@ -31,6 +31,18 @@ describe('HTTP ingest', () => {
     expect(Date.parse(latest.time)).toBeLessThanOrEqual(Date.now());
     const device = (await (await server.request(`/v1/devices/${s.device.id}`, { key: s.key })).json()).data;
     expect(device.last_seen).toBe(latest.time);
+
+    // An empty or null access_token beside a Bearer header counts as not sent; a wrong one in
+    // the body wins over a right header; one that is not a string is malformed.
+    const bearer = { authorization: `Bearer ${s.token}` };
+    for (const access_token of ['', null]) {
+      expect((await ingest(server, { device_id: s.device.id, access_token, data: { temp: 22 } }, bearer)).status).toBe(200);
+    }
+    expect((await ingest(server, { device_id: s.device.id, access_token: 'x', data: { temp: 23 } }, bearer)).status).toBe(401);
+    expect(await ingest(server, { device_id: s.device.id, access_token: 5, data: { temp: 24 } }, bearer)).toMatchObject({
+      status: 400,
+      body: { success: false, error: 'access_token must be a string' },
+    });
   });
 
   it('acknowledges only committed readings: the row is there when the 200 arrives', async () => {

@@ -232,9 +232,23 @@ describe('Public API v1', () => {
     ]);
   });
 
-  it('unknown paths give 404 {error}', async () => {
+  it('unknown paths give 404 {error} after the key, plan and rate limit checks', async () => {
     const res = await server.request('/v1/nothing', { key: a.key });
     expect(res.status).toBe(404);
-    expect(await res.json()).toEqual({ error: expect.any(String) });
+    expect(await res.json()).toEqual({ error: 'not found' });
+    // Counted like any request with a key, so it carries the rate headers.
+    expect(res.headers.get('x-ratelimit-remaining')).toMatch(/^\d+$/);
+    expect((await server.request('/v1/nothing')).status).toBe(401);
+    const free = await seedAccount(server, { email: 'free-404@example.com', plan: 'free' });
+    expect((await server.request('/v1/nothing', { key: free.key })).status).toBe(403);
+  });
+
+  it('ignores limit and offset on endpoints that take neither, and names the bound where they are taken', async () => {
+    const usage = await server.request('/v1/account/usage?limit=abc&offset=x', { key: a.key });
+    expect(usage.status).toBe(200);
+    const limit = await server.request('/v1/devices?limit=1e309', { key: a.key });
+    expect(await limit.json()).toEqual({ error: 'limit must be a positive integer' });
+    const offset = await server.request('/v1/devices?offset=1e309', { key: a.key });
+    expect(await offset.json()).toEqual({ error: 'offset must be a non-negative integer' });
   });
 });

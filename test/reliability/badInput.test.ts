@@ -87,8 +87,8 @@ function ingestCases(): Case[] {
     post('device_id a number', `{"device_id":12,"access_token":"${seed.token}","data":{}}`, 400),
     post('device_id an object', `{"device_id":{"$ne":null},"access_token":"${seed.token}","data":{}}`, 400),
     post('access_token missing', `{"device_id":"${seed.deviceId}","data":{}}`, 400),
-    post('access_token a number', `{"device_id":"${seed.deviceId}","access_token":1,"data":{"a":1}}`, 401),
-    post('access_token an array', `{"device_id":"${seed.deviceId}","access_token":["${seed.token}"],"data":{"a":1}}`, 401),
+    post('access_token a number', `{"device_id":"${seed.deviceId}","access_token":1,"data":{"a":1}}`, 400),
+    post('access_token an array', `{"device_id":"${seed.deviceId}","access_token":["${seed.token}"],"data":{"a":1}}`, 400),
     post('wrong token', `{"device_id":"${seed.deviceId}","access_token":"x${seed.token}","data":{"a":1}}`, 401),
     post('unknown device', `{"device_id":"dev_nope","access_token":"${seed.token}","data":{"a":1}}`, 401),
     post('path traversal in device_id', `{"device_id":"../../../etc/passwd","access_token":"${seed.token}","data":{"a":1}}`, 401),
@@ -163,6 +163,9 @@ function publicApiCases(): Case[] {
     get('/v1/devices/constructor', 404),
     get('/v1/devices/%00', 404),
     get(`/v1/devices/${'x'.repeat(500)}`, 414),
+    get('/v1/devices/%ZZ', 400),
+    get(`/api/devices/${'x'.repeat(500)}/snapshot/abc`, 414, false),
+    get('/api/devices/%ZZ/snapshot/abc', 400, false),
     get(`/v1/devices/${seed.deviceId}/telemetry?range=../../etc`, 400),
     get(`/v1/devices/${seed.deviceId}/telemetry?range=24h&limit=-1`, 400),
     get(`/v1/devices/${seed.deviceId}/telemetry?limit=abc`, 400),
@@ -305,8 +308,14 @@ describe('bad input sweep (HTTP)', () => {
         const text = await res.text();
         // Every error is JSON with a message: never an HTML page or a stack trace.
         if (status >= 400) {
-          const body = JSON.parse(text) as { error?: unknown };
+          const body = JSON.parse(text) as { error?: unknown; success?: unknown };
+          // The documented shape of the API the path (as sent, after fetch's dot-segment removal)
+          // belongs to, nothing else (docs/api.md, "Errors").
+          const shape = new URL(res.url).pathname.startsWith('/api/devices') ? ['error', 'success'] : ['error'];
           if (typeof body.error !== 'string') failures.push(`${c.name}: error body ${text.slice(0, 100)}`);
+          else if (Object.keys(body).sort().join() !== shape.join() || body.success === true) {
+            failures.push(`${c.name}: error body not {${shape.join(', ')}}: ${text.slice(0, 100)}`);
+          }
           // Said once: no layer repeats what another already prefixed.
           else if (/^(.{6,}?: )\1/.test(body.error)) failures.push(`${c.name}: repeated prefix in ${body.error.slice(0, 100)}`);
           if (/\bat \S+ \(/.test(text)) failures.push(`${c.name}: stack trace in the body`);
@@ -346,6 +355,14 @@ describe('bad input sweep (HTTP)', () => {
     // Oversized headers: node refuses them with 431 before any route runs.
     const big = await rawHttp(server.port, [`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`]);
     expect(big.status).toBe(431);
+    // Refused before any route: the Public API's error body all the same, then the connection closes.
+    expect(JSON.parse(big.text.slice(big.text.indexOf('\r\n\r\n') + 4))).toEqual({ error: 'request headers are too large (limit 16 KB)' });
+    expect(big.closed).toBe(true);
+    const conflicting = await rawHttp(server.port, [
+      'POST /api/devices/ingest HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}',
+    ]);
+    expect(conflicting.status).toBe(400);
+    expect(JSON.parse(conflicting.text.slice(conflicting.text.indexOf('\r\n\r\n') + 4))).toEqual({ error: 'malformed HTTP request' });
     // Not HTTP at all.
     const garbage = await rawHttp(server.port, ['\x00\x01\x02 GARBAGE \xff\r\n\r\n']);
     expect(garbage.status === 400 || (garbage.status === 0 && garbage.closed)).toBe(true);

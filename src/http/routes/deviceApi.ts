@@ -30,7 +30,9 @@ export async function deviceApiRoutes(app: FastifyInstance, { services }: { serv
     const { device_id: deviceId, access_token: bodyToken, data } = body as Record<string, unknown>;
     if (deviceId === undefined || deviceId === '') throw badRequest('device_id is required');
     if (typeof deviceId !== 'string') throw badRequest('device_id must be a string');
-    const token = bodyToken ?? bearerToken(request);
+    // An empty or null access_token counts as absent, so a Bearer header sent beside it is used.
+    if (bodyToken !== undefined && bodyToken !== null && typeof bodyToken !== 'string') throw badRequest('access_token must be a string');
+    const token = bodyToken || bearerToken(request);
     if (token === undefined || token === '') throw badRequest('access_token is required (in the body or as Authorization: Bearer)');
     if (data === undefined) throw badRequest('data is required');
     // Resolves only after the reading's transaction has committed (docs/operations.md, "Durability").

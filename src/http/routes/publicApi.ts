@@ -16,6 +16,7 @@ import { RANGE_NAMES, type RangeName } from '../../domain/telemetry.js';
 import type { Account } from '../../domain/types.js';
 import { type AppError, badRequest, forbidden } from '../../errors.js';
 import { bearerToken } from '../bearer.js';
+import { errorBody } from '../errors.js';
 import { paginationSchema, publicErrorResponses, ref } from '../schemas.js';
 
 declare module 'fastify' {
@@ -85,13 +86,22 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
 
   // ajv coerces "1e309" to Infinity and then skips minimum/maximum for non-finite numbers,
   // so a non-finite limit or offset would pass as an integer: refuse it before validation.
+  // Only where the route takes them: elsewhere unknown parameters are ignored.
   app.addHook('preValidation', async (request) => {
+    const declared = (request.routeOptions.schema?.querystring as { properties?: Record<string, unknown> } | undefined)?.properties;
+    if (!declared) return;
     const query = request.query as Record<string, unknown>;
-    for (const name of ['limit', 'offset']) {
+    for (const name of ['limit', 'offset'] as const) {
       const value = query[name];
-      if (typeof value === 'string' && !Number.isFinite(Number(value))) throw badRequest(`${name} must be a non-negative integer`);
+      if (name in declared && typeof value === 'string' && !Number.isFinite(Number(value))) {
+        throw badRequest(`${name} must be ${name === 'limit' ? 'a positive' : 'a non-negative'} integer`);
+      }
     }
   });
+
+  // An unknown path under /v1 is a 404 after the key, plan and rate limit checks above, like
+  // any other request with a key (docs/api.md, "Rate limits").
+  app.setNotFoundHandler((request, reply) => reply.code(404).send(errorBody(request.url, 'not found')));
 
   const tags = ['Public API'];
   const security = [{ bearerAuth: [] }];
