@@ -200,8 +200,17 @@ export async function startMqtt(
         );
       } else {
         server = tls.createServer({ ...tlsOptions, handshakeTimeout: CONNECT_TIMEOUT_MS }, accept);
+        // A connection is tracked from its first byte, not only once its handshake is done: one
+        // that never finishes it would otherwise hold the server's close (and a shutdown) open.
+        server.on('connection', (raw: Socket) => {
+          sockets.add(raw);
+          raw.once('close', () => sockets.delete(raw));
+        });
         server.on('tlsClientError', (err, socket) => {
           log.debug({ address: socket.remoteAddress, err: err.message }, 'MQTT TLS handshake failed');
+          // Node only reports a failed or timed-out handshake; the connection stays open
+          // until it is destroyed.
+          socket.destroy();
           // Bytes that are no TLS record at all: a plain MQTT client on the TLS port, or a
           // proxy sending PROXY headers to a node started without --mqtt-proxy-protocol. Both
           // leave the client with only "a TLS error occurred"; said here at most once a minute.

@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import mqtt, { type MqttClient } from 'mqtt';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -243,5 +244,40 @@ describe('MQTT listeners and certificate', () => {
     await gone;
     await idleClosed;
     expect(Date.now() - started).toBeLessThan(5_000);
+  });
+});
+
+describe('MQTT over TLS: connections that never finish the handshake', () => {
+  it('are closed when the handshake fails, and do not hold a shutdown open', async () => {
+    const server = await startTestServer({ 'mqtt-port': '0' });
+    const connect = () =>
+      new Promise<net.Socket>((resolve, reject) => {
+        const s = net.connect(server.mqttPort!, '127.0.0.1', () => resolve(s));
+        s.on('error', reject);
+      });
+    const whenClosed = (s: net.Socket) => new Promise<void>((resolve) => s.once('close', () => resolve()));
+    let stopped = false;
+    try {
+      // Bytes that are no TLS record: the handshake fails and the server closes the connection.
+      const garbage = await connect();
+      garbage.on('error', () => {});
+      const garbageClosed = whenClosed(garbage);
+      garbage.write('not a TLS ClientHello at all\r\n\r\n');
+      await garbageClosed;
+
+      // A connection that sends half a record header and waits: the server's stop closes it.
+      const idle = await connect();
+      idle.on('error', () => {});
+      const idleClosed = whenClosed(idle);
+      idle.write(Buffer.from([0x16, 0x03, 0x01]));
+      const t0 = Date.now();
+      await server.stop();
+      stopped = true;
+      await idleClosed;
+      // Well inside the handshake timeout (10 s): the stop did not wait for it.
+      expect(Date.now() - t0).toBeLessThan(5_000);
+    } finally {
+      if (!stopped) await server.stop();
+    }
   });
 });
