@@ -5,6 +5,7 @@ import {
   mkdirSync,
   mkdtempSync,
   readFileSync,
+  realpathSync,
   renameSync,
   rmSync,
   statSync,
@@ -77,7 +78,29 @@ export async function createBackup(
   onProgress?: (p: BackupProgress) => void,
   options: ArchiveChecks = {},
 ): Promise<{ file: string; bytes: number }> {
+  refuseDatabaseAsTarget(file, db.name);
   return writeArchive(file, { snapshotsDir, version, ...options }, (staging) => copyDatabase(db, path.join(staging, DB_FILE), onProgress));
+}
+
+/**
+ * The archive must not be written over the database it copies, nor its WAL or shared-memory
+ * file: the final rename would swap a live database for a gzip file (a running server keeps
+ * writing to the unlinked one, and every reading after it is lost). Compared through real
+ * paths, so a link to the data dir is caught too.
+ */
+function refuseDatabaseAsTarget(file: string, dbFile: string): void {
+  const real = (p: string) => {
+    try {
+      return path.join(realpathSync(path.dirname(p)), path.basename(p));
+    } catch {
+      return path.resolve(p);
+    }
+  };
+  const target = real(path.resolve(file));
+  const database = real(path.resolve(dbFile));
+  if (['', '-wal', '-shm', '-journal'].some((suffix) => target === database + suffix)) {
+    throw new Error(`${path.resolve(file)} is the database itself: write the archive somewhere else (e.g. telemetryd-backup.tar.gz)`);
+  }
 }
 
 /** What a backup may be told to let pass. */

@@ -5,7 +5,7 @@
  */
 
 import { spawnSync } from 'node:child_process';
-import { chownSync, existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { onPostgres } from '../helpers/backend.js';
@@ -215,6 +215,20 @@ describe('backup and restore', () => {
       `telemetryd: ${root} is a folder: give the archive's file name (${path.join(root, 'telemetryd-backup.tar.gz')})\n`,
     );
     expect(readdirSync(path.dirname(root)).filter((f) => f.startsWith(`${path.basename(root)}.partial-`))).toEqual([]);
+    if (!onPostgres) {
+      // Never over the database it copies (or its WAL): the rename would swap it for the archive.
+      const own = path.join(root, 'own-target');
+      await seedViaCli(own);
+      const header = () => readFileSync(path.join(own, 'telemetryd.db')).subarray(0, 16).toString('latin1');
+      expect(header()).toBe('SQLite format 3\0');
+      for (const target of [path.join(own, 'telemetryd.db'), path.join(own, 'telemetryd.db-wal'), path.join(own, '.', 'telemetryd.db')]) {
+        const r = await runCliAsync(['backup', target], { dataDir: own });
+        expect(r.status, target).toBe(1);
+        expect(r.stderr).toMatch(/is the database itself: write the archive somewhere else/);
+      }
+      expect(header()).toBe('SQLite format 3\0');
+      expect((await runCliAsync(['accounts', 'list', '--json'], { dataDir: own })).status).toBe(0);
+    }
     const b = await runCliAsync(['backup', path.join(root, 'x.tgz')], { dataDir: path.join(root, 'empty') });
     expect(b.status).not.toBe(0);
     expect(b.stderr).toMatch(onPostgres ? /no telemetryd data/ : /no database/);
