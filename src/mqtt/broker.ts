@@ -97,9 +97,13 @@ export async function startMqtt(
   (broker as EventEmitter).on('error', (err: Error) => log.error({ err }, 'MQTT broker error'));
 
   const sockets = new Set<Socket>();
-  const track = (socket: Socket) => {
+  /** Held in `sockets` until it closes, so close() can end it. */
+  const remember = (socket: Socket) => {
     sockets.add(socket);
     socket.once('close', () => sockets.delete(socket));
+  };
+  const track = (socket: Socket) => {
+    remember(socket);
     socket.setNoDelay(true);
     socket.setKeepAlive(true, TCP_KEEPALIVE_MS);
   };
@@ -202,10 +206,7 @@ export async function startMqtt(
         server = tls.createServer({ ...tlsOptions, handshakeTimeout: CONNECT_TIMEOUT_MS }, accept);
         // A connection is tracked from its first byte, not only once its handshake is done: one
         // that never finishes it would otherwise hold the server's close (and a shutdown) open.
-        server.on('connection', (raw: Socket) => {
-          sockets.add(raw);
-          raw.once('close', () => sockets.delete(raw));
-        });
+        server.on('connection', remember);
         server.on('tlsClientError', (err, socket) => {
           log.debug({ address: socket.remoteAddress, err: err.message }, 'MQTT TLS handshake failed');
           // Node only reports a failed or timed-out handshake; the connection stays open
