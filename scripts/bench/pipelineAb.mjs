@@ -1,11 +1,14 @@
 #!/usr/bin/env node
 // In-process A/B of the ingest pipeline (BENCHMARKS.md, "Measuring"): this work tree against
 // another revision, as two servers in one process, each fed the same readings in alternating
-// 1-second rounds. Usage: node scripts/bench/pipelineAb.mjs [--base REV] [--rounds N] [--inflight K] [--http]
+// 1-second rounds. Usage: node scripts/bench/pipelineAb.mjs [--base REV] [--rounds N] [--inflight K] [--devices D] [--mqtt | --http]
 //   --base REV    the revision to compare with (default HEAD: the uncommitted change alone)
 //   --rounds N    measured rounds per side (default 16)
 //   --inflight K  readings in flight per event-loop pass, over the bench's 1,000 devices
 //                 (default 13: what one pass of the HTTP bench's load delivers)
+//   --devices D   spread them over the first D devices only (default all 1,000); the MQTT
+//                 bench's shape is --devices 10 --inflight 500 --mqtt
+//   --mqtt        hand the pipeline each reading as payload bytes, as the MQTT hook does
 //   --http        go through fastify's request handling (inject) instead of calling the
 //                 pipeline: adds the route, parsing and hooks, and much more noise
 // Prints the median CPU µs per reading of each side and the median of the paired
@@ -27,6 +30,8 @@ const base = option('--base', 'HEAD');
 const rounds = Number(option('--rounds', '16'));
 const inflight = Number(option('--inflight', '13'));
 const http = argv.includes('--http');
+const mqtt = argv.includes('--mqtt');
+const deviceCount = Number(option('--devices', '0'));
 
 const benchCache = path.join(ROOT, '.cache', 'bench');
 const devicesDir = existsSync(benchCache) ? readdirSync(benchCache).find((d) => d.startsWith('db-0-')) : undefined;
@@ -63,7 +68,8 @@ async function start(config: typeof configB, server: typeof serverB) {
   cpSync(SRC, dir, { recursive: true });
   return server.startServer(config.buildServerConfig({ 'data-dir': dir, host: '127.0.0.1', 'http-port': '0', 'mqtt-port': 'off', 'log-level': 'error' }), {});
 }
-const devices: { id: string; token: string }[] = JSON.parse(readFileSync(path.join(SRC, 'bench.json'), 'utf8')).devices;
+const allDevices: { id: string; token: string }[] = JSON.parse(readFileSync(path.join(SRC, 'bench.json'), 'utf8')).devices;
+const devices = ${deviceCount} > 0 ? allDevices.slice(0, ${deviceCount}) : allDevices;
 const servers = { A: await start(configA, serverA), B: await start(configB, serverB) };
 type Server = typeof servers.B;
 let n = 0;
@@ -76,7 +82,9 @@ async function pass(s: Server) {
       ${http}
         ? s.app.inject({ method: 'POST', url: '/api/devices/ingest', headers: { 'content-type': 'application/json' }, payload: JSON.stringify({ device_id: d.id, access_token: d.token, data: reading() }) })
             .then((r) => { if (r.statusCode !== 200) throw new Error(r.body); })
-        : s.services.ingest.ingestReading({ transport: 'http', deviceId: d.id, token: d.token, data: reading() }),
+        : ${mqtt}
+          ? s.services.ingest.ingestReading({ transport: 'mqtt', deviceId: d.id, token: d.token, data: Buffer.from(JSON.stringify(reading())) })
+          : s.services.ingest.ingestReading({ transport: 'http', deviceId: d.id, token: d.token, data: reading() }),
     );
   }
   await Promise.all(pending);

@@ -41,6 +41,13 @@ function newestFirst(a: HistoryRow[], b: HistoryRow[], limit: number): HistoryRo
   return out;
 }
 
+/** Indexes of the batch sorted by device, each device's readings in batch order. */
+function byDevice(batch: readonly PendingReading[]): Uint32Array {
+  const order = new Uint32Array(batch.length);
+  for (let i = 0; i < order.length; i++) order[i] = i;
+  return order.sort((a, b) => batch[a]!.deviceSeq - batch[b]!.deviceSeq || a - b);
+}
+
 const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.device_seq, time: r.time, data: r.data });
 
 /**
@@ -228,14 +235,16 @@ export function readingsRepo(db: Db, rollups: RollupsRepo, deviceTables: Pick<Ta
     // A reading older than what the rollups already cover (a clock set back, a load of past
     // readings) marks its hour for recomputation in this same transaction (rollups repository).
     const late = rollups.lateBefore();
+    const order = toInbox ? null : byDevice(batch);
     let next = 0;
     for (const { rows, statement, params } of insert) {
       for (; batch.length - next >= rows; next += rows) {
         for (let j = 0; j < rows; j++) {
-          const r = batch[next + j]!;
+          const i = order === null ? next + j : order[next + j]!;
+          const r = batch[i]!;
           params[4 * j] = r.deviceSeq;
           params[4 * j + 1] = r.time;
-          params[4 * j + 2] = first + next + j;
+          params[4 * j + 2] = first + i;
           params[4 * j + 3] = r.data;
         }
         statement.run(params);
