@@ -5,10 +5,10 @@ import type { PendingReading } from './repositories.js';
 /**
  * Readings appended to the inbox between two merges into the clustered table (migration 5).
  * Larger merges write each device's page fewer times per reading but hold the event loop
- * longer and leave more for queries to scan; 16,384 is the balance measured over 1,000
+ * longer and leave more for queries to scan; 32,768 is the balance measured over 1,000
  * devices at 10 M rows (BENCHMARKS.md, "Design decisions").
  */
-export const INBOX_MERGE_ROWS = 16_384;
+export const INBOX_MERGE_ROWS = 32_768;
 /** A quiet spell after which whatever is in the inbox is merged anyway. */
 const INBOX_IDLE_MERGE_MS = 1_000;
 /**

@@ -55,7 +55,7 @@ const toReading = (r: ReadingRow): StoredReading => ({ seq: r.seq, deviceSeq: r.
  * appended in seq order, and `readings_by_device`, clustered on (device_seq, time, seq), into
  * which mergeInbox moves the inbox in one sorted pass. The inbox stays small (the writer
  * merges it every INBOX_MERGE_ROWS readings, and when ingest pauses), so the queries below
- * read both: the clustered table by its key, the inbox by a scan of at most ~16,000 rows.
+ * read both: the clustered table by its key, the inbox by a scan of at most ~33,000 rows.
  */
 export function readingsRepo(db: Db, rollups: RollupsRepo, deviceTables: Pick<TableChanges, 'current'>) {
   // A batch's rows go in as few statements as its size allows: ROWS_PER_INSERT rows per
