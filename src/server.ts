@@ -12,6 +12,7 @@ import { readableLogStream } from './logFormat.js';
 import { type RunningMqtt, startMqtt } from './mqtt/broker.js';
 import { DB_FILE } from './storage/db.js';
 import { describeDatabase } from './storage/postgres/connect.js';
+import { holdServeLock } from './storage/serveLock.js';
 import { type Clock, MINUTE_MS } from './time.js';
 import { VERSION } from './version.js';
 
@@ -68,11 +69,10 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   };
   let app: FastifyInstance | null = null;
   const postgresErrors = new ThrottledLog(MINUTE_MS);
-  const {
-    services,
-    storage,
-    close: closeStorage,
-  } = await openStorage(config, {
+  // A SQLite data dir is served by one process at a time (storage/serveLock.ts); a cluster's
+  // nodes share PostgreSQL instead, and lead its jobs one at a time.
+  const serveLock = config.databaseUrl === null ? holdServeLock(config.dataDir) : null;
+  const opening = openStorage(config, {
     clock: options.clock,
     onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
     notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
@@ -90,7 +90,18 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     // Once a minute per kind at most (with a count): a database that is down fails every second.
     onPostgresError: (err, what) =>
       app && postgresErrors.report((details, message) => app!.log.warn(details, message), what, `${what} failed`, { err }),
+  }).catch((err: unknown) => {
+    serveLock?.release();
+    throw err;
   });
+  const { services, storage, close: closeOpenedStorage } = await opening;
+  const closeStorage = async () => {
+    try {
+      await closeOpenedStorage();
+    } finally {
+      serveLock?.release();
+    }
+  };
   const stopFlushingPostgresErrors = postgresErrors.flushEveryWindow();
 
   // The first-run setup URL: valid while no account exists (docs/operations.md, "First run"),

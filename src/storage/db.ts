@@ -15,7 +15,7 @@ export interface OpenOptions {
 export const DB_FILE = 'telemetryd.db';
 
 /** Creates the data dir (mode 0700: it holds secrets' hashes and readings). */
-function ensureDataDir(dataDir: string): void {
+export function ensureDataDir(dataDir: string): void {
   if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   else if (!statSync(dataDir).isDirectory()) throw new Error(`the data dir ${dataDir} is a file, not a folder`);
 }

@@ -130,6 +130,35 @@ describe('telemetryd serve', () => {
     }
   });
 
+  // With --database-url several nodes share the database by design (test/cluster).
+  it.skipIf(onPostgres)(
+    'serves a SQLite data dir from one process at a time; admin commands and a restart after a crash still work',
+    async () => {
+      const dir = tempDir();
+      const args = (port: number) => ['--data-dir', dir, '--host', '127.0.0.1', '--http-port', String(port), '--mqtt-port', 'off'];
+      const first = await spawnServe(args(await freePort()));
+      const secondPort = await freePort();
+      const second = runCli(['serve', ...args(secondPort)]);
+      expect(second.status).toBe(1);
+      expect(second.stderr.trim().split('\n')).toEqual([
+        `telemetryd: another telemetryd serve is using the data dir ${dir} (it holds ${path.join(dir, 'serve.lock')}); stop it first, or start this one with another --data-dir`,
+      ]);
+      expect(second.stdout).not.toContain('listening on');
+      await expect(fetch(`http://127.0.0.1:${secondPort}/healthz`)).rejects.toThrow();
+      // The lock is the server's alone: an admin command beside it writes, and the server sees it.
+      const created = runCli(['accounts', 'create', '--email', 'lock@example.com', '--json'], { dataDir: dir });
+      expect(created.status).toBe(0);
+      // A server that dies without closing leaves no lock behind.
+      first.child.kill('SIGKILL');
+      await first.exited;
+      const third = await spawnServe(args(await freePort()));
+      expect(third.output()).toContain('HTTP listening on');
+      expect(third.output()).not.toContain('First run');
+      third.child.kill('SIGTERM');
+      expect(await third.exited).toBe(0);
+    },
+  );
+
   it('fails with one clear line for a bad option', async () => {
     const dir = tempDir();
     await expect(spawnServe(['--data-dir', dir, '--http-port', 'eighty'], { timeoutMs: 5_000 })).rejects.toThrow(
