@@ -6,7 +6,7 @@ import { loadNativeBinding } from './native.js';
 import { giveToOwnerOf } from './ownership.js';
 
 /** The file in a SQLite data dir whose lock says a `serve` uses that dir. */
-export const SERVE_LOCK_FILE = 'serve.lock';
+const SERVE_LOCK_FILE = 'serve.lock';
 
 export interface ServeLock {
   release(): void;
