@@ -14,6 +14,7 @@ import type { SessionRegistry } from './sessions.js';
 
 /** MQTT 3.1.1 CONNACK return codes (§3.2.2.3) used here. */
 const CONNACK = {
+  IDENTIFIER_REJECTED: 2,
   SERVER_UNAVAILABLE: 3,
   BAD_USERNAME_OR_PASSWORD: 4,
   NOT_AUTHORIZED: 5,
@@ -96,11 +97,22 @@ export function brokerHooks(deps: {
 }): Pick<AedesOptions, 'preConnect' | 'authenticate' | 'authorizePublish' | 'authorizeSubscribe' | 'authorizeForward'> {
   const { services, sessions, log, publishes } = deps;
   const throttle = deps.throttle ?? new AuthThrottle(services.clock);
+  /**
+   * Connections whose CONNECT had an empty client id and clean session 0. Only preConnect sees
+   * the packet as sent (it rewrites both fields), and only a refusal from authenticate becomes
+   * a CONNACK with a chosen code (aedes ends a refused preConnect without any CONNACK), so
+   * preConnect marks them here and authenticate refuses them.
+   */
+  const identifierRejected = new WeakSet<Client>();
   /** QoS 2 publishes not answered yet, by connection and message id (authorizePublish). */
   const qos2InFlight = new WeakMap<Client, Map<number, Promise<Error | null>>>();
 
   return {
-    preConnect(_client, packet, callback) {
+    preConnect(client, packet, callback) {
+      // Clean session 0 asks to resume a session, which only a client id can name: with an
+      // empty one it is refused with CONNACK 2 ([MQTT-3.1.3-8]; MQTT 3.1 alike), where aedes
+      // would assign an id and serve it.
+      if (!packet.clientId && !packet.clean) identifierRejected.add(client);
       // No persistent sessions: they would hold subscriptions and queued QoS 1 messages for
       // devices that may never come back. clean=false is served as a clean session and the
       // CONNACK says so (session present = 0), which MQTT 3.1.1 §3.2.2.2 allows.
@@ -113,6 +125,13 @@ export function brokerHooks(deps: {
     },
 
     authenticate(client, username, password, callback) {
+      // Before the credentials: the refusal is about the CONNECT itself, says nothing about
+      // them, and does not count towards the address's lockout.
+      if (identifierRejected.has(client)) {
+        const refusal = new Error('an empty client id needs clean session 1') as AuthenticateError;
+        refusal.returnCode = CONNACK.IDENTIFIER_REJECTED;
+        return callback(refusal, false);
+      }
       const address = remoteAddressOf(client);
       if (throttle.lockedFor(address) > 0) {
         // Too many failures from this address: refused unchecked, as "server unavailable" so

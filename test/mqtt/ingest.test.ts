@@ -65,6 +65,20 @@ describe('MQTT ingestion', () => {
     expect(data).toMatchObject({ data: { temp: 21.5 } });
   });
 
+  it('MQTT 3.1 (MQIsdp) clients are served like MQTT 3.1.1 ones: mqtt.js and mosquitto_pub -V mqttv31', async () => {
+    const s = await seedAccount(server);
+    const client = track(
+      await connectTls(server, { username: s.device.id, password: s.token }, { protocolId: 'MQIsdp', protocolVersion: 3 }),
+    );
+    // Resolves only on the PUBACK.
+    await client.publishAsync(`d/${s.device.id}/t`, '{"via":"mqtt.js"}', { qos: 1 });
+    await run('mosquitto_pub', [
+      ...['-V', 'mqttv31', '--cafile', certPath(server), '-h', 'localhost', '-p', String(server.mqttPort)],
+      ...['-u', s.device.id, '-P', s.token, '-q', '1', '-t', `d/${s.device.id}/t`, '-m', '{"via":"mosquitto_pub"}'],
+    ]);
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ via: 'mqtt.js' }, { via: 'mosquitto_pub' }]);
+  });
+
   it('a reading over MQTT is indistinguishable through /v1 from one over HTTP', async () => {
     const viaHttp = await seedAccount(server, { email: 'shape@example.com' });
     const other = await server.services.devices.create(viaHttp.account, { name: 'mqtt twin' });

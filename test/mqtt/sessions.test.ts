@@ -1,11 +1,29 @@
+import { execFile } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import mqtt, { type MqttClient } from 'mqtt';
+import mqttPacket from 'mqtt-packet';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { runCliAsync } from '../helpers/cli.js';
 import { seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
-import { certPath, closed, connectPlain, connectTls, refusedCode, storedReadings } from './support.js';
+import {
+  certPath,
+  closed,
+  connectPacket,
+  connectPlain,
+  connectTls,
+  type RawConnection,
+  rawConnection,
+  refusedCode,
+  storedReadings,
+  until,
+} from './support.js';
+
+const run = promisify(execFile);
+/** MQTT 3.1.1 CONNACK, return code `code`, session present 0. */
+const connack = (code: number) => Buffer.from([0x20, 0x02, 0x00, code]);
 
 describe('MQTT sessions: who may connect, and when a connection is closed', () => {
   let server: TestServer;
@@ -55,6 +73,112 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     const connack = await new Promise<{ sessionPresent: boolean; returnCode?: number }>((resolve) => client.once('connect', resolve));
     expect(connack.returnCode).toBe(0);
     expect(connack.sessionPresent).toBe(false);
+  });
+
+  /** The first packet the server sent on `conn`, once whole (a CONNACK is 4 bytes). */
+  const firstPacket = async (conn: RawConnection) => until(() => (conn.received().length >= 4 ? conn.received() : null));
+  /** Waits for the server to close `conn`; fails after 5 s. */
+  const closedByServer = (conn: RawConnection) => until(() => (conn.closed() ? true : null));
+
+  it('an empty client id with clean session 0 gets CONNACK 2 and is closed; with clean session 1 it is served (MQTT 3.1.1 and 3.1)', async () => {
+    const s = await seedAccount(server);
+    const creds = { username: s.device.id, password: s.token };
+    for (const version of [
+      { protocolId: 'MQTT', level: 4 },
+      { protocolId: 'MQIsdp', level: 3 },
+    ] as const) {
+      const refused = await rawConnection(server, connectPacket({ ...version, ...creds, clientId: '', clean: false }));
+      expect(await firstPacket(refused), `level ${version.level}`).toEqual(connack(2));
+      await closedByServer(refused);
+      // Refused before the credentials are looked at.
+      const wrongToken = await rawConnection(
+        server,
+        connectPacket({ ...version, ...creds, password: 'wrong', clientId: '', clean: false }),
+      );
+      expect(await firstPacket(wrongToken), `level ${version.level}`).toEqual(connack(2));
+      await closedByServer(wrongToken);
+
+      // The same credentials with clean session 1: the broker assigns an id, readings are stored.
+      const served = await rawConnection(server, connectPacket({ ...version, ...creds, clientId: '', clean: true }));
+      try {
+        expect(await firstPacket(served), `level ${version.level}`).toEqual(connack(0));
+        served.socket.write(
+          mqttPacket.generate({
+            cmd: 'publish',
+            topic: `d/${s.device.id}/t`,
+            payload: JSON.stringify({ level: version.level }),
+            qos: 1,
+            messageId: 1,
+            retain: false,
+            dup: false,
+          }),
+        );
+        // PUBACK for message id 1, after the CONNACK.
+        await until(() => (served.received().length >= 8 ? true : null));
+        expect(served.received().subarray(4)).toEqual(Buffer.from([0x40, 0x02, 0x00, 0x01]));
+        expect(served.closed()).toBe(false);
+      } finally {
+        served.socket.destroy();
+      }
+    }
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ level: 4 }, { level: 3 }]);
+  });
+
+  it('MQTT 5 gets CONNACK 1 (unacceptable protocol version) and is closed, whatever the credentials', async () => {
+    const s = await seedAccount(server);
+    const creds = { username: s.device.id, password: s.token };
+    expect(await refusedCode(connectTls(server, creds, { protocolVersion: 5 }))).toBe(1);
+    expect(await refusedCode(connectTls(server, { ...creds, password: 'wrong' }, { protocolVersion: 5 }))).toBe(1);
+
+    // The server closes the connection itself, for a client that would wait (and for an
+    // empty client id with clean start 0, valid in MQTT 5: the version is refused first).
+    for (const clean of [true, false]) {
+      const conn = await rawConnection(server, connectPacket({ level: 5, ...creds, clientId: '', clean }));
+      expect(await firstPacket(conn)).toEqual(connack(1));
+      await closedByServer(conn);
+    }
+
+    // An MQTT 5 client library reads that CONNACK as "unsupported protocol version" and stops.
+    const failed = await run(
+      'mosquitto_pub',
+      [
+        ...['-V', 'mqttv5', '--cafile', certPath(server), '-h', 'localhost', '-p', String(server.mqttPort)],
+        ...['-u', s.device.id, '-P', s.token, '-q', '1', '-t', `d/${s.device.id}/t`, '-m', '{"v":5}'],
+      ],
+      { timeout: 10_000 },
+    ).then(
+      () => null,
+      (err: { killed?: boolean; stderr?: string }) => err,
+    );
+    expect(failed).not.toBeNull();
+    expect(failed!.killed).toBe(false);
+    expect(failed!.stderr).toMatch(/Unsupported Protocol Version/);
+    expect(await storedReadings(server, s.device.seq)).toEqual([]);
+  });
+
+  it('a CONNECT naming any other protocol level, or another protocol name, is closed without a CONNACK', async () => {
+    const s = await seedAccount(server);
+    const creds = { username: s.device.id, password: s.token, clientId: 'x', clean: true };
+    for (const packet of [connectPacket({ ...creds, level: 6 }), connectPacket({ ...creds, protocolId: 'MQTZ' })]) {
+      const conn = await rawConnection(server, packet);
+      await closedByServer(conn);
+      expect(conn.received()).toEqual(Buffer.alloc(0));
+    }
+    // The same CONNECT as MQTT 3.1.1 is served: only the protocol made the difference.
+    const served = await rawConnection(server, connectPacket({ ...creds, level: 4 }));
+    expect(await firstPacket(served)).toEqual(connack(0));
+    served.socket.destroy();
+  });
+
+  it('MQTT 3.1 client ids: up to 66 characters are served, a longer one gets CONNACK 2', async () => {
+    const s = await seedAccount(server);
+    const v31 = { protocolId: 'MQIsdp', protocolVersion: 3 } as const;
+    track(await connectTls(server, { username: s.device.id, password: s.token }, { ...v31, clientId: 'c'.repeat(66) }));
+    expect(await refusedCode(connectTls(server, { username: s.device.id, password: s.token }, { ...v31, clientId: 'c'.repeat(67) }))).toBe(
+      2,
+    );
+    // MQTT 3.1.1 has no such limit.
+    track(await connectTls(server, { username: s.device.id, password: s.token }, { clientId: 'c'.repeat(200) }));
   });
 
   it("the same client id used by two devices does not take over the other device's connection", async () => {

@@ -1,4 +1,6 @@
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
 import { storedRows } from '../helpers/backend.js';
@@ -68,4 +70,66 @@ export const until = async <T>(probe: () => Promise<T | null | undefined> | T | 
 /** Stored readings of a device, through the storage interface (what is committed, nothing else). */
 export async function storedReadings(server: TestServer, deviceSeq: number): Promise<Record<string, unknown>[]> {
   return (await storedRows(server.storage, deviceSeq)).map((r) => JSON.parse(r.data));
+}
+
+/**
+ * A CONNECT packet built byte by byte (username, password, keep-alive 30 s), for what mqtt.js
+ * and mosquitto_pub refuse to send: an empty client id with clean session 0, MQTT 3.1
+ * without a client id, a protocol level nobody speaks.
+ */
+export function connectPacket(o: {
+  protocolId?: string;
+  level?: number;
+  clientId: string;
+  clean: boolean;
+  username: string;
+  password: string;
+}): Buffer {
+  const level = o.level ?? 4;
+  const str = (text: string) => {
+    const bytes = Buffer.from(text, 'utf8');
+    return Buffer.concat([Buffer.from([bytes.length >> 8, bytes.length & 0xff]), bytes]);
+  };
+  const flags = 0x80 | 0x40 | (o.clean ? 0x02 : 0); // user name, password, clean session
+  const body = Buffer.concat([
+    str(o.protocolId ?? 'MQTT'),
+    Buffer.from([level, flags, 0, 30]),
+    // MQTT 5 puts the CONNECT properties here: none.
+    Buffer.from(level === 5 ? [0] : []),
+    str(o.clientId),
+    str(o.username),
+    str(o.password),
+  ]);
+  const remaining: number[] = [];
+  let n = body.length;
+  do {
+    remaining.push((n % 128) | (n >= 128 ? 0x80 : 0));
+    n = Math.floor(n / 128);
+  } while (n > 0);
+  return Buffer.concat([Buffer.from([0x10, ...remaining]), body]);
+}
+
+export interface RawConnection {
+  socket: net.Socket;
+  /** Every byte the server sent so far. */
+  received(): Buffer;
+  /** True once the connection closed; the test never closes it before it looks. */
+  closed(): boolean;
+}
+
+/** A plain-port connection that sent `packet` and never closes by itself. */
+export async function rawConnection(server: TestServer, packet: Buffer): Promise<RawConnection> {
+  const socket = net.connect(server.mqttPlainPort!, '127.0.0.1');
+  let received = Buffer.alloc(0);
+  let isClosed = false;
+  socket.on('data', (chunk) => {
+    received = Buffer.concat([received, chunk]);
+  });
+  socket.on('error', () => {});
+  socket.once('close', () => {
+    isClosed = true;
+  });
+  await once(socket, 'connect');
+  socket.write(packet);
+  return { socket, received: () => received, closed: () => isClosed };
 }
