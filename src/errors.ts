@@ -1,7 +1,7 @@
 /**
  * Errors are values: every failure the service reports has a code, an HTTP status and a
  * message meant for the caller. Transports map them in one place each
- * (src/http/errors.ts for HTTP, src/mqtt/broker.ts for MQTT CONNACK codes).
+ * (src/http/errors.ts for HTTP, src/mqtt/hooks.ts for MQTT CONNACK codes).
  */
 export type ErrorCode =
   | 'bad_request'
