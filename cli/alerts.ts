@@ -48,6 +48,16 @@ interface CreateOptions {
 
 /** The alert definition of `alerts create`: a threshold (--field --operator --value) or a silence (--no-data). */
 function createInput(opts: CreateOptions): AlertInput {
+  // The domain refuses this too; here the message can name the flags the user typed.
+  for (const [action, url] of [
+    ['webhook', opts.webhookUrl],
+    ['slack', opts.slackUrl],
+    ['discord', opts.discordUrl],
+    ['ntfy', opts.ntfyUrl],
+  ] as const) {
+    if (url?.trim() && !opts.action?.includes(action))
+      throw badRequest(`--${action}-url is used only by --action ${action}, which is not given`);
+  }
   const common = {
     name: opts.name,
     severity: opts.severity,

@@ -43,6 +43,22 @@ export interface AlertInput {
 const FIELD_PATH = /^[^.\s]+(\.[^.\s]+)*$/;
 
 const URL_FIELDS = { webhook: 'webhookUrl', slack: 'slackUrl', discord: 'discordUrl', ntfy: 'ntfyUrl' } as const;
+const URL_ACTIONS = Object.keys(URL_FIELDS) as UrlAction[];
+
+/**
+ * clear_value is where a firing alert resolves (hysteresis), so it must lie strictly on the
+ * side the value leaves the condition by: below the threshold for > and >=, above it for <
+ * and <=. On the other side the alert would resolve as soon as the condition stops holding,
+ * as if it had none; equal to the threshold there is no band between firing and resolving
+ * (with >= and <= it changes nothing at all), so it is refused too.
+ */
+function checkClearSide(operator: AlertOperator, value: number, clearValue: number) {
+  const below = operator === '>' || operator === '>=';
+  if (below ? clearValue < value : clearValue > value) return;
+  throw badRequest(
+    `clear_value must be ${below ? 'below' : 'above'} the threshold for the ${operator} operator (got clear_value ${clearValue}, value ${value})`,
+  );
+}
 
 function urlOf(action: UrlAction, input: AlertInput, existing: Alert | undefined): string | null {
   const key = URL_FIELDS[action];
@@ -104,6 +120,7 @@ function validateAlertInput(input: AlertInput, existing?: Alert) {
       if (typeof clearValue !== 'number' || !Number.isFinite(clearValue)) throw badRequest('clear_value must be a number');
       if (operator === '==' || operator === '!=')
         throw badRequest(`clear_value does not apply to the ${operator} operator (only > >= < <=)`);
+      checkClearSide(operator, value, clearValue);
     }
   }
 
@@ -122,8 +139,17 @@ function validateAlertInput(input: AlertInput, existing?: Alert) {
     discordUrl: urlOf('discord', input, existing),
     ntfyUrl: urlOf('ntfy', input, existing),
   };
-  for (const action of ['webhook', 'slack', 'discord', 'ntfy'] as const) {
-    if (actions.includes(action) && !urls[URL_FIELDS[action]]) throw badRequest(`the ${action} action needs a ${action} URL`);
+  for (const action of URL_ACTIONS) {
+    const key = URL_FIELDS[action];
+    if (actions.includes(action)) {
+      if (!urls[key]) throw badRequest(`the ${action} action needs a ${action} URL`);
+    } else if (input[key]?.trim()) {
+      // Only its own action ever reads a URL: one given without it would be stored and never used.
+      throw badRequest(`a ${action} URL is used only by the ${action} action, which the alert's actions do not include`);
+    } else {
+      // An edit that drops the action and leaves its stored URL unmentioned drops the URL with it.
+      urls[key] = null;
+    }
   }
   return {
     name,

@@ -1,12 +1,14 @@
 /**
  * Resolution and every notification channel against real receivers: HTTP listeners that
  * check the bodies and headers Slack, Discord, ntfy and a webhook receiver get, and
- * smtp-server for email. Covers hysteresis (clear_value), notify_resolved, retries and the
- * Public API's alert shape (action names, never URLs).
+ * smtp-server for email. Covers hysteresis (clear_value), notify_resolved, retries, the
+ * Public API's alert shape (action names, never URLs), and the definitions the dashboard API
+ * refuses (a clear value on the wrong side, a URL without its action).
  */
 import type { AddressInfo } from 'node:net';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { AlertAction } from '../../src/domain/types.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { eventsOf, type ReceivedRequest, send, sleep, startHttpReceiver, waitFor, waitForEvents } from './helpers.js';
 
@@ -67,12 +69,15 @@ function decodeWord(value: string): string {
   return m ? Buffer.from(m[1]!, 'base64').toString('utf8') : value;
 }
 
-function urls(tag: string) {
+/** The actions with a receiver URL for each that POSTs (an alert takes no URL of an action it lacks). */
+function channels(tag: string, actions: AlertAction[]) {
+  const url = (action: AlertAction, path: string) => (actions.includes(action) ? `${receiver.base}/${tag}/${path}` : null);
   return {
-    webhookUrl: `${receiver.base}/${tag}/hook`,
-    slackUrl: `${receiver.base}/${tag}/slack`,
-    discordUrl: `${receiver.base}/${tag}/discord`,
-    ntfyUrl: `${receiver.base}/${tag}/ntfy/fridge-alerts`,
+    actions,
+    webhookUrl: url('webhook', 'hook'),
+    slackUrl: url('slack', 'slack'),
+    discordUrl: url('discord', 'discord'),
+    ntfyUrl: url('ntfy', 'ntfy/fridge-alerts'),
   };
 }
 
@@ -87,8 +92,7 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
       clearValue: 25,
       cooldown: 0,
       severity: 'critical',
-      actions: ['email', 'webhook', 'slack', 'discord', 'ntfy'],
-      ...urls('a'),
+      ...channels('a', ['email', 'webhook', 'slack', 'discord', 'ntfy']),
     });
     const link = `${PUBLIC_URL}/#/devices/${s.device.id}`;
     const who = `Too warm: Kühlraum 3 (${s.device.id})`;
@@ -183,9 +187,8 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
       operator: '>=',
       value: 1,
       severity: 'warning',
-      actions: ['slack', 'ntfy'],
       notifyResolved: false,
-      ...urls('b'),
+      ...channels('b', ['slack', 'ntfy']),
     });
     await send(server, s.device, s.token, { door: 1 });
     await requestsTo('/b/slack', 1);
@@ -236,8 +239,7 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
       kind: 'no_data',
       field: 'temp',
       value: 10,
-      actions: ['discord', 'webhook'],
-      ...urls('c'),
+      ...channels('c', ['discord', 'webhook']),
     });
     await send(server, s.device, s.token, { temp: -18 });
     const [event] = await waitForEvents(server, alert.id, 1);
@@ -269,4 +271,169 @@ describe('threshold alerts: resolution, hysteresis and every channel', () => {
     const history = await (await server.request(`/v1/alerts/${alert.id}/history`, { key: s.key })).json();
     expect(history.data[0].resolved_at).toMatch(/Z$/);
   }, 30_000);
+});
+
+describe('alert definitions the dashboard API refuses, on create and on edit', () => {
+  /** A signed-in dashboard session of a new account; `call` answers status and parsed body. */
+  async function dashboard() {
+    const s = await seedAccount(server);
+    await server.services.accounts.setPassword(s.account.seq, 'password-123');
+    const signIn = await server.request('/ui/api/sign-in', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
+      body: JSON.stringify({ email: s.account.email, password: 'password-123' }),
+    });
+    expect(signIn.status).toBe(200);
+    const cookie = (signIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+    const { csrf_token: csrf } = (await signIn.json()) as { csrf_token: string };
+    const call = async (method: string, path: string, body: unknown) => {
+      const res = await server.request(`/ui/api${path}`, {
+        method,
+        headers: { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: res.status, body: (await res.json()) as Record<string, any> };
+    };
+    return { ...s, call, stored: async () => await server.services.alerts.listForDevice(s.device) };
+  }
+
+  it('clear_value on the wrong side of the threshold, or equal to it, is 400 and stores nothing', async () => {
+    const d = await dashboard();
+    const base = { device_id: d.device.id, name: 'hysteresis', field: 't', actions: ['email'] };
+    const cases: [Record<string, unknown>, string][] = [
+      // Would resolve as soon as the condition stops holding, not at the clear value.
+      [
+        { operator: '>', value: 30, clear_value: 35 },
+        'clear_value must be below the threshold for the > operator (got clear_value 35, value 30)',
+      ],
+      [
+        { operator: '>=', value: 30, clear_value: '31' },
+        'clear_value must be below the threshold for the >= operator (got clear_value 31, value 30)',
+      ],
+      [
+        { operator: '<', value: 5, clear_value: 2 },
+        'clear_value must be above the threshold for the < operator (got clear_value 2, value 5)',
+      ],
+      [
+        { operator: '<=', value: -5, clear_value: -6 },
+        'clear_value must be above the threshold for the <= operator (got clear_value -6, value -5)',
+      ],
+      // Equal: no band between firing and resolving.
+      [
+        { operator: '>', value: 30, clear_value: 30 },
+        'clear_value must be below the threshold for the > operator (got clear_value 30, value 30)',
+      ],
+      [
+        { operator: '>=', value: 30, clear_value: 30 },
+        'clear_value must be below the threshold for the >= operator (got clear_value 30, value 30)',
+      ],
+      [
+        { operator: '<', value: 5, clear_value: 5 },
+        'clear_value must be above the threshold for the < operator (got clear_value 5, value 5)',
+      ],
+      [
+        { operator: '<=', value: 5, clear_value: 5 },
+        'clear_value must be above the threshold for the <= operator (got clear_value 5, value 5)',
+      ],
+    ];
+    for (const [condition, error] of cases) {
+      const r = await d.call('POST', '/alerts', { ...base, ...condition });
+      expect(r.status, JSON.stringify(condition)).toBe(400);
+      expect(r.body, JSON.stringify(condition)).toEqual({ error });
+    }
+    expect(await d.stored()).toEqual([]);
+
+    // Just past the threshold on the resolving side is a band, however narrow.
+    for (const condition of [
+      { operator: '>', value: 30, clear_value: 29.99 },
+      { operator: '>=', value: 30, clear_value: 29 },
+      { operator: '<', value: 5, clear_value: '5.5' },
+      { operator: '<=', value: -5, clear_value: -4 },
+    ]) {
+      const r = await d.call('POST', '/alerts', { ...base, ...condition });
+      expect(r.status, JSON.stringify(r.body)).toBe(200);
+      expect(r.body.data.condition).toEqual({
+        field: 't',
+        operator: condition.operator,
+        value: condition.value,
+        clear_value: Number(condition.clear_value),
+      });
+    }
+    expect(await d.stored()).toHaveLength(4);
+  });
+
+  it('an edit that would put clear_value on the wrong side is 400 and leaves the alert as it was', async () => {
+    const d = await dashboard();
+    const base = { device_id: d.device.id, name: 'warm', field: 't', actions: ['email'] };
+    const created = await d.call('POST', '/alerts', { ...base, operator: '>', value: 30, clear_value: 25, cooldown: 0 });
+    expect(created.status).toBe(200);
+    const id = created.body.data.id as string;
+    // Firing, so a refused edit that went through anyway would show as a state change too.
+    await send(server, d.device, d.token, { t: 31 });
+    const before = await server.services.alerts.getAny(id);
+    expect(before.state).toBe('firing');
+
+    for (const [edit, error] of [
+      [{ operator: '>', value: 30, clear_value: 35 }, /below the threshold for the > operator \(got clear_value 35, value 30\)/],
+      // The threshold moved below the stored clear value (clear_value not sent: it is kept).
+      [{ operator: '>', value: 20 }, /below the threshold for the > operator \(got clear_value 25, value 20\)/],
+      [{ operator: '>', value: 25 }, /below the threshold for the > operator \(got clear_value 25, value 25\)/],
+      // Only the operator changes: the stored clear value is now on the wrong side.
+      [{ operator: '<', value: 30 }, /above the threshold for the < operator \(got clear_value 25, value 30\)/],
+    ] as const) {
+      const r = await d.call('PUT', `/alerts/${id}`, { ...base, ...edit });
+      expect(r.status, JSON.stringify(edit)).toBe(400);
+      expect(r.body, JSON.stringify(edit)).toEqual({ error: expect.stringMatching(error) });
+      expect(await server.services.alerts.getAny(id), JSON.stringify(edit)).toEqual(before);
+    }
+
+    // Changing the operator together with a clear value on its side is accepted.
+    const flipped = await d.call('PUT', `/alerts/${id}`, { ...base, operator: '<', value: 30, clear_value: 33 });
+    expect(flipped.status, JSON.stringify(flipped.body)).toBe(200);
+    expect(flipped.body.data.condition).toEqual({ field: 't', operator: '<', value: 30, clear_value: 33 });
+  });
+
+  it('a channel URL without its action is 400 on create and edit; an edit dropping an action drops its URL', async () => {
+    const d = await dashboard();
+    const base = { device_id: d.device.id, name: 'door', field: 'door', operator: '==', value: 1 };
+    const hook = `${receiver.base}/d/hook`;
+    for (const [body, action] of [
+      [{ actions: ['email'], webhook_url: hook }, 'webhook'],
+      [{ actions: [], slack_url: `${receiver.base}/d/slack` }, 'slack'],
+      [{ actions: ['webhook'], webhook_url: hook, discord_url: `${receiver.base}/d/discord` }, 'discord'],
+      [{ actions: ['email', 'slack'], slack_url: `${receiver.base}/d/slack`, ntfy_url: `${receiver.base}/d/ntfy` }, 'ntfy'],
+    ] as const) {
+      const r = await d.call('POST', '/alerts', { ...base, ...body });
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(r.body).toEqual({ error: `a ${action} URL is used only by the ${action} action, which the alert's actions do not include` });
+    }
+    expect(await d.stored()).toEqual([]);
+
+    const created = await d.call('POST', '/alerts', {
+      ...base,
+      actions: ['webhook', 'slack'],
+      webhook_url: hook,
+      slack_url: `${receiver.base}/d/slack`,
+    });
+    expect(created.status).toBe(200);
+    const id = created.body.data.id as string;
+    const before = await server.services.alerts.getAny(id);
+
+    // Unticking the webhook while still sending its URL: refused, nothing changes.
+    for (const edit of [
+      { actions: ['slack'], webhook_url: hook },
+      { actions: ['webhook', 'slack'], webhook_url: hook, ntfy_url: `${receiver.base}/d/ntfy` },
+    ]) {
+      const r = await d.call('PUT', `/alerts/${id}`, { ...base, ...edit });
+      expect(r.status, JSON.stringify(edit)).toBe(400);
+      expect(r.body.error).toMatch(/URL is used only by the (webhook|ntfy) action/);
+      expect(await server.services.alerts.getAny(id)).toEqual(before);
+    }
+
+    // Dropping slack without mentioning its URL drops the URL too; the webhook's stays.
+    const dropped = await d.call('PUT', `/alerts/${id}`, { ...base, actions: ['webhook'], webhook_url: hook });
+    expect(dropped.status, JSON.stringify(dropped.body)).toBe(200);
+    expect(dropped.body.data).toMatchObject({ actions: ['webhook'], webhook_url: hook, slack_url: null });
+    expect(await server.services.alerts.getAny(id)).toMatchObject({ actions: ['webhook'], webhookUrl: hook, slackUrl: null });
+  });
 });

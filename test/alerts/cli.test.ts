@@ -201,16 +201,77 @@ describe('telemetryd alerts (CLI) against a running server', () => {
       [[...threshold, '--action', 'slack', '--slack-url', 'not a url'], /invalid slack URL/],
       [[...threshold, '--action', 'ntfy', '--ntfy-url', 'ftp://ntfy.example.test/t'], /ntfy URL must be http/],
       [[...threshold, '--action', 'teams'], /unknown action "teams"/],
+      // clear_value on the wrong side of the threshold, or equal to it.
+      [
+        ['--field', 't', '--operator', '>', '--value', '30', '--clear-value', '35'],
+        /^telemetryd: clear_value must be below the threshold for the > operator \(got clear_value 35, value 30\)$/,
+      ],
+      [
+        ['--field', 't', '--operator', '>=', '--value', '30', '--clear-value', '30'],
+        /clear_value must be below the threshold for the >= operator/,
+      ],
+      [
+        ['--field', 't', '--operator', '>', '--value', '30', '--clear-value', '30'],
+        /clear_value must be below the threshold for the > operator/,
+      ],
+      [
+        ['--field', 't', '--operator', '<', '--value', '5', '--clear-value', '2'],
+        /clear_value must be above the threshold for the < operator \(got clear_value 2, value 5\)/,
+      ],
+      [
+        ['--field', 't', '--operator', '<=', '--value', '-5', '--clear-value', '-5'],
+        /clear_value must be above the threshold for the <= operator/,
+      ],
+      // A channel URL without its action: the default action is email alone.
+      [
+        [...threshold, '--webhook-url', 'https://hooks.example.test/x'],
+        /^telemetryd: --webhook-url is used only by --action webhook, which is not given$/,
+      ],
+      [[...threshold, '--action', 'email', '--slack-url', 'https://hooks.example.test/s'], /--slack-url is used only by --action slack/],
+      [
+        [...threshold, '--action', 'webhook', '--webhook-url', 'https://hooks.example.test/x', '--ntfy-url', 'https://ntfy.example.test/t'],
+        /--ntfy-url is used only by --action ntfy/,
+      ],
+      [
+        ['--no-data', '30', '--discord-url', 'https://chat.example.test/api/webhooks/1/x'],
+        /--discord-url is used only by --action discord/,
+      ],
     ];
     for (const [extra, message] of cases) {
       const r = await cli([...base, ...extra]);
       expect(r.status, extra.join(' ')).not.toBe(0);
       expect(r.stdout, extra.join(' ')).toBe('');
       expect(r.stderr.trim().split('\n'), extra.join(' ')).toHaveLength(1);
-      expect(r.stderr, extra.join(' ')).toMatch(message);
+      expect(r.stderr.trim(), extra.join(' ')).toMatch(message);
     }
     // Nothing was stored by any of them.
     expect((await server.services.alerts.listForDevice(s.device)).filter((a) => a.name === 'x')).toEqual([]);
+  });
+
+  it('takes a --clear-value just past --value on the resolving side, and a URL together with its --action', async () => {
+    const base = ['alerts', 'create', '--device', s.device.id, '--name', 'edge', '--json'];
+    for (const [operator, value, clear] of [
+      ['>', '30', '29.99'],
+      ['>=', '30', '29'],
+      ['<', '5', '5.5'],
+      ['<=', '-5', '-4'],
+    ] as const) {
+      const r = await cli([...base, '--field', 't', '--operator', operator, '--value', value, '--clear-value', clear]);
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.json.condition).toEqual({ field: 't', operator, value: Number(value), clear_value: Number(clear) });
+    }
+    const hooked = await cli([
+      ...base,
+      ...['--no-data', '30', '--action', 'ntfy', '--ntfy-url', 'https://ntfy.example.test/t'],
+      ...['--action', 'webhook', '--webhook-url', 'https://hooks.example.test/x'],
+    ]);
+    expect(hooked.status, hooked.stderr).toBe(0);
+    expect(hooked.json).toMatchObject({
+      actions: ['ntfy', 'webhook'],
+      ntfy_url: 'https://ntfy.example.test/t',
+      webhook_url: 'https://hooks.example.test/x',
+    });
+    expect((await server.services.alerts.listForDevice(s.device)).filter((a) => a.name === 'edge')).toHaveLength(5);
   });
 
   it('refuses invalid definitions with one line on stderr and nothing on stdout', async () => {
