@@ -435,5 +435,25 @@ describe('alert definitions the dashboard API refuses, on create and on edit', (
     expect(dropped.status, JSON.stringify(dropped.body)).toBe(200);
     expect(dropped.body.data).toMatchObject({ actions: ['webhook'], webhook_url: hook, slack_url: null });
     expect(await server.services.alerts.getAny(id)).toMatchObject({ actions: ['webhook'], webhookUrl: hook, slackUrl: null });
+
+    // An edit that leaves every URL out keeps them, the webhook's as the others'.
+    const moved = await d.call('PUT', `/alerts/${id}`, { ...base, value: 2, actions: ['webhook'] });
+    expect(moved.status, JSON.stringify(moved.body)).toBe(200);
+    expect(await server.services.alerts.getAny(id)).toMatchObject({ value: 2, actions: ['webhook'], webhookUrl: hook });
+
+    // A URL that is not text is the caller's mistake (400), on create and edit alike.
+    const kept = await server.services.alerts.getAny(id);
+    for (const [method, path] of [
+      ['PUT', `/alerts/${id}`],
+      ['POST', '/alerts'],
+    ] as const) {
+      for (const field of ['webhook_url', 'slack_url'] as const) {
+        const r = await d.call(method, path, { ...base, actions: ['webhook', 'slack'], webhook_url: hook, [field]: 5 });
+        expect(r.status, `${method} ${field}`).toBe(400);
+        expect(r.body).toEqual({ error: `${field} must be a string` });
+      }
+    }
+    expect(await server.services.alerts.getAny(id)).toEqual(kept);
+    expect((await d.stored()).length).toBe(1);
   });
 });

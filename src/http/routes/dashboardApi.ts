@@ -54,7 +54,12 @@ type AlertBody = {
 /** A form's text: empty means "not given". */
 const text = (v: unknown) => (v === undefined || v === null || v === '' ? undefined : String(v));
 /** A form's URL: empty or null clears it, absent keeps it. */
-const urlText = (v: string | null | undefined) => (v === undefined ? undefined : v || null);
+function urlText(v: unknown, field: string): string | null | undefined {
+  if (v === undefined) return undefined;
+  if (v === null || v === '') return null;
+  if (typeof v !== 'string') throw badRequest(`${field} must be a string`);
+  return v;
+}
 
 function oneOf<T extends string>(value: unknown, allowed: readonly T[], what: string, fallback: T): T {
   if (value === undefined || value === null || value === '') return fallback;
@@ -226,10 +231,10 @@ export async function dashboardApiRoutes(app: FastifyInstance, { services }: { s
     severity: body.severity || undefined,
     cooldown: body.cooldown === undefined || body.cooldown === '' ? undefined : Number(body.cooldown),
     actions: Array.isArray(body.actions) ? body.actions.map(String) : undefined,
-    webhookUrl: body.webhook_url ?? null,
-    slackUrl: urlText(body.slack_url),
-    discordUrl: urlText(body.discord_url),
-    ntfyUrl: urlText(body.ntfy_url),
+    webhookUrl: urlText(body.webhook_url, 'webhook_url'),
+    slackUrl: urlText(body.slack_url, 'slack_url'),
+    discordUrl: urlText(body.discord_url, 'discord_url'),
+    ntfyUrl: urlText(body.ntfy_url, 'ntfy_url'),
     notifyResolved: typeof body.notify_resolved === 'boolean' ? body.notify_resolved : undefined,
     enabled: typeof body.enabled === 'boolean' ? body.enabled : undefined,
   });
