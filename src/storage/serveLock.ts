@@ -1,4 +1,4 @@
-import { chmodSync } from 'node:fs';
+import { chmodSync, truncateSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { ensureDataDir } from './db.js';
@@ -20,28 +20,56 @@ export interface ServeLock {
  * The lock is SQLite's own lock on a small file of the data dir, held by an exclusive
  * transaction left open: the kernel drops it when the process ends, however it ends, so a
  * crash leaves nothing to clear by hand (a pid file would, and could name a reused pid).
+ * The file holds nothing: its journal stays in memory, and whatever else is found in it is
+ * emptied rather than taken for a database.
  */
 export function holdServeLock(dataDir: string): ServeLock {
   ensureDataDir(dataDir);
   const file = path.join(dataDir, SERVE_LOCK_FILE);
-  // timeout 0: a lock held by a running server is refused at once, not waited for.
-  const db = new Database(file, { nativeBinding: loadNativeBinding(dataDir), timeout: 0 } as Database.Options);
+  let db: Database.Database;
   try {
-    db.exec('BEGIN EXCLUSIVE');
+    db = lockFile(file, dataDir);
   } catch (err) {
-    db.close();
-    if ((err as { code?: string }).code === 'SQLITE_BUSY')
-      throw new Error(
-        `another telemetryd serve is using the data dir ${dataDir} (it holds ${file}); stop it first, or start this one with another --data-dir`,
-      );
-    throw err;
+    if ((err as { code?: string }).code !== 'SQLITE_NOTADB') throw named(err, file, dataDir);
+    truncateSync(file);
+    try {
+      db = lockFile(file, dataDir);
+    } catch (again) {
+      throw named(again, file, dataDir);
+    }
   }
-  // As the database's files: a lock file root made (sudo) must open for the service's user.
-  chmodSync(file, 0o600);
-  giveToOwnerOf(dataDir, [file]);
+  try {
+    // As the database's files: a lock file root made (sudo) must open for the service's user.
+    chmodSync(file, 0o600);
+    giveToOwnerOf(dataDir, [file]);
+  } catch {
+    // Mode and owner are a courtesy; the lock is held either way.
+  }
   return {
     release() {
       if (db.open) db.close();
     },
   };
+}
+
+function lockFile(file: string, dataDir: string): Database.Database {
+  // timeout 0: a lock held by a running server is refused at once, not waited for.
+  const db = new Database(file, { nativeBinding: loadNativeBinding(dataDir), timeout: 0 } as Database.Options);
+  try {
+    db.pragma('journal_mode = MEMORY');
+    db.exec('BEGIN EXCLUSIVE');
+    return db;
+  } catch (err) {
+    db.close();
+    throw err;
+  }
+}
+
+/** The error a failed lock ends the start with: which file, and for a held lock what to do. */
+function named(err: unknown, file: string, dataDir: string): Error {
+  if ((err as { code?: string }).code === 'SQLITE_BUSY')
+    return new Error(
+      `another telemetryd serve is using the data dir ${dataDir} (it holds ${file}); stop it first, or start this one with another --data-dir`,
+    );
+  return new Error(`${file}: ${(err as Error).message}`, { cause: err });
 }

@@ -1,10 +1,12 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
 import path from 'node:path';
 import { generate } from 'selfsigned';
 import { describe, expect, it } from 'vitest';
+import { buildServerConfig } from '../../src/config.js';
+import { startServer } from '../../src/server.js';
 import { backendEnv, onPostgres } from '../helpers/backend.js';
 import { CLI, runCli } from '../helpers/cli.js';
 import { freePort, spawnServe } from '../helpers/process.js';
@@ -138,13 +140,15 @@ describe('telemetryd serve', () => {
       const args = (port: number) => ['--data-dir', dir, '--host', '127.0.0.1', '--http-port', String(port), '--mqtt-port', 'off'];
       const first = await spawnServe(args(await freePort()));
       const secondPort = await freePort();
-      const second = runCli(['serve', ...args(secondPort)]);
+      const second = runCli(['serve', ...args(secondPort)], { timeoutMs: 10_000 });
       expect(second.status).toBe(1);
       expect(second.stderr.trim().split('\n')).toEqual([
         `telemetryd: another telemetryd serve is using the data dir ${dir} (it holds ${path.join(dir, 'serve.lock')}); stop it first, or start this one with another --data-dir`,
       ]);
       expect(second.stdout).not.toContain('listening on');
       await expect(fetch(`http://127.0.0.1:${secondPort}/healthz`)).rejects.toThrow();
+      // The lock file holds nothing and has no journal beside it.
+      expect(readdirSync(dir).filter((f) => f.startsWith('serve.lock'))).toEqual(['serve.lock']);
       // The lock is the server's alone: an admin command beside it writes, and the server sees it.
       const created = runCli(['accounts', 'create', '--email', 'lock@example.com', '--json'], { dataDir: dir });
       expect(created.status).toBe(0);
@@ -156,8 +160,32 @@ describe('telemetryd serve', () => {
       expect(third.output()).not.toContain('First run');
       third.child.kill('SIGTERM');
       expect(await third.exited).toBe(0);
+      // Whatever a lock file was found holding, it is emptied, not taken for a database.
+      writeFileSync(path.join(dir, 'serve.lock'), 'not a database');
+      const fourth = await spawnServe(args(await freePort()));
+      expect(fourth.output()).toContain('HTTP listening on');
+      fourth.child.kill('SIGTERM');
+      expect(await fourth.exited).toBe(0);
     },
   );
+
+  it.skipIf(onPostgres)('lets go of the data dir when its database fails to open, so the next start on it serves', async () => {
+    const dir = tempDir();
+    // A folder where the database file should be: SQLite cannot open it.
+    mkdirSync(path.join(dir, 'telemetryd.db'));
+    const config = () =>
+      buildServerConfig({ 'data-dir': dir, host: '127.0.0.1', 'http-port': '0', 'mqtt-port': 'off', 'log-level': 'silent' });
+    await expect(startServer(config())).rejects.toThrow(/telemetryd\.db/);
+    rmSync(path.join(dir, 'telemetryd.db'), { recursive: true });
+    const server = await startServer(config());
+    try {
+      expect((await fetch(`${server.httpUrl}/healthz`)).status).toBe(200);
+      // In the same process too, a second start on the dir is refused while this one serves.
+      await expect(startServer(config())).rejects.toThrow(/another telemetryd serve is using the data dir/);
+    } finally {
+      await server.close();
+    }
+  });
 
   it('fails with one clear line for a bad option', async () => {
     const dir = tempDir();

@@ -15,11 +15,17 @@ export interface CliResult {
  * Runs the built CLI bundle in a child process, as a script would. On a PostgreSQL test run
  * a command on a data dir gets that data dir's database (TELEMETRYD_DATABASE_URL, backend.ts).
  */
-export function runCli(args: string[], opts: { dataDir?: string; input?: string; env?: Record<string, string> } = {}): CliResult {
+export function runCli(
+  args: string[],
+  opts: { dataDir?: string; input?: string; env?: Record<string, string>; timeoutMs?: number } = {},
+): CliResult {
   const full = opts.dataDir ? [...args, '--data-dir', opts.dataDir] : args;
   const r = spawnSync(process.execPath, [CLI, ...full], {
     encoding: 'utf8',
     input: opts.input,
+    // A command that should end at once but does not (a `serve` expected to refuse) is killed,
+    // and its status null fails the test, rather than the test hanging.
+    timeout: opts.timeoutMs,
     env: { ...process.env, ...backendEnv(opts.dataDir ?? opts.env?.TELEMETRYD_DATA_DIR), ...opts.env },
   });
   let json: unknown;

@@ -124,6 +124,35 @@ describe('MQTT sessions: who may connect, and when a connection is closed', () =
     expect(await storedReadings(server, s.device.seq)).toEqual([{ level: 4 }, { level: 3 }]);
   });
 
+  it('an empty client id refused with CONNACK 2 does not count towards the address lockout', async () => {
+    const s = await seedAccount(server);
+    // More than the 10 failures that lock an address out, all with a wrong token.
+    for (let i = 0; i < 12; i++) {
+      const refused = await rawConnection(
+        server,
+        connectPacket({ protocolId: 'MQTT', level: 4, username: s.device.id, password: 'wrong', clientId: '', clean: false }),
+      );
+      expect(await firstPacket(refused), `attempt ${i + 1}`).toEqual(connack(2));
+      await closedByServer(refused);
+    }
+    // Not locked out: the credentials are still checked (4 for a wrong token, not 3), and good ones are served.
+    const wrong = await rawConnection(
+      server,
+      connectPacket({ protocolId: 'MQTT', level: 4, username: s.device.id, password: 'wrong', clientId: 'c1', clean: true }),
+    );
+    expect(await firstPacket(wrong)).toEqual(connack(4));
+    await closedByServer(wrong);
+    const good = await rawConnection(
+      server,
+      connectPacket({ protocolId: 'MQTT', level: 4, username: s.device.id, password: s.token, clientId: 'c2', clean: true }),
+    );
+    try {
+      expect(await firstPacket(good)).toEqual(connack(0));
+    } finally {
+      good.socket.destroy();
+    }
+  });
+
   it('MQTT 5 gets CONNACK 1 (unacceptable protocol version) and is closed, whatever the credentials', async () => {
     const s = await seedAccount(server);
     const creds = { username: s.device.id, password: s.token };
