@@ -9,6 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { SMTPServer } from 'smtp-server';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AlertAction } from '../../src/domain/types.js';
+import { dashboardSession } from '../helpers/dashboard.js';
 import { seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 import { eventsOf, type ReceivedRequest, send, sleep, startHttpReceiver, waitFor, waitForEvents } from './helpers.js';
 
@@ -278,22 +279,7 @@ describe('alert definitions the dashboard API refuses, on create and on edit', (
   async function dashboard() {
     const s = await seedAccount(server);
     await server.services.accounts.setPassword(s.account.seq, 'password-123');
-    const signIn = await server.request('/ui/api/sign-in', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
-      body: JSON.stringify({ email: s.account.email, password: 'password-123' }),
-    });
-    expect(signIn.status).toBe(200);
-    const cookie = (signIn.headers.get('set-cookie') ?? '').split(';')[0]!;
-    const { csrf_token: csrf } = (await signIn.json()) as { csrf_token: string };
-    const call = async (method: string, path: string, body: unknown) => {
-      const res = await server.request(`/ui/api${path}`, {
-        method,
-        headers: { cookie, 'x-csrf-token': csrf, 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-      return { status: res.status, body: (await res.json()) as Record<string, any> };
-    };
+    const { call } = await dashboardSession(server.httpUrl, s.account.email, 'password-123');
     return { ...s, call, stored: async () => await server.services.alerts.listForDevice(s.device) };
   }
 

@@ -12,6 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openDatabase } from '../../src/storage/db.js';
 import { connectPostgres } from '../../src/storage/postgres/connect.js';
 import { runCliAsync } from '../helpers/cli.js';
+import { dashboardSession } from '../helpers/dashboard.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { ingest, seedAccount, startTestServer, type TestServer, tempDir } from '../helpers/server.js';
 import { startChildServer, stopChild } from '../reliability/helpers.js';
@@ -138,17 +139,11 @@ describe('serve on PostgreSQL', () => {
   it('signs in to the dashboard and shows the account’s devices', async () => {
     const s = await seedAccount(server, { plan: 'business' });
     await server.services.accounts.setPassword(s.account.seq, 'password-123');
-    const signIn = await server.request('/ui/api/sign-in', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
-      body: JSON.stringify({ email: s.account.email, password: 'password-123' }),
-    });
-    expect(signIn.status).toBe(200);
-    const cookie = (signIn.headers.get('set-cookie') ?? '').split(';')[0]!;
+    const { cookie, call } = await dashboardSession(server.httpUrl, s.account.email, 'password-123');
     expect(cookie).toMatch(/=/);
-    const devices = await server.request('/ui/api/devices', { headers: { cookie } });
+    const devices = await call('GET', '/devices');
     expect(devices.status).toBe(200);
-    expect(JSON.stringify(await devices.json())).toContain(s.device.id);
+    expect(JSON.stringify(devices.body)).toContain(s.device.id);
     const session = await observer.query('SELECT count(*)::int AS n FROM sessions WHERE account_seq = $1', [s.account.seq]);
     expect(session.rows[0].n).toBe(1);
   });

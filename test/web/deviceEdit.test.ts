@@ -6,6 +6,7 @@
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { launchChromium, pageWithProblems } from '../helpers/browser.js';
+import { dashboardSession } from '../helpers/dashboard.js';
 import { ingest, seedAccount, startTestServer, type TestServer } from '../helpers/server.js';
 
 const PASSWORD = 'correct horse battery';
@@ -46,22 +47,7 @@ async function owner(device: Parameters<TestServer['services']['devices']['creat
 
 /** A dashboard API session of `email`, without a browser. */
 async function apiSession(email: string) {
-  const res = await server.request('/ui/api/sign-in', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-csrf-token': 'pre-session' },
-    body: JSON.stringify({ email, password: PASSWORD }),
-  });
-  expect(res.status).toBe(200);
-  const cookie = (res.headers.get('set-cookie') ?? '').split(';')[0]!;
-  const { csrf_token: csrf } = (await res.json()) as { csrf_token: string };
-  const call = async (method: string, path: string, body?: unknown) => {
-    const r = await server.request(`/ui/api${path}`, {
-      method,
-      headers: { cookie, 'x-csrf-token': csrf, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    return { status: r.status, body: (await r.json()) as Record<string, any> };
-  };
+  const { call } = await dashboardSession(server.httpUrl, email, PASSWORD);
   return {
     call,
     put: (id: string, body: unknown) => call('PUT', `/devices/${id}`, body),
