@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { makeDirs } from './fsDirs.js';
 import { giveToOwnerOf } from './storage/ownership.js';
 
 /**
@@ -46,7 +47,7 @@ export function runningSea(): SeaApi | null {
 
 function cacheRoot(dataDir: string): string {
   const root = path.join(dataDir, '.cache');
-  mkdirSync(root, { recursive: true, mode: 0o700 });
+  makeDirs(root, 0o700);
   giveToOwnerOf(dataDir, [root]);
   return root;
 }
@@ -64,7 +65,7 @@ export function extractAssetFile(sea: SeaApi, dataDir: string, assetName: string
   const dir = path.join(cacheRoot(dataDir), digest);
   const file = path.join(dir, fileName);
   if (existsSync(file) && statSync(file).size === bytes.length) return file;
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  makeDirs(dir, 0o700);
   giveToOwnerOf(dataDir, [dir]);
   const tmp = `${file}.${process.pid}.tmp`;
   writeFileSync(tmp, bytes, { mode });
@@ -110,7 +111,7 @@ export function extractWebRoot(sea: SeaApi, dataDir: string): string | null {
   rmSync(tmp, { recursive: true, force: true });
   for (const rel of manifest.files) {
     const target = path.join(tmp, rel);
-    mkdirSync(path.dirname(target), { recursive: true, mode: 0o700 });
+    makeDirs(path.dirname(target), 0o700);
     writeFileSync(target, Buffer.from(sea.getRawAsset(SEA_ASSET.webPrefix + rel)));
   }
   giveToOwnerOf(dataDir, [tmp]);

@@ -1,9 +1,10 @@
 import { X509Certificate } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import path from 'node:path';
 import type { ServerConfig } from '../config.js';
+import { makeDirs } from '../fsDirs.js';
 
 export interface TlsMaterial {
   cert: string;
@@ -55,7 +56,7 @@ export async function loadTlsMaterial(config: ServerConfig, shared: SharedTls = 
   if (local && local.cert === pair.cert && local.key === pair.key) {
     return { ...local, certPath, fingerprint: fingerprintOf(local.cert), source: 'reused' };
   }
-  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  makeDirs(dir, 0o700);
   // Key first, each written to a temp name and renamed, so a crash never leaves a cert
   // without its key (which would make the next start generate a new pair).
   writeAtomically(keyPath, pair.key, 0o600);

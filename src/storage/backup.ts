@@ -2,7 +2,6 @@ import {
   chmodSync,
   cpSync,
   existsSync,
-  mkdirSync,
   mkdtempSync,
   readFileSync,
   realpathSync,
@@ -14,6 +13,7 @@ import {
 } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import { makeDirs } from '../fsDirs.js';
 import { DB_FILE, type Db } from './db.js';
 import { loadNativeBinding } from './native.js';
 import { giveToOwnerOf } from './ownership.js';
@@ -292,7 +292,7 @@ export async function unpackArchive(source: string, staging: string, nativeDir: 
 export function placeSnapshots(restored: string | null, snapshotsDir: string): void {
   if (restored || existsSync(snapshotsDir)) rmSync(snapshotsDir, { recursive: true, force: true });
   if (!restored) return;
-  mkdirSync(path.dirname(snapshotsDir), { recursive: true, mode: 0o700 });
+  makeDirs(path.dirname(snapshotsDir), 0o700);
   try {
     renameSync(restored, snapshotsDir);
   } catch (err) {
@@ -321,7 +321,7 @@ export async function restoreBackup(
   }
   // A data dir made here goes again when the archive is refused: a bad archive changes nothing.
   const madeDir = !existsSync(dir);
-  if (madeDir) mkdirSync(dir, { recursive: true, mode: 0o700 });
+  if (madeDir) makeDirs(dir, 0o700);
   const staging = mkdtempSync(path.join(dir, '.restore-'));
   let restored = false;
   try {

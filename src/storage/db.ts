@@ -1,6 +1,7 @@
-import { chmodSync, existsSync, mkdirSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import { makeDirs } from '../fsDirs.js';
 import { migrate } from './migrations.js';
 import { loadNativeBinding } from './native.js';
 import { giveToOwnerOf } from './ownership.js';
@@ -16,8 +17,13 @@ export const DB_FILE = 'telemetryd.db';
 
 /** Creates the data dir (mode 0700: it holds secrets' hashes and readings). */
 export function ensureDataDir(dataDir: string): void {
-  if (!existsSync(dataDir)) mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  else if (!statSync(dataDir).isDirectory()) throw new Error(`the data dir ${dataDir} is a file, not a folder`);
+  if (!existsSync(dataDir)) {
+    try {
+      makeDirs(dataDir, 0o700);
+    } catch (err) {
+      throw new Error(`cannot create the data dir ${dataDir}: ${(err as Error).message}`, { cause: err });
+    }
+  } else if (!statSync(dataDir).isDirectory()) throw new Error(`the data dir ${dataDir} is a file, not a folder`);
 }
 
 /** SQLite errors that are about the file itself: they get its path, which SQLite's messages lack. */

@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
-import { type FileHandle, mkdir, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
+import { type FileHandle, open, readdir, readFile, rename, rm, stat, unlink } from 'node:fs/promises';
 import path from 'node:path';
 import { type AppError, unavailable } from '../errors.js';
+import { makeDirsAsync } from '../fsDirs.js';
 
 /**
  * Snapshot bytes on disk: `<snapshots dir>/<device id>/<snapshot id>.<jpg|png>`, the snapshots
@@ -51,7 +52,7 @@ export function snapshotFiles(root: string) {
       let handle: FileHandle | null = null;
       let tempCreated = false;
       try {
-        await mkdir(dir, { recursive: true, mode: 0o700 });
+        await makeDirsAsync(dir, 0o700);
         handle = await open(temp, 'wx', 0o600);
         tempCreated = true;
         await handle.writeFile(bytes);

@@ -372,6 +372,22 @@ describe('admin CLI contract (docs/cli.md)', () => {
       expect(r.stderr).toBe(`${line}\n`);
     }
   });
+
+  // With --database-url an admin command needs no data dir.
+  it.skipIf(onPostgres)('a data dir that cannot be made is one line, where the file system never makes it too (under /proc)', () => {
+    const unmakeable = `/proc/telemetryd-${process.pid}/data`;
+    for (const args of [
+      ['accounts', 'list'],
+      ['serve', '--http-port', '0', '--mqtt-port', 'off'],
+    ]) {
+      // Node's recursive mkdir retries for ever there: a hang would be killed and fail here.
+      const r = runCli(args, { env: { TELEMETRYD_DATA_DIR: unmakeable }, timeoutMs: 10_000 });
+      expect(r.status, args.join(' ')).toBe(1);
+      expect(r.stderr).toBe(
+        `telemetryd: cannot create the data dir ${unmakeable}: ENOENT: no such file or directory, mkdir '/proc/telemetryd-${process.pid}'\n`,
+      );
+    }
+  });
 });
 
 describe('admin CLI against a running server', () => {

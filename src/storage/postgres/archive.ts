@@ -1,7 +1,8 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Pool, PoolClient } from 'pg';
+import { makeDirs } from '../../fsDirs.js';
 import { type ArchiveChecks, placeSnapshots, unpackArchive, writeArchive } from '../backup.js';
 import { type Db, openDatabase } from '../db.js';
 import { migrate } from '../migrations.js';
@@ -241,7 +242,7 @@ export async function restorePostgresBackup(
   // Staged beside the snapshots dir, so the files are moved into place by a rename.
   const parent = path.dirname(snapshotsDir);
   const madeParent = !existsSync(parent);
-  mkdirSync(parent, { recursive: true, mode: 0o700 });
+  makeDirs(parent, 0o700);
   const staging = mkdtempSync(path.join(parent, '.restore-'));
   try {
     const unpacked = await unpackArchive(source, staging, parent);

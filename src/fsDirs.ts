@@ -1,0 +1,61 @@
+import { existsSync, mkdirSync, statSync } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
+import path from 'node:path';
+
+const alreadyThere = (err: unknown) => (err as NodeJS.ErrnoException).code === 'EEXIST';
+
+/**
+ * `mkdir -p`, one level at a time, with `mode` for each folder it makes; like it, a file in
+ * the way is EEXIST. Node's recursive mkdir retries for ever where a file system answers
+ * ENOENT for a folder it will never make (under /proc): a command given such a path would
+ * hang instead of failing with that error.
+ */
+export function makeDirs(dir: string, mode: number): void {
+  const missing: string[] = [];
+  let at = path.resolve(dir);
+  while (!existsSync(at)) {
+    missing.push(at);
+    if (path.dirname(at) === at) break;
+    at = path.dirname(at);
+  }
+  if (missing.length === 0) {
+    if (!statSync(at).isDirectory()) mkdirSync(at, { mode });
+    return;
+  }
+  for (const level of missing.reverse()) {
+    try {
+      mkdirSync(level, { mode });
+    } catch (err) {
+      if (!alreadyThere(err)) throw err;
+    }
+  }
+}
+
+/** makeDirs without blocking the event loop: what a request that writes a file calls. */
+export async function makeDirsAsync(dir: string, mode: number): Promise<void> {
+  const kind = (p: string) =>
+    stat(p).then(
+      (s) => (s.isDirectory() ? 'folder' : 'other'),
+      () => null,
+    );
+  const missing: string[] = [];
+  let at = path.resolve(dir);
+  let found = await kind(at);
+  while (found === null) {
+    missing.push(at);
+    if (path.dirname(at) === at) break;
+    at = path.dirname(at);
+    found = await kind(at);
+  }
+  if (missing.length === 0) {
+    if (found !== 'folder') await mkdir(at, { mode });
+    return;
+  }
+  for (const level of missing.reverse()) {
+    try {
+      await mkdir(level, { mode });
+    } catch (err) {
+      if (!alreadyThere(err)) throw err;
+    }
+  }
+}
