@@ -27,6 +27,9 @@ export function makeDirs(dir: string, mode: number): void {
       mkdirSync(level, { mode });
     } catch (err) {
       if (!alreadyThere(err)) throw err;
+      // Made meanwhile by another process, or a name that only looked missing: a dangling
+      // symlink or a loop, which stat reports as ENOENT or ELOOP, as Node's mkdir does.
+      if (!statSync(level).isDirectory()) throw err;
     }
   }
 }
@@ -56,6 +59,7 @@ export async function makeDirsAsync(dir: string, mode: number): Promise<void> {
       await mkdir(level, { mode });
     } catch (err) {
       if (!alreadyThere(err)) throw err;
+      if (!(await stat(level)).isDirectory()) throw err;
     }
   }
 }

@@ -1,4 +1,4 @@
-import { chmodSync, truncateSync } from 'node:fs';
+import { chmodSync, lstatSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { ensureDataDir } from './db.js';
@@ -20,18 +20,22 @@ export interface ServeLock {
  * The lock is SQLite's own lock on a small file of the data dir, held by an exclusive
  * transaction left open: the kernel drops it when the process ends, however it ends, so a
  * crash leaves nothing to clear by hand (a pid file would, and could name a reused pid).
- * The file holds nothing: its journal stays in memory, and whatever else is found in it is
- * emptied rather than taken for a database.
+ * The file holds nothing: its journal stays in memory, and a file of that name holding
+ * anything else is replaced rather than taken for a database.
  */
 export function holdServeLock(dataDir: string): ServeLock {
   ensureDataDir(dataDir);
   const file = path.join(dataDir, SERVE_LOCK_FILE);
+  // Never through a link: run as root (sudo) on a data dir another user owns, a serve.lock
+  // planted as a symlink would have root's lock, mode and owner changes land on its target.
+  refuseUnlessPlainFile(file);
   let db: Database.Database;
   try {
     db = lockFile(file, dataDir);
   } catch (err) {
     if ((err as { code?: string }).code !== 'SQLITE_NOTADB') throw named(err, file, dataDir);
-    truncateSync(file);
+    // Not a lock file of ours (a held one is always empty): removed, and made again.
+    unlinkSync(file);
     try {
       db = lockFile(file, dataDir);
     } catch (again) {
@@ -50,6 +54,19 @@ export function holdServeLock(dataDir: string): ServeLock {
       if (db.open) db.close();
     },
   };
+}
+
+function refuseUnlessPlainFile(file: string): void {
+  let kind: string;
+  try {
+    const st = lstatSync(file);
+    if (st.isFile()) return;
+    kind = st.isSymbolicLink() ? 'a symbolic link' : 'not a file';
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw err;
+  }
+  throw new Error(`${file} is ${kind}; remove it and start again (serve creates it)`);
 }
 
 function lockFile(file: string, dataDir: string): Database.Database {

@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { generateKeyPairSync } from 'node:crypto';
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
 import path from 'node:path';
 import { generate } from 'selfsigned';
@@ -166,6 +166,17 @@ describe('telemetryd serve', () => {
       expect(fourth.output()).toContain('HTTP listening on');
       fourth.child.kill('SIGTERM');
       expect(await fourth.exited).toBe(0);
+      // Never through a link: the file it points to is left exactly as it was.
+      const target = path.join(tempDir(), 'precious');
+      writeFileSync(target, 'keep me');
+      rmSync(path.join(dir, 'serve.lock'));
+      symlinkSync(target, path.join(dir, 'serve.lock'));
+      const linked = runCli(['serve', ...args(await freePort())], { timeoutMs: 10_000 });
+      expect(linked.status).toBe(1);
+      expect(linked.stderr).toBe(
+        `telemetryd: ${path.join(dir, 'serve.lock')} is a symbolic link; remove it and start again (serve creates it)\n`,
+      );
+      expect(readFileSync(target, 'utf8')).toBe('keep me');
     },
   );
 
