@@ -169,11 +169,19 @@ export function storageOf(cmd: Command): StorageConfig {
   return buildStorageConfig(resolveRawOptions(cmd, STORAGE_OPTIONS));
 }
 
+/**
+ * A failure's message as the one line scripts read: line breaks inside it (a JSON parser's
+ * message quotes the text it could not read, line breaks and all) are written as `\n`.
+ */
+export function failureLine(err: unknown): string {
+  const message = err instanceof Error ? err.message : String(err);
+  return `telemetryd: ${message.replace(/\r?\n/g, '\\n')}`;
+}
+
 /** Prints the one-line failure and exits: 3 for something named that does not exist (with `notFoundHint` then), else 1. */
 export function fail(err: unknown, notFoundHint?: string): never {
-  const message = err instanceof AppError ? err.message : err instanceof Error ? err.message : String(err);
   const notFound = err instanceof AppError && err.status === 404;
-  process.stderr.write(`telemetryd: ${message}${notFound && notFoundHint ? ` (${notFoundHint})` : ''}\n`);
+  process.stderr.write(`${failureLine(err)}${notFound && notFoundHint ? ` (${notFoundHint})` : ''}\n`);
   process.exit(notFound ? 3 : 1);
 }
 

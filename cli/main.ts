@@ -3,7 +3,7 @@ import { COMMIT, VERSION } from '../src/version.js';
 import { accountsCommand } from './accounts.js';
 import { alertsCommand } from './alerts.js';
 import { backupCommands } from './backup.js';
-import { withCommonOptions } from './context.js';
+import { failureLine, withCommonOptions } from './context.js';
 import { devicesCommand } from './devices.js';
 import { keysCommand } from './keys.js';
 import { serveCommand } from './serve.js';
@@ -88,6 +88,6 @@ async function main() {
 }
 
 main().catch((err: unknown) => {
-  process.stderr.write(`telemetryd: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.stderr.write(`${failureLine(err)}\n`);
   process.exit(1);
 });

@@ -373,6 +373,21 @@ describe('admin CLI contract (docs/cli.md)', () => {
     }
   });
 
+  it('a failure whose message spans lines is still one line on stderr, its breaks written as \\n', () => {
+    expect(runCli(['accounts', 'create', '--email', 'lines@example.com'], { dataDir: dir }).status).toBe(0);
+    const file = path.join(dir, 'broken-fields.json');
+    // A JSON parser's message quotes the text it could not read, line breaks included.
+    writeFileSync(file, '[\n  oops\n]\n');
+    const r = runCli(['devices', 'create', '--account', 'lines@example.com', '--name', 'n', '--fields-file', file], { dataDir: dir });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    const lines = r.stderr.split('\n');
+    expect(lines).toHaveLength(2);
+    expect(lines[1]).toBe('');
+    expect(lines[0]).toMatch(new RegExp(`^telemetryd: cannot read fields file ${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}: `));
+    expect(lines[0]).toContain('\\n  oops\\n');
+  });
+
   // With --database-url an admin command needs no data dir.
   it.skipIf(onPostgres)('a data dir that cannot be made is one line, where the file system never makes it too (under /proc)', () => {
     const unmakeable = `/proc/telemetryd-${process.pid}/data`;
