@@ -360,13 +360,15 @@ async function composePostgres(
 /**
  * Opens the storage the resolved configuration names and builds the services over it:
  * PostgreSQL with a database URL, else SQLite in the data dir (created and migrated).
+ * Async for both, so a SQLite database that fails to open rejects like a PostgreSQL one
+ * rather than throwing before the caller holds a promise.
  */
-export function openStorage(
+export async function openStorage(
   config: StorageConfig & Partial<OpenOptions>,
   options: Omit<ServiceOptions, 'dataDir' | 'snapshotsDir'> = {},
 ): Promise<Composition> {
   if (config.databaseUrl !== null) return composePostgres(config.databaseUrl, { ...options, snapshotsDir: config.snapshotsDir });
-  return Promise.resolve(openDataDir(config.dataDir, { ...options, snapshotsDir: config.snapshotsDir, durability: config.durability }));
+  return openDataDir(config.dataDir, { ...options, snapshotsDir: config.snapshotsDir, durability: config.durability });
 }
 
 /** Opens (creating and migrating) the database of a data dir and builds the services over it. */

@@ -72,33 +72,29 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   // A SQLite data dir is served by one process at a time (storage/serveLock.ts); a cluster's
   // nodes share PostgreSQL instead, and lead its jobs one at a time.
   const serveLock = config.databaseUrl === null ? holdServeLock(config.dataDir) : null;
-  const opening = async () =>
-    openStorage(config, {
-      clock: options.clock,
-      onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
-      notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
-      logAlert: (message, details) => app?.log.warn(details, message),
-      // Read when a message is built: with an ephemeral port it is only known once bound.
-      publicUrl: () => config.publicUrl,
-      onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
-      retention: { onError: (err) => app?.log.error({ err }, 'retention job failed'), ...options.retention },
-      minFreeDiskBytes: config.minFreeDiskBytes,
-      storageLog: {
-        warn: (details, message) => app?.log.warn(details, message),
-        info: (details, message) => app?.log.info(details, message),
-      },
-      onRollupError: (err) => app?.log.error({ err }, 'rolling up readings failed; retried at the next pass'),
-      // Once a minute per kind at most (with a count): a database that is down fails every second.
-      onPostgresError: (err, what) =>
-        app && postgresErrors.report((details, message) => app!.log.warn(details, message), what, `${what} failed`, { err }),
-    });
-  // SQLite opens synchronously: a database that fails to open throws before any promise, so
-  // the call is wrapped in an async function for the lock to be released either way.
   const {
     services,
     storage,
     close: closeOpenedStorage,
-  } = await opening().catch((err: unknown) => {
+  } = await openStorage(config, {
+    clock: options.clock,
+    onListenerError: (err, event) => app?.log.error({ err, event }, 'event listener failed'),
+    notify: { smtpUrl: config.smtpUrl, smtpFrom: config.smtpFrom, webhookRetryDelaysMs: options.webhookRetryDelaysMs },
+    logAlert: (message, details) => app?.log.warn(details, message),
+    // Read when a message is built: with an ephemeral port it is only known once bound.
+    publicUrl: () => config.publicUrl,
+    onInboxMergeError: (err) => app?.log.error({ err }, 'merging the readings inbox failed; retried later'),
+    retention: { onError: (err) => app?.log.error({ err }, 'retention job failed'), ...options.retention },
+    minFreeDiskBytes: config.minFreeDiskBytes,
+    storageLog: {
+      warn: (details, message) => app?.log.warn(details, message),
+      info: (details, message) => app?.log.info(details, message),
+    },
+    onRollupError: (err) => app?.log.error({ err }, 'rolling up readings failed; retried at the next pass'),
+    // Once a minute per kind at most (with a count): a database that is down fails every second.
+    onPostgresError: (err, what) =>
+      app && postgresErrors.report((details, message) => app!.log.warn(details, message), what, `${what} failed`, { err }),
+  }).catch((err: unknown) => {
     serveLock?.release();
     throw err;
   });
