@@ -1,5 +1,5 @@
 import { existsSync, mkdirSync, statSync } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
+import { stat } from 'node:fs/promises';
 import path from 'node:path';
 
 const alreadyThere = (err: unknown) => (err as NodeJS.ErrnoException).code === 'EEXIST';
@@ -34,32 +34,15 @@ export function makeDirs(dir: string, mode: number): void {
   }
 }
 
-/** makeDirs without blocking the event loop: what a request that writes a file calls. */
+/**
+ * makeDirs for a request that writes a file: the common case, the folder already there, is
+ * one stat off the event loop; only a folder still to make (a device's first snapshot) is
+ * made by makeDirs, a few system calls.
+ */
 export async function makeDirsAsync(dir: string, mode: number): Promise<void> {
-  const kind = (p: string) =>
-    stat(p).then(
-      (s) => (s.isDirectory() ? 'folder' : 'other'),
-      () => null,
-    );
-  const missing: string[] = [];
-  let at = path.resolve(dir);
-  let found = await kind(at);
-  while (found === null) {
-    missing.push(at);
-    if (path.dirname(at) === at) break;
-    at = path.dirname(at);
-    found = await kind(at);
-  }
-  if (missing.length === 0) {
-    if (found !== 'folder') await mkdir(at, { mode });
-    return;
-  }
-  for (const level of missing.reverse()) {
-    try {
-      await mkdir(level, { mode });
-    } catch (err) {
-      if (!alreadyThere(err)) throw err;
-      if (!(await stat(level)).isDirectory()) throw err;
-    }
-  }
+  const isFolder = await stat(dir).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
+  if (!isFolder) makeDirs(dir, mode);
 }
