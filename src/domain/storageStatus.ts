@@ -65,11 +65,21 @@ export interface StorageStatusOptions {
   minFreeBytes: number;
   probes: StorageProbes;
   /** The group-commit writer's queue, for /metrics. */
-  writerQueue: () => { depth: number; maxBatch: number };
+  writerQueue: () => WriterQueue;
   events: DomainEvents;
   log?: { warn: LogLine; info: LogLine };
   /** Monotonic milliseconds, for the log's 10 s windows. */
   now?: () => number;
+}
+
+/** The group-commit writer as /metrics shows it. */
+export interface WriterQueue {
+  /** Readings waiting for the next commit. */
+  depth: number;
+  /** Largest commit so far, in readings. */
+  maxBatch: number;
+  /** Commits so far. */
+  commits: number;
 }
 
 interface StorageReport {
@@ -320,10 +330,10 @@ export class StorageStatus {
     return this.options.probes.databaseSizeBytes();
   }
 
-  /** Readings waiting for the next group commit, and the largest commit so far, for /metrics. */
-  writerQueue(): { depth: number; maxBatch: number } {
-    const { depth, maxBatch } = this.options.writerQueue();
-    return { depth, maxBatch };
+  /** Readings waiting for the next group commit, the largest commit and the commits so far, for /metrics. */
+  writerQueue(): WriterQueue {
+    const { depth, maxBatch, commits } = this.options.writerQueue();
+    return { depth, maxBatch, commits };
   }
 
   private logWarn(key: string, message: string, details: Record<string, unknown>, count = 1): void {

@@ -70,6 +70,15 @@ export function createMetrics(services: Services, sources: MetricsSources = {}) 
       this.set(storage.writerQueue().maxBatch);
     },
   });
+  new Counter({
+    name: 'telemetryd_writer_commits_total',
+    help: 'Group commits of readings; telemetryd_ingest_readings_total divided by it is the readings per commit',
+    registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(storage.writerQueue().commits);
+    },
+  });
   new Gauge({
     name: 'telemetryd_storage_free_bytes',
     help: 'Free disk space as last checked (once a second), by directory: data (the database) and snapshots',

@@ -51,11 +51,13 @@ export class ReadingWriter {
   maxBatch = 0;
   /** Readings committed by this writer: background jobs back off while it climbs fast. */
   committed = 0;
+  /** Group commits so far: with `committed`, the readings per commit (/metrics). */
+  commits = 0;
   private mergeScheduled = false;
   private writtenSinceTick = false;
   private mergeRetryAt = 0;
   private readonly idleTimer: NodeJS.Timeout;
-  private commits: CommitObserver = NO_OBSERVER;
+  private observer: CommitObserver = NO_OBSERVER;
   /** A merge that failed (busy database, I/O error): the rows stay in the inbox, retried later. */
   private onMergeError: (err: unknown) => void = () => {};
 
@@ -74,8 +76,8 @@ export class ReadingWriter {
    * Where commit outcomes and failed merges go: set once, right after construction, by the
    * composition (the storage status it reports to also reads this writer's queue).
    */
-  reportTo(commits: CommitObserver, onMergeError: (err: unknown) => void): void {
-    this.commits = commits;
+  reportTo(observer: CommitObserver, onMergeError: (err: unknown) => void): void {
+    this.observer = observer;
     this.onMergeError = onMergeError;
   }
 
@@ -113,12 +115,13 @@ export class ReadingWriter {
       try {
         seqs = this.readings.insertBatch(batch);
       } catch (err) {
-        const refusal = this.commits.commitFailed(err, batch.length);
+        const refusal = this.observer.commitFailed(err, batch.length);
         for (const w of batch) w.reject(refusal);
         continue;
       }
       // One field read per batch; the observer hears of a success only after a failure.
-      if (this.commits.commitFailure !== null) this.commits.commitSucceeded();
+      if (this.observer.commitFailure !== null) this.observer.commitSucceeded();
+      this.commits++;
       this.writtenSinceTick = true;
       for (let i = 0; i < batch.length; i++) {
         const seq = seqs[i]!;

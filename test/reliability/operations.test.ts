@@ -44,6 +44,8 @@ describe('/metrics', () => {
     expect(metricValue(text, 'telemetryd_database_size_bytes')).toBeGreaterThan(4096);
     expect(metricValue(text, 'telemetryd_writer_queue_depth')).toBe(0);
     expect(metricValue(text, 'telemetryd_writer_max_batch')).toBeGreaterThanOrEqual(1);
+    // Each reading above was answered before the next was sent: one commit each.
+    expect(metricValue(text, 'telemetryd_writer_commits_total')).toBe(5);
     expect(metricValue(text, 'telemetryd_mqtt_connections')).toBe(0);
   });
 

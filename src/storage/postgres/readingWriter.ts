@@ -143,7 +143,9 @@ export class PostgresReadingWriter {
   maxBatch = 0;
   /** Readings committed by this writer: background jobs back off while it climbs fast. */
   committed = 0;
-  private commits: CommitObserver | null = null;
+  /** Batches committed so far: with `committed`, the readings per commit (/metrics). */
+  commits = 0;
+  private observer: CommitObserver | null = null;
   /** Where the pool connects, for the detail of a failure (never shown to clients). */
   private readonly database: DatabaseUrl;
   /** This process's node name in the batches' notifications; null for a pool not from connectPostgres (none sent). */
@@ -179,8 +181,8 @@ export class PostgresReadingWriter {
    * Where commit outcomes go (the storage status: 503 counted and logged, /healthz degraded
    * until the next commit); set once by the composition.
    */
-  reportTo(commits: CommitObserver): void {
-    this.commits = commits;
+  reportTo(observer: CommitObserver): void {
+    this.observer = observer;
   }
 
   get depth(): number {
@@ -247,12 +249,13 @@ export class PostgresReadingWriter {
       seqs = await this.write(batch);
     } catch (err) {
       await previous;
-      const failure = this.commits ? this.commits.commitFailed(this.failure(err), batch.length) : this.failure(err);
+      const failure = this.observer ? this.observer.commitFailed(this.failure(err), batch.length) : this.failure(err);
       for (const w of batch) w.reject(failure);
       return;
     }
     await previous;
-    if (this.commits && this.commits.commitFailure !== null) this.commits.commitSucceeded();
+    if (this.observer && this.observer.commitFailure !== null) this.observer.commitSucceeded();
+    this.commits++;
     const stored = seqs.includes(null) ? batch.filter((_, i) => seqs[i] !== null) : batch;
     this.committed += stored.length;
     if (this.onCommitted && stored.length > 0) {
