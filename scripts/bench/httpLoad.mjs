@@ -1,5 +1,5 @@
 // HTTP load generator, run as its own process so load never shares the server's process. argv[2] is a JSON file:
-// {url, connections, durationS, warmupS, bodies: [string], serverPid, dbPid?}. Bodies are sent round-robin, so every device of
+// {url, connections, durationS, warmupS, bodies: [string], serverPid, dbPid?, rate?} (rate: requests per second in all, else as fast as answered). Bodies are sent round-robin, so every device of
 // the list writes. Prints one JSON line, with the server's CPU seconds over the measured window (and PostgreSQL's, the
 // postmaster's process tree, when dbPid is given).
 
@@ -17,6 +17,7 @@ function run(durationS) {
     connections: cfg.connections,
     duration: durationS,
     pipelining: 1,
+    ...(cfg.rate ? { overallRate: cfg.rate } : {}),
     requests: [
       {
         method: 'POST',

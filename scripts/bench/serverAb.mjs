@@ -9,6 +9,9 @@
 //   --rounds N    measured rounds per side (default 8)
 //   --seconds S   length of each round, after a 1-second warm-up (default 4)
 //   --mqtt        MQTT QoS 1 over plain TCP (10 clients × 50 in flight) instead of HTTP ingest
+//   --connections N  HTTP connections, each with one request in flight (default 50, the bench's)
+//   --rate R      HTTP at R requests per second in all instead of as fast as answered: the CPU
+//                 a change costs a server that is not saturated
 // Prints, per side, the median of the rounds' throughput and server CPU µs per reading, and the
 // medians of the paired differences (B − A). Run it on a quiet machine only.
 import { execFileSync, spawn } from 'node:child_process';
@@ -27,6 +30,8 @@ const base = option('--base', 'HEAD');
 const rounds = Number(option('--rounds', '8'));
 const seconds = Number(option('--seconds', '4'));
 const mqtt = argv.includes('--mqtt');
+const rate = Number(option('--rate', '0'));
+const connections = Number(option('--connections', '50'));
 
 const benchCache = path.join(ROOT, '.cache', 'bench');
 const devicesDir = existsSync(benchCache) ? readdirSync(benchCache).find((d) => d.startsWith('db-0-')) : undefined;
@@ -123,7 +128,8 @@ async function load(server) {
     const r = await runLoad('httpLoad.mjs', {
       serverPid: server.pid,
       url: `http://127.0.0.1:${server.port}`,
-      connections: 50,
+      connections,
+      rate,
       durationS: seconds,
       warmupS: 1,
       bodies,
