@@ -10,6 +10,7 @@
 //   --seconds S   length of each round, after a 1-second warm-up (default 4)
 //   --mqtt        MQTT QoS 1 over plain TCP (10 clients × 50 in flight) instead of HTTP ingest
 //   --connections N  HTTP connections, each with one request in flight (default 50, the bench's)
+//   --executable  run each tree's single executable (its Node), as `npm run bench` does, not its bundle on this Node
 //   --rate R      HTTP at R requests per second in all instead of as fast as answered: the CPU
 //                 a change costs a server that is not saturated
 // Prints, per side, the median of the rounds' throughput and server CPU µs per reading, and the
@@ -32,6 +33,7 @@ const seconds = Number(option('--seconds', '4'));
 const mqtt = argv.includes('--mqtt');
 const rate = Number(option('--rate', '0'));
 const connections = Number(option('--connections', '50'));
+const executable = argv.includes('--executable');
 
 const benchCache = path.join(ROOT, '.cache', 'bench');
 const devicesDir = existsSync(benchCache) ? readdirSync(benchCache).find((d) => d.startsWith('db-0-')) : undefined;
@@ -49,8 +51,13 @@ if (!existsSync(baseTree)) {
   execFileSync('git', ['worktree', 'add', '--detach', baseTree, commit], { cwd: ROOT, stdio: 'ignore' });
   symlinkSync(path.join(ROOT, 'node_modules'), path.join(baseTree, 'node_modules'));
 }
-for (const tree of [baseTree, ROOT])
+// The base tree shares this one's cache (the pinned Node and the addon built for it).
+if (executable && !existsSync(path.join(baseTree, '.cache'))) symlinkSync(path.join(ROOT, '.cache'), path.join(baseTree, '.cache'));
+for (const tree of [baseTree, ROOT]) {
   execFileSync(process.execPath, ['scripts/build.mjs'], { cwd: tree, stdio: ['ignore', 'ignore', 'inherit'] });
+  // Through npm, which ships the node-gyp the addon's build needs.
+  if (executable) execFileSync('npm', ['run', '-s', 'build:binary'], { cwd: tree, stdio: ['ignore', 'ignore', 'inherit'] });
+}
 
 const temps = [];
 const tempDir = (prefix) => {
@@ -66,7 +73,10 @@ function startServer(tree) {
   cpSync(dataset, dir, { recursive: true });
   const args = ['serve', '--data-dir', dir, '--host', '127.0.0.1', '--http-port', '0', '--mqtt-port', 'off', '--log-level', 'warn'];
   if (mqtt) args.push('--mqtt-plain-port', '0');
-  const child = spawn(process.execPath, [path.join(tree, 'dist', 'telemetryd.cjs'), ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const [cmd, cmdArgs] = executable
+    ? [path.join(tree, 'dist', 'telemetryd'), args]
+    : [process.execPath, [path.join(tree, 'dist', 'telemetryd.cjs'), ...args]];
+  const child = spawn(cmd, cmdArgs, { stdio: ['ignore', 'pipe', 'inherit'] });
   children.add(child);
   const ready = mqtt ? /MQTT without TLS listening on [^\s]*:(\d+)/ : /HTTP listening on [^\s]*:(\d+)/;
   return new Promise((resolve, reject) => {

@@ -28,31 +28,6 @@ export interface CommitObserver {
 
 const NO_OBSERVER: CommitObserver = { commitFailure: null, commitFailed: (err) => err, commitSucceeded: () => {} };
 
-/**
- * Under steady load a commit of fewer readings than this waits up to SMALL_COMMIT_WAIT_MS for
- * more: its fixed cost (the transaction, the WAL frames of the pages it dirtied) then spreads
- * over more readings. Larger batches never wait.
- */
-const SMALL_COMMIT = 32;
-/**
- * A fraction of a millisecond, far below what a timer can wait: the writer polls for more
- * readings once per event-loop pass meanwhile, and a timer would leave the process idle while
- * its callers' clients wait on it.
- */
-const SMALL_COMMIT_WAIT_MS = 0.15;
-/** Steady load: the last commit held at least this many readings and ended this recently. */
-const BUSY_COMMIT = 8;
-const BUSY_GAP_MS = 2;
-/**
- * Waiting pays only while readings arrive meanwhile; with a few clients that each wait for
- * their answer, every caller is already in the batch and waiting only delays them. The mean
- * gain of the last waits (an exponential average over about four) below MIN_WAIT_GAIN readings
- * stops waiting for COMMITS_WITHOUT_WAITING commits; then it is tried again.
- */
-const MIN_WAIT_GAIN = 1;
-const COMMITS_WITHOUT_WAITING = 64;
-const FIRST_WAIT_GAIN = 4;
-
 interface Waiting extends PendingReading {
   resolve: (seq: number) => void;
   reject: (err: unknown) => void;
@@ -60,8 +35,7 @@ interface Waiting extends PendingReading {
 
 /**
  * Group commit (docs/operations.md, "Durability"): readings that arrive during one pass
- * of the event loop are written in a single transaction, flushed from setImmediate (under
- * steady load a small batch first waits a few passes for more: SMALL_COMMIT), and each
+ * of the event loop are written in a single transaction, flushed from setImmediate, and each
  * caller's promise settles only after that transaction has committed. Nothing is
  * acknowledged before its commit; one fsync-bound commit serves many requests.
  *
@@ -73,14 +47,6 @@ export class ReadingWriter {
   private queue: Waiting[] = [];
   private scheduled = false;
   private closed = false;
-  /** While a small commit waits: when it stops waiting, and how many readings it had when it began. */
-  private waitUntil = 0;
-  private readingsAtWait = 0;
-  private lastCommitAt = Number.NEGATIVE_INFINITY;
-  private lastCommitSize = 0;
-  /** Commits left before the next small commit may wait again. */
-  private commitsBeforeWaiting = 0;
-  private waitGain = FIRST_WAIT_GAIN;
   /** Largest batch seen, for /metrics and the benchmark report. */
   maxBatch = 0;
   /** Readings committed by this writer: background jobs back off while it climbs fast. */
@@ -95,21 +61,10 @@ export class ReadingWriter {
   /** A merge that failed (busy database, I/O error): the rows stay in the inbox, retried later. */
   private onMergeError: (err: unknown) => void = () => {};
 
-  private readonly maxBatchSize: number;
-  private readonly waitMs: number;
-  private readonly busyGapMs: number;
-
   constructor(
     private readonly readings: ReadingsRepo,
-    {
-      maxBatchSize = 5_000,
-      waitMs = SMALL_COMMIT_WAIT_MS,
-      busyGapMs = BUSY_GAP_MS,
-    }: { maxBatchSize?: number; waitMs?: number; busyGapMs?: number } = {},
+    private readonly maxBatchSize = 5_000,
   ) {
-    this.maxBatchSize = maxBatchSize;
-    this.waitMs = waitMs;
-    this.busyGapMs = busyGapMs;
     this.idleTimer = setInterval(() => {
       if (!this.writtenSinceTick && this.readings.inboxRows() > 0) this.merge();
       this.writtenSinceTick = false;
@@ -145,45 +100,14 @@ export class ReadingWriter {
       });
       if (!this.scheduled) {
         this.scheduled = true;
-        setImmediate(this.flushUnlessSmall);
+        setImmediate(() => this.flush());
       }
     });
   }
 
-  /** The end of a pass that queued readings: commits them, or lets a small commit wait (SMALL_COMMIT). */
-  private readonly flushUnlessSmall = (): void => {
-    const queued = this.queue.length;
-    if (queued > 0 && queued < SMALL_COMMIT && !this.closed) {
-      const now = performance.now();
-      if (
-        this.waitUntil === 0 &&
-        this.commitsBeforeWaiting === 0 &&
-        this.lastCommitSize >= BUSY_COMMIT &&
-        now - this.lastCommitAt < this.busyGapMs
-      ) {
-        this.waitUntil = now + this.waitMs;
-        this.readingsAtWait = queued;
-      }
-      if (now < this.waitUntil) {
-        setImmediate(this.flushUnlessSmall);
-        return;
-      }
-    }
-    this.flush();
-  };
-
   /** Writes everything queued; a failed transaction rejects every reading in it (none stored). */
   flush(): void {
     this.scheduled = false;
-    if (this.waitUntil !== 0) {
-      this.waitGain += (this.queue.length - this.readingsAtWait - this.waitGain) / 4;
-      if (this.waitGain < MIN_WAIT_GAIN) {
-        this.commitsBeforeWaiting = COMMITS_WITHOUT_WAITING;
-        this.waitGain = FIRST_WAIT_GAIN;
-      }
-      this.waitUntil = 0;
-    } else if (this.commitsBeforeWaiting > 0) this.commitsBeforeWaiting--;
-    if (this.queue.length > 0) this.lastCommitSize = Math.min(this.queue.length, this.maxBatchSize);
     while (this.queue.length > 0) {
       const batch = this.queue.splice(0, this.maxBatchSize);
       this.maxBatch = Math.max(this.maxBatch, batch.length);
@@ -210,7 +134,6 @@ export class ReadingWriter {
         }
       }
     }
-    this.lastCommitAt = performance.now();
     if (this.readings.inboxRows() >= INBOX_MERGE_ROWS && !this.mergeScheduled) {
       // Its own event-loop step: the batch's answers go out first.
       this.mergeScheduled = true;
