@@ -108,6 +108,11 @@ export async function buildApp(opts: AppOptions): Promise<FastifyInstance> {
       components: { securitySchemes: { bearerAuth: { type: 'http', scheme: 'bearer', description: 'API key (tlm_…)' } } },
     },
     hideUntagged: true,
+    // Shared schemas appear under their own names (components/schemas/Device, …), which a
+    // client generated from the document takes for its types, not as def-0, def-1, ….
+    refResolver: {
+      buildLocalReference: (json, _baseUri, _fragment, i) => (typeof json.$id === 'string' ? json.$id : `def-${i}`),
+    },
   });
 
   await app.register(healthRoutes, { services, version: opts.version, storage: config.databaseUrl ? 'postgres' : 'sqlite' });

@@ -230,6 +230,22 @@ describe('Public API v1', () => {
       '/v1/devices/{id}/telemetry/aggregate',
       '/v1/devices/{id}/telemetry/latest',
     ]);
+    // Shared schemas by name, and every reference resolves to one of them.
+    const names = Object.keys(doc.components.schemas).sort();
+    expect(names).toEqual([
+      'AccountUsage',
+      'AggregateBucket',
+      'Alert',
+      'AlertTriggerEvent',
+      'ApiKey',
+      'Device',
+      'Error',
+      'TelemetryReading',
+    ]);
+    const refs = [...JSON.stringify(doc).matchAll(/"\$ref":"#\/components\/schemas\/([^"]+)"/g)].map((m) => m[1]);
+    expect(refs.length).toBeGreaterThan(10);
+    for (const name of refs) expect(names).toContain(name);
+    expect(JSON.stringify(doc.paths['/v1/devices'])).toContain('"$ref":"#/components/schemas/Device"');
   });
 
   it('unknown paths give 404 {error} after the key, plan and rate limit checks', async () => {
