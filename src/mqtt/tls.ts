@@ -1,7 +1,7 @@
 import { X509Certificate } from 'node:crypto';
 import { existsSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
-import { hostname } from 'node:os';
+import { hostname, networkInterfaces } from 'node:os';
 import path from 'node:path';
 import type { ServerConfig } from '../config.js';
 import { makeDirs } from '../fsDirs.js';
@@ -100,6 +100,10 @@ async function generateSelfSigned(config: ServerConfig): Promise<{ cert: string;
     if (isIP(candidate)) ips.add(candidate);
     else dnsNames.add(candidate);
   }
+  // Listening on every interface, devices on the LAN reach the machine by its addresses there
+  // (the ones the start log lists): without them in the certificate, a device given that
+  // address fails the TLS handshake. Link-local IPv6 needs a zone, which no name check takes.
+  if (listensEverywhere(config.host)) for (const ip of lanAddresses()) ips.add(ip);
   const notBeforeDate = new Date(Date.now() - 60_000);
   const notAfterDate = new Date(notBeforeDate);
   notAfterDate.setUTCFullYear(notAfterDate.getUTCFullYear() + SELF_SIGNED_YEARS);
@@ -123,6 +127,18 @@ async function generateSelfSigned(config: ServerConfig): Promise<{ cert: string;
     ],
   });
   return { cert: pems.cert, key: pems.private };
+}
+
+const listensEverywhere = (host: string) => !host || host === '0.0.0.0' || host === '::';
+
+/** This machine's addresses on its network interfaces, loopback and link-local left out. */
+function lanAddresses(): string[] {
+  const addresses: string[] = [];
+  for (const entries of Object.values(networkInterfaces())) {
+    for (const entry of entries ?? [])
+      if (!entry.internal && !entry.address.toLowerCase().startsWith('fe80:')) addresses.push(entry.address);
+  }
+  return addresses;
 }
 
 function safeHostname(url: string): string | null {

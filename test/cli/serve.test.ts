@@ -1,7 +1,8 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync, X509Certificate } from 'node:crypto';
 import { mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { type AddressInfo, createServer } from 'node:net';
+import { networkInterfaces } from 'node:os';
 import path from 'node:path';
 import { generate } from 'selfsigned';
 import { describe, expect, it } from 'vitest';
@@ -77,6 +78,36 @@ describe('telemetryd serve', () => {
     serve.child.kill('SIGINT');
     expect(await serve.exited).toBe(0);
     expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  // A device on the LAN is given the machine's address there; the certificate must name it.
+  const lanAddress = Object.values(networkInterfaces())
+    .flat()
+    .find((a) => a && !a.internal && a.family === 'IPv4')?.address;
+  it.skipIf(lanAddress === undefined)('listening on every interface, the generated certificate names the LAN addresses', async () => {
+    const dir = tempDir();
+    const serve = await spawnServe(['--data-dir', dir, '--http-port', '0', '--mqtt-port', '0', '--log-level', 'error'], {
+      ready: /MQTT over TLS listening on [^\s]*:\d+/,
+    });
+    try {
+      const port = Number(/MQTT over TLS listening on [^\s]*:(\d+)/.exec(serve.output())![1]);
+      const certFile = path.join(dir, 'tls', 'cert.pem');
+      const names = new X509Certificate(readFileSync(certFile)).subjectAltName ?? '';
+      expect(names).toContain(`IP Address:${lanAddress}`);
+      expect(names).toContain('DNS:localhost');
+      // A client that checks the name connects by that address: the CONNECT is answered
+      // (CONNACK 4, unknown device), not refused at the handshake.
+      const pub = spawnSync(
+        'mosquitto_pub',
+        ['--cafile', certFile, '-h', lanAddress!, '-p', String(port), '-u', 'dev_x', '-P', 'x', '-t', 'd/dev_x/t', '-m', '{}'],
+        { encoding: 'utf8', timeout: 10_000 },
+      );
+      expect(pub.stderr).toMatch(/not authori[sz]ed|bad user name or password/i);
+      expect(pub.stderr).not.toMatch(/certificate|handshake|host name/i);
+    } finally {
+      serve.child.kill('SIGTERM');
+      await serve.exited;
+    }
   });
 
   it('warns when the certificate generated on an earlier start does not name the host of --public-url', async () => {
