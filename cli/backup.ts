@@ -2,7 +2,7 @@ import path from 'node:path';
 import { Command } from 'commander';
 import type { BackupProgress, PostgresBackupProgress } from '../src/composition.js';
 import { backupPostgres, hasDatabase, openDataDir, restoreDataDir, restorePostgres } from '../src/composition.js';
-import { DB_FILE } from '../src/storage/db.js';
+import { DB_FILE, refuseFileAsDataDir } from '../src/storage/db.js';
 import { describeDatabase, redactDatabaseUrl } from '../src/storage/postgres/connect.js';
 import { fail, storageOf, withCommonOptions, withSourceOf } from './context.js';
 
@@ -43,6 +43,7 @@ export function backupCommands(): Command[] {
         if (progress) process.stderr.write('\n');
       } else {
         // Never create an empty database just to back it up.
+        refuseFileAsDataDir(dataDir);
         if (!hasDatabase(dataDir)) throw new Error(`no database in ${dataDir}`);
         const composition = openDataDir(dataDir, { snapshotsDir });
         try {

@@ -14,7 +14,7 @@ import {
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { makeDirs } from '../fsDirs.js';
-import { DB_FILE, type Db } from './db.js';
+import { DB_FILE, type Db, refuseFileAsDataDir } from './db.js';
 import { loadNativeBinding } from './native.js';
 import { giveToOwnerOf } from './ownership.js';
 import { snapshotFiles } from './snapshotFiles.js';
@@ -278,6 +278,11 @@ export async function unpackArchive(source: string, staging: string, nativeDir: 
     const result = check.pragma('integrity_check', { simple: true });
     if (result !== 'ok') throw new RestoreError(`the database in ${source} is damaged: ${String(result)}`);
     readings = (check.prepare('SELECT count(*) AS n FROM readings').get() as { n: number }).n;
+  } catch (err) {
+    // A file damaged badly enough makes the check itself fail ("database disk image is
+    // malformed"): said of the archive, not as if the data dir's database were damaged.
+    if (err instanceof RestoreError) throw err;
+    throw new RestoreError(`the database in ${source} is damaged: ${(err as Error).message}`);
   } finally {
     check.close();
   }
@@ -314,6 +319,7 @@ export async function restoreBackup(
   const source = path.resolve(file);
   if (!existsSync(source)) throw new RestoreError(`no backup file ${source}`);
   const dir = path.resolve(dataDir);
+  refuseFileAsDataDir(dir);
   const dbPath = path.join(dir, DB_FILE);
   if (existsSync(dbPath)) {
     if (!opts.force) throw new RestoreError(`${dir} already holds a database; pass --force to replace it`);

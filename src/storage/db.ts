@@ -23,7 +23,12 @@ export function ensureDataDir(dataDir: string): void {
     } catch (err) {
       throw new Error(`cannot create the data dir ${dataDir}: ${(err as Error).message}`, { cause: err });
     }
-  } else if (!statSync(dataDir).isDirectory()) throw new Error(`the data dir ${dataDir} is a file, not a folder`);
+  } else refuseFileAsDataDir(dataDir);
+}
+
+/** Throws when `dataDir` exists and is not a folder: every command says so in the same words. */
+export function refuseFileAsDataDir(dataDir: string): void {
+  if (existsSync(dataDir) && !statSync(dataDir).isDirectory()) throw new Error(`the data dir ${dataDir} is a file, not a folder`);
 }
 
 /** SQLite errors that are about the file itself: they get its path, which SQLite's messages lack. */

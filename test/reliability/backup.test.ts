@@ -161,6 +161,33 @@ describe('backup and restore', () => {
     // A data dir that is a file is named as such.
     const notFolder = await runCliAsync(['accounts', 'list'], { dataDir: archive });
     expect(notFolder.stderr).toBe(`telemetryd: the data dir ${archive} is a file, not a folder\n`);
+    // restore and backup say it in the same words, not with a staging folder's errno or "no database".
+    for (const args of [
+      ['restore', archive],
+      ['backup', path.join(root, 'from-a-file.tar.gz')],
+    ]) {
+      const r = await runCliAsync(args, { dataDir: archive });
+      expect(r.status).toBe(1);
+      expect(r.stderr).toBe(`telemetryd: the data dir ${archive} is a file, not a folder\n`);
+    }
+
+    // An archive whose database was cut short: refused, naming the archive, and nothing made.
+    const unpacked = path.join(root, 'cut-open');
+    mkdirSync(unpacked);
+    expect(spawnSync('tar', ['-xzf', archive, '-C', unpacked]).status).toBe(0);
+    const dbFile = path.join(unpacked, 'telemetryd.db');
+    const bytes = readFileSync(dbFile);
+    expect(bytes.length).toBeGreaterThan(16_384);
+    writeFileSync(dbFile, bytes.subarray(0, Math.floor(bytes.length / 2)));
+    const cut = path.join(root, 'cut.tar.gz');
+    expect(spawnSync('tar', ['-czf', cut, '-C', unpacked, ...readdirSync(unpacked)]).status).toBe(0);
+    const target = path.join(root, 'from-cut');
+    const refusedCut = await runCliAsync(['restore', cut], { dataDir: target });
+    expect(refusedCut.status).toBe(1);
+    expect(refusedCut.stderr).toMatch(
+      new RegExp(`^telemetryd: the database in ${cut.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} is damaged: .+\n$`),
+    );
+    expect(existsSync(target)).toBe(false);
   });
 
   // sudo telemetryd restore … --data-dir /var/lib/telemetryd: the service user must be able to open what it restored.
