@@ -262,9 +262,19 @@ describe('Public API v1', () => {
   it('ignores limit and offset on endpoints that take neither, and names the bound where they are taken', async () => {
     const usage = await server.request('/v1/account/usage?limit=abc&offset=x', { key: a.key });
     expect(usage.status).toBe(200);
-    const limit = await server.request('/v1/devices?limit=1e309', { key: a.key });
-    expect(await limit.json()).toEqual({ error: 'limit must be a positive integer' });
-    const offset = await server.request('/v1/devices?offset=1e309', { key: a.key });
-    expect(await offset.json()).toEqual({ error: 'offset must be a non-negative integer' });
+    // Anything but a whole decimal number in range gets the same answer, whatever Number() makes of it.
+    for (const bad of ['1e309', '0', '-1', '1.5', 'abc', '0x10', '%2010', '1e2', '', '9007199254740992', 'limit']) {
+      const limit = await server.request(`/v1/devices?limit=${bad}`, { key: a.key });
+      expect(limit.status, bad).toBe(400);
+      expect(await limit.json(), bad).toEqual({ error: 'limit must be a positive integer of at most 2^53 - 1' });
+    }
+    for (const bad of ['1e309', '-1', '0x10', 'x']) {
+      const offset = await server.request(`/v1/devices?offset=${bad}`, { key: a.key });
+      expect(await offset.json(), bad).toEqual({ error: 'offset must be a non-negative integer of at most 2^53 - 1' });
+    }
+    // Repeated: the query parser gives an array.
+    expect((await server.request('/v1/devices?limit=1&limit=2', { key: a.key })).status).toBe(400);
+    const fine = await (await server.request('/v1/devices?limit=1&offset=0', { key: a.key })).json();
+    expect(fine.pagination).toMatchObject({ limit: 1, offset: 0 });
   });
 });

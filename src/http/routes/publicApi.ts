@@ -84,18 +84,20 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
     request.account = account;
   });
 
-  // ajv coerces "1e309" to Infinity and then skips minimum/maximum for non-finite numbers,
-  // so a non-finite limit or offset would pass as an integer: refuse it before validation.
-  // Only where the route takes them: elsewhere unknown parameters are ignored.
+  // limit and offset are whole decimal numbers, checked here with one wording before ajv's
+  // coercion, which takes whatever Number() takes ("0x10", " 10", "1e2") and turns "1e309"
+  // into an Infinity that passes minimum and maximum. Only where the route takes them:
+  // elsewhere unknown parameters are ignored.
   app.addHook('preValidation', async (request) => {
     const declared = (request.routeOptions.schema?.querystring as { properties?: Record<string, unknown> } | undefined)?.properties;
     if (!declared) return;
     const query = request.query as Record<string, unknown>;
     for (const name of ['limit', 'offset'] as const) {
       const value = query[name];
-      if (name in declared && typeof value === 'string' && !Number.isFinite(Number(value))) {
-        throw badRequest(`${name} must be ${name === 'limit' ? 'a positive' : 'a non-negative'} integer`);
-      }
+      if (!(name in declared) || value === undefined) continue;
+      const smallest = name === 'limit' ? 1 : 0;
+      if (typeof value !== 'string' || !/^[0-9]{1,16}$/.test(value) || Number(value) < smallest || Number(value) > Number.MAX_SAFE_INTEGER)
+        throw badRequest(`${name} must be ${name === 'limit' ? 'a positive' : 'a non-negative'} integer of at most 2^53 - 1`);
     }
   });
 
