@@ -21,7 +21,7 @@ import { recordForwardedAddress } from './clientAddress.js';
 import { brokerHooks, isTelemetryTopic, PublishesInFlight } from './hooks.js';
 import { readProxyHeader } from './proxyProtocol.js';
 import { SessionRegistry } from './sessions.js';
-import { loadTlsMaterial, namesNotCovered, type TlsMaterial } from './tls.js';
+import { lanAddressesNotCovered, loadTlsMaterial, namesNotCovered, type TlsMaterial } from './tls.js';
 
 /**
  * Largest MQTT packet accepted (remaining length). Above the 65,536-byte payload limit by
@@ -231,16 +231,25 @@ export async function startMqtt(
         `MQTT over TLS listening on ${config.host}:${tlsPort} (${origin} certificate ${material.certPath}, SHA-256 fingerprint ${material.fingerprint})`,
       );
       const uncovered = material.source === 'reused' ? namesNotCovered(material.cert, config) : [];
+      // On PostgreSQL the pair is the cluster's, made by one node with its own addresses, so the
+      // other nodes' LAN addresses are never in it: only names given to every node are checked.
+      const newAddresses = material.source === 'reused' && config.databaseUrl === null ? lanAddressesNotCovered(material.cert, config) : [];
+      // On PostgreSQL the pair is kept in the database: a new tls/ folder would get it back.
+      const renew =
+        config.databaseUrl === null
+          ? `stop the server, delete ${path.dirname(material.certPath)} and start again to generate one that does (devices pinning the old fingerprint then need the new one), or give --tls-cert/--tls-key`
+          : 'give --tls-cert/--tls-key a certificate that does';
       if (uncovered.length > 0) {
-        // On PostgreSQL the pair is the cluster's, kept in the database: a new tls/ folder would get it back.
-        const renew =
-          config.databaseUrl === null
-            ? `stop the server, delete ${path.dirname(material.certPath)} and start again to generate one that does (devices pinning the old fingerprint then need the new one), or give --tls-cert/--tls-key`
-            : 'give --tls-cert/--tls-key a certificate that does';
         print(
           `warning: the self-signed MQTT certificate was generated for other names and does not name ${uncovered.join(', ')} (--public-url/--host): devices that check it by that name fail the TLS handshake; ${renew}`,
         );
         log.warn({ names: uncovered }, 'the MQTT certificate does not name the --public-url/--host host');
+      }
+      if (newAddresses.length > 0) {
+        print(
+          `warning: the self-signed MQTT certificate was generated before this machine had the address ${newAddresses.join(', ')}: devices given it that check the certificate fail the TLS handshake; ${renew}`,
+        );
+        log.warn({ addresses: newAddresses }, 'the MQTT certificate does not name an address of this machine');
       }
     }
     if (config.mqttProxyProtocol) print('MQTT listeners expect a PROXY protocol header on every connection (--mqtt-proxy-protocol)');

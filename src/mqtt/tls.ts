@@ -65,6 +65,17 @@ export async function loadTlsMaterial(config: ServerConfig, shared: SharedTls = 
 }
 
 /**
+ * This machine's LAN addresses (lanAddresses) that a self-signed certificate generated on an
+ * earlier start does not carry, while the server listens on every interface: the machine got
+ * an address since (a new DHCP lease), and a device given it fails the name check.
+ */
+export function lanAddressesNotCovered(certPem: string, config: Pick<ServerConfig, 'host'>): string[] {
+  if (!listensEverywhere(config.host)) return [];
+  const cert = new X509Certificate(certPem);
+  return lanAddresses().filter((ip) => cert.checkIP(ip) === undefined);
+}
+
+/**
  * The names of `--host` and `--public-url` that a self-signed certificate generated on an
  * earlier start does not carry (it was made for the names of that start): a device that
  * checks the certificate by such a name fails its TLS handshake.

@@ -104,10 +104,34 @@ describe('telemetryd serve', () => {
       );
       expect(pub.stderr).toMatch(/not authori[sz]ed|bad user name or password/i);
       expect(pub.stderr).not.toMatch(/certificate|handshake|host name/i);
+      expect(serve.output()).not.toContain('warning');
     } finally {
       serve.child.kill('SIGTERM');
       await serve.exited;
     }
+  });
+
+  it.skipIf(lanAddress === undefined || onPostgres)('warns when the machine has a LAN address its certificate does not name', async () => {
+    const dir = tempDir();
+    const start = async (host: string[]) => {
+      const serve = await spawnServe(['--data-dir', dir, ...host, '--http-port', '0', '--mqtt-port', '0', '--log-level', 'error'], {
+        ready: /MQTT over TLS listening on [^\s]*:\d+/,
+      });
+      serve.child.kill('SIGTERM');
+      expect(await serve.exited).toBe(0);
+      return serve.output();
+    };
+    // Made while listening on loopback only: the LAN address is not in it, as after a new lease.
+    expect(await start(['--host', '127.0.0.1'])).not.toContain('warning');
+    const warned = await start([]);
+    const line = warned.split('\n').find((l) => l.startsWith('warning: the self-signed MQTT certificate was generated before'));
+    expect(line, warned).toBeDefined();
+    // "… had the address A, B: devices given it …": the machine's LAN address is among them.
+    expect(line!.split(': devices')[0]!.split(/,? /)).toContain(lanAddress);
+    // Generated again, it names the address and the warning is gone.
+    rmSync(path.join(dir, 'tls'), { recursive: true });
+    await start([]);
+    expect(await start([])).not.toContain('warning');
   });
 
   it('warns when the certificate generated on an earlier start does not name the host of --public-url', async () => {
