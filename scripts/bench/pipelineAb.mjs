@@ -14,40 +14,22 @@
 // Prints the median CPU µs per reading of each side and the median of the paired
 // differences. Rounds alternate so that a host slowing down or speeding up moves both sides;
 // on a noisy host the paired difference is what to read, not a throughput ratio.
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
+import { baseWorktree, benchDeviceSet, flag, option, ROOT } from './abTrees.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const argv = process.argv.slice(2);
-const option = (name, fallback) => {
-  const i = argv.indexOf(name);
-  return i >= 0 ? argv[i + 1] : fallback;
-};
 const base = option('--base', 'HEAD');
 const rounds = Number(option('--rounds', '16'));
 const inflight = Number(option('--inflight', '13'));
-const http = argv.includes('--http');
-const mqtt = argv.includes('--mqtt');
+const http = flag('--http');
+const mqtt = flag('--mqtt');
 const deviceCount = Number(option('--devices', '0'));
 
-const benchCache = path.join(ROOT, '.cache', 'bench');
-const devicesDir = existsSync(benchCache) ? readdirSync(benchCache).find((d) => d.startsWith('db-0-')) : undefined;
-if (!devicesDir) {
-  console.error('no bench device set in .cache/bench: run `npm run bench -- --quick --only=http` once first');
-  process.exit(2);
-}
-
-const commit = execFileSync('git', ['rev-parse', '--short', base], { cwd: ROOT, encoding: 'utf8' }).trim();
-const abDir = path.join(ROOT, '.cache', 'ab');
-const baseTree = path.join(abDir, commit);
-mkdirSync(abDir, { recursive: true });
-if (!existsSync(baseTree)) {
-  execFileSync('git', ['worktree', 'add', '--detach', baseTree, commit], { cwd: ROOT, stdio: 'ignore' });
-  symlinkSync(path.join(ROOT, 'node_modules'), path.join(baseTree, 'node_modules'));
-}
+const deviceSet = benchDeviceSet();
+const { commit, tree: baseTree } = baseWorktree(base);
+const abDir = path.dirname(baseTree);
 
 const entry = path.join(abDir, 'pipelineAb.entry.ts');
 writeFileSync(
@@ -60,7 +42,7 @@ import * as serverA from ${JSON.stringify(path.join(baseTree, 'src', 'server.ts'
 import * as configB from ${JSON.stringify(path.join(ROOT, 'src', 'config.ts'))};
 import * as serverB from ${JSON.stringify(path.join(ROOT, 'src', 'server.ts'))};
 
-const SRC = ${JSON.stringify(path.join(benchCache, devicesDir))};
+const SRC = ${JSON.stringify(deviceSet)};
 const dirs: string[] = [];
 async function start(config: typeof configB, server: typeof serverB) {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'telemetryd-ab-'));

@@ -16,41 +16,22 @@
 // Prints, per side, the median of the rounds' throughput and server CPU µs per reading, and the
 // medians of the paired differences (B − A). Run it on a quiet machine only.
 import { execFileSync, spawn } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { baseWorktree, benchDeviceSet, flag, option, ROOT } from './abTrees.mjs';
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
-const argv = process.argv.slice(2);
-const option = (name, fallback) => {
-  const i = argv.indexOf(name);
-  return i >= 0 ? argv[i + 1] : fallback;
-};
 const base = option('--base', 'HEAD');
 const rounds = Number(option('--rounds', '8'));
 const seconds = Number(option('--seconds', '4'));
-const mqtt = argv.includes('--mqtt');
+const mqtt = flag('--mqtt');
 const rate = Number(option('--rate', '0'));
 const connections = Number(option('--connections', '50'));
-const executable = argv.includes('--executable');
+const executable = flag('--executable');
 
-const benchCache = path.join(ROOT, '.cache', 'bench');
-const devicesDir = existsSync(benchCache) ? readdirSync(benchCache).find((d) => d.startsWith('db-0-')) : undefined;
-if (!devicesDir) {
-  console.error('no bench device set in .cache/bench: run `npm run bench -- --quick --only=http` once first');
-  process.exit(2);
-}
-const dataset = path.join(benchCache, devicesDir);
+const dataset = benchDeviceSet();
 const devices = JSON.parse(readFileSync(path.join(dataset, 'bench.json'), 'utf8')).devices;
-
-const commit = execFileSync('git', ['rev-parse', '--short', base], { cwd: ROOT, encoding: 'utf8' }).trim();
-const baseTree = path.join(ROOT, '.cache', 'ab', commit);
-mkdirSync(path.dirname(baseTree), { recursive: true });
-if (!existsSync(baseTree)) {
-  execFileSync('git', ['worktree', 'add', '--detach', baseTree, commit], { cwd: ROOT, stdio: 'ignore' });
-  symlinkSync(path.join(ROOT, 'node_modules'), path.join(baseTree, 'node_modules'));
-}
+const { commit, tree: baseTree } = baseWorktree(base);
 // The base tree shares this one's cache (the pinned Node and the addon built for it).
 if (executable && !existsSync(path.join(baseTree, '.cache'))) symlinkSync(path.join(ROOT, '.cache'), path.join(baseTree, '.cache'));
 for (const tree of [baseTree, ROOT]) {
