@@ -4,7 +4,7 @@
 // of the bench's device set, loaded in turn (ABBA) by the same load generators as `npm run
 // bench`. For changes whose effect depends on how requests arrive (batching, timers), which
 // the in-process pipelineAb.mjs cannot show.
-// Usage: node scripts/bench/serverAb.mjs [--base REV] [--rounds N] [--seconds S] [--mqtt]
+// Usage: node scripts/bench/serverAb.mjs [--base REV] [--rounds N] [--seconds S] [--mqtt] [--connections N] [--rate R] [--executable]
 //   --base REV    the revision to compare with (default HEAD: the uncommitted change alone)
 //   --rounds N    measured rounds per side (default 8)
 //   --seconds S   length of each round, after a 1-second warm-up (default 4)
