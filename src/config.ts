@@ -187,6 +187,18 @@ export function loadConfigFile(file: string): Record<string, unknown> {
     const near = closestName(key, names);
     throw new ConfigError(`config file ${file}: unknown option "${key}"${near ? ` (did you mean "${near}"?)` : ''}`);
   }
+  // A value takes the command line's forms: text, a number or true/false. `null` (a template
+  // or jq's output for a missing value) is refused like an empty value, never read as "unset",
+  // which would turn `mqtt-port` off or put `data-dir` in the working directory; a list or an
+  // object would be read as its text.
+  for (const [key, value] of Object.entries(parsed)) {
+    if (value === null) throw new ConfigError(`config file ${file}: "${key}" is null; leave it out for the default`);
+    if (typeof value === 'object') {
+      throw new ConfigError(
+        `config file ${file}: "${key}" must be a string, a number or true/false, not ${Array.isArray(value) ? 'a list' : 'an object'}`,
+      );
+    }
+  }
   return parsed as Record<string, unknown>;
 }
 

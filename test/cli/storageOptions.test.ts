@@ -51,6 +51,9 @@ describe('--database-url for serve and the admin commands', () => {
     const emptyPort = file('empty-port.json', { 'mqtt-port': '' });
     const typo = file('typo.json', { 'http-prot': 0 });
     const badPort = file('bad-port.json', { 'mqtt-port': 'x' });
+    const nullPort = file('null-port.json', { 'mqtt-port': null });
+    const nullDir = file('null-dir.json', { 'data-dir': null });
+    const listPort = file('list-port.json', { 'http-port': [8080] });
     const serve = ['serve', '--http-port', '0', '--host', '127.0.0.1'];
     const cases: [string[], Record<string, string>, string][] = [
       [['accounts', 'list', '--database-url', ''], {}, '--database-url is empty'],
@@ -58,6 +61,11 @@ describe('--database-url for serve and the admin commands', () => {
       [[...serve, '--mqtt-port', ' '], {}, '--mqtt-port is empty'],
       [serve, { TELEMETRYD_MQTT_PORT: '' }, 'TELEMETRYD_MQTT_PORT is set but empty; unset it for the default'],
       [[...serve, '--config', emptyPort], {}, `config file ${emptyPort}: "mqtt-port" is empty; leave it out for the default`],
+      // null (what a template or jq writes for a missing value) would turn MQTT off, or open a
+      // database in the working directory.
+      [[...serve, '--config', nullPort], {}, `config file ${nullPort}: "mqtt-port" is null; leave it out for the default`],
+      [['accounts', 'list', '--config', nullDir], {}, `config file ${nullDir}: "data-dir" is null; leave it out for the default`],
+      [[...serve, '--config', listPort], {}, `config file ${listPort}: "http-port" must be a string, a number or true/false, not a list`],
       // A key that is no option is a typo, which would leave its option at the default.
       [[...serve, '--config', typo], {}, `config file ${typo}: unknown option "http-prot" (did you mean "http-port"?)`],
       [
