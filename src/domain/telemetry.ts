@@ -23,9 +23,11 @@ export const rangeMs = (range: RangeName): number => RANGES.find(([name]) => nam
 export function capRangeToRetention(requested: RangeName, retentionDays: number): RangeName {
   const retentionMs = retentionDays * DAY_MS;
   if (rangeMs(requested) <= retentionMs) return requested;
-  let best: RangeName = '1h';
+  let best: RangeName | null = null;
   for (const [name, ms] of RANGES) if (ms <= retentionMs) best = name;
-  return best;
+  // Under an hour of retention no range fits: the answer says what was asked, and holds
+  // nothing, since nothing is kept.
+  return best ?? requested;
 }
 
 export function telemetryService(repos: Repositories, clock: Clock) {

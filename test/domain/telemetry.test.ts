@@ -15,7 +15,9 @@ describe('capRangeToRetention (docs/api.md, Telemetry ranges and retention)', ()
     expect(capRangeToRetention('7d', 3)).toBe('24h');
     expect(capRangeToRetention('30d', 7)).toBe('7d');
     expect(capRangeToRetention('30d', 29)).toBe('7d');
-    expect(capRangeToRetention('24h', 0)).toBe('1h');
+    // Under an hour of retention nothing fits: the range stays as asked (and holds nothing).
+    expect(capRangeToRetention('24h', 0)).toBe('24h');
+    expect(capRangeToRetention('1h', 0)).toBe('1h');
   });
   it('knows the five documented ranges', () => {
     expect(RANGE_NAMES).toEqual(['1h', '6h', '24h', '7d', '30d']);

@@ -220,6 +220,11 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
       expect(Date.parse(body.data[0]!.time)).toBeGreaterThanOrEqual(Math.floor((NOW - DAY) / (5 * MIN)) * 5 * MIN);
       // An interval is judged over the effective range: 1m over a capped 7d (24h) is allowed.
       expect((await get(`/v1/devices/${a.device.id}/telemetry/aggregate?range=7d&interval=1m`)).status).toBe(200);
+      // Under an hour of retention no range fits: the range stays as asked, and nothing is kept.
+      await server.services.accounts.setPlan(a.account.id, 'enterprise', { retentionDays: 0 });
+      const none = (await (await get(`/v1/devices/${a.device.id}/telemetry/aggregate?range=7d`)).json()) as typeof body;
+      expect(none.query).toMatchObject({ requested_range: '7d', range: '7d', interval: '1h', data_retention_days: 0 });
+      expect(none.data.every((b) => Object.keys(b).length === 1)).toBe(true);
     } finally {
       await server.services.accounts.setPlan(a.account.id, 'enterprise');
     }

@@ -111,6 +111,11 @@ describe('Public API v1', () => {
     expect(q).toMatchObject({ requested_range: '7d', range: '7d' });
     q = (await (await server.request(`/v1/devices/${a.device.id}/telemetry?range=30d`, { key: a.key })).json()).query;
     expect(q).toMatchObject({ requested_range: '30d', range: '7d' });
+    // Under an hour of retention no range fits: the range stays as asked, and nothing is kept.
+    await server.services.accounts.setPlan(a.account.id, 'starter', { retentionDays: 0 });
+    const none = await (await server.request(`/v1/devices/${a.device.id}/telemetry?range=24h`, { key: a.key })).json();
+    expect(none.query).toMatchObject({ requested_range: '24h', range: '24h', data_retention_days: 0 });
+    expect(none.data).toEqual([]);
     await server.services.accounts.setPlan(a.account.id, 'starter');
   });
 
