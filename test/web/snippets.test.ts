@@ -28,4 +28,18 @@ describe('snippets', () => {
     expect(shown.map((s) => s.id)).toEqual(['mosquitto', 'esp32', 'python', 'curl']);
     expect(shown[1]!.title).toBe('ESP32 / Arduino (MQTT)');
   });
+
+  it('send a dotted field as the nested value the server reads, and leave out a name that runs into another field', () => {
+    const fields = [{ name: 'temp' }, { name: 'env.humidity' }, { name: 'env.pressure' }, { name: 'temp.x' }];
+    const shown = snippets({ ...input, fields, protocol: 'http', mqttEnabled: true });
+    const curl = shown.find((s) => s.id === 'curl')!.code;
+    const body = JSON.parse(curl.slice(curl.indexOf("-d '") + 4, curl.lastIndexOf("'")));
+    expect(body.data).toEqual({ temp: 21.5, env: { humidity: 31.5, pressure: 41.5 } });
+    const esp32 = shown.find((s) => s.id === 'esp32')!.code;
+    expect(esp32).toContain('data["env"]["humidity"] = read_env_humidity();');
+    expect(esp32).toContain('float read_env_humidity() { return 31.5; }');
+    expect(esp32).not.toContain('temp_x');
+    const python = shown.find((s) => s.id === 'python')!.code;
+    expect(python).toContain(`data = ${JSON.stringify(body.data)}`);
+  });
 });

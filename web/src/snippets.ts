@@ -17,19 +17,43 @@ export interface SnippetInput {
   selfSigned: boolean | null;
 }
 
-function sample(fields: { name: string }[]): Record<string, number> {
-  const out: Record<string, number> = {};
+interface SampleValue {
+  /** The field's name split at its dots: a dotted name (`env.humidity`) is a nested value. */
+  path: string[];
+  value: number;
+}
+
+/**
+ * An example value for each declared field, placed where the server reads it: a dotted name
+ * as nesting (`{"env":{"humidity":…}}`), which is what alerts and a strict device's schema
+ * check read. A name whose path runs into an earlier field's value is left out.
+ */
+function sample(fields: { name: string }[]): { data: Record<string, unknown>; values: SampleValue[] } {
+  const data: Record<string, unknown> = {};
+  const values: SampleValue[] = [];
   // *_url fields carry snapshot URLs from an upload, not sensor values: left out of the example.
   const numeric = fields.filter((f) => !f.name.endsWith('_url'));
   const list = numeric.length ? numeric : [{ name: 'temperature' }];
   list.forEach((f, i) => {
-    out[f.name] = Math.round((21.5 + i * 10) * 10) / 10;
+    const path = f.name.split('.');
+    let node = data;
+    for (const segment of path.slice(0, -1)) {
+      if (!Object.hasOwn(node, segment)) node[segment] = {};
+      const next = node[segment];
+      if (typeof next !== 'object' || next === null) return;
+      node = next as Record<string, unknown>;
+    }
+    const leaf = path.at(-1)!;
+    if (Object.hasOwn(node, leaf)) return;
+    const value = Math.round((21.5 + i * 10) * 10) / 10;
+    node[leaf] = value;
+    values.push({ path, value });
   });
-  return out;
+  return { data, values };
 }
 
 export function snippets(s: SnippetInput): { id: string; title: string; code: string }[] {
-  const data = sample(s.fields);
+  const { data, values } = sample(s.fields);
   const json = JSON.stringify(data);
   const ingestUrl = `${s.publicUrl}/api/devices/ingest`;
   const topic = `d/${s.deviceId}/t`;
@@ -52,12 +76,10 @@ mosquitto_pub -h ${s.mqttHost} -p ${s.mqttPort} --cafile ca.pem \\
   -i ${s.deviceId} -u ${s.deviceId} -P '${s.token}' \\
   -t ${topic} -q 1 -m '${json}'`;
 
-  const cArgs = Object.keys(data)
-    .map((k) => `  doc["${k}"] = read_${k.replace(/[^A-Za-z0-9_]/g, '_')}();`)
-    .join('\n');
-  const readFns = Object.keys(data)
-    .map((k) => `float read_${k.replace(/[^A-Za-z0-9_]/g, '_')}() { return ${data[k]}; }  // replace with your sensor`)
-    .join('\n');
+  const readFn = (v: SampleValue) => `read_${v.path.join('_').replace(/[^A-Za-z0-9_]/g, '_')}`;
+  // ArduinoJson creates the nested objects of doc["env"]["humidity"] on assignment.
+  const cArgs = values.map((v) => `  doc${v.path.map((p) => `["${p}"]`).join('')} = ${readFn(v)}();`).join('\n');
+  const readFns = values.map((v) => `float ${readFn(v)}() { return ${v.value}; }  // replace with your sensor`).join('\n');
   const netInclude =
     s.network === '4g'
       ? '// 4G: use TinyGSM (TinyGsmClient / SSLClient) in place of WiFiClientSecure.\n'
