@@ -173,6 +173,37 @@ describe('HTTP ingest', () => {
     expect(after.lastRejectionReason).toContain('pressure');
   });
 
+  it('strict schema: a dotted declared field is taken nested (what alerts read) or as its literal key; other nested keys are named', async () => {
+    const free = await seedAccount(server, {
+      email: 'strict-dotted@example.com',
+      plan: 'free',
+      device: { name: 'strict dotted', fields: [{ name: 'temp' }, { name: 'env.humidity' }, { name: 'a.b.c' }, { name: 'raw' }] },
+    });
+    const send = (data: Record<string, unknown>) => ingest(server, { device_id: free.device.id, access_token: free.token, data });
+    for (const data of [
+      { temp: 1, env: { humidity: 40 } },
+      { 'env.humidity': 41 },
+      { a: { b: { c: 2 } }, raw: { anything: { below: 1 } } },
+      { a: { 'b.c': 3 } },
+      { env: {} },
+    ]) {
+      const r = await send(data);
+      expect(r.status, JSON.stringify(data)).toBe(200);
+    }
+    const refusals: [Record<string, unknown>, string][] = [
+      [{ env: { humidity: 40, pressure: 1000 } }, 'env.pressure'],
+      [{ env: 40 }, 'env'],
+      [{ env: [40] }, 'env'],
+      [{ a: { b: { c: 1, d: 2 }, e: 3 } }, 'a.b.d, a.e'],
+      [{ envx: { humidity: 1 }, temp: { x: 1 } }, 'envx'],
+    ];
+    for (const [data, named] of refusals) {
+      const r = await send(data);
+      expect(r.status, JSON.stringify(data)).toBe(400);
+      expect(r.body.error, JSON.stringify(data)).toBe(`unknown fields for strict schema: ${named}`);
+    }
+  });
+
   it('flexible schema: at most the plan field limit of top-level keys', async () => {
     await server.services.accounts.setPlan(s.account.id, 'starter', { fieldLimit: 3 });
     expect(

@@ -137,11 +137,48 @@ function requireObject(data: unknown): Record<string, unknown> {
  * Strict mode: every top-level key must be a declared field. Flexible mode: at most the
  * plan's field limit of top-level keys (docs/api.md, "Schema modes").
  */
+interface StrictSchema {
+  declared: ReadonlySet<string>;
+  /** The leading parts of the dotted names (`env` of `env.humidity`): objects to look into. */
+  parents: ReadonlySet<string>;
+}
+
+const strictSchemas = new WeakMap<readonly { name: string }[], StrictSchema>();
+
+/** A device's declared names as the strict check reads them, made once per fields list. */
+function strictSchemaOf(fields: readonly { name: string }[]): StrictSchema {
+  let schema = strictSchemas.get(fields);
+  if (schema === undefined) {
+    const parents = new Set<string>();
+    for (const { name } of fields) for (let i = name.indexOf('.'); i > 0; i = name.indexOf('.', i + 1)) parents.add(name.slice(0, i));
+    schema = { declared: new Set(fields.map((f) => f.name)), parents };
+    strictSchemas.set(fields, schema);
+  }
+  return schema;
+}
+
+/**
+ * The paths of `data` a strict device did not declare. A key passes when it is a declared
+ * name (whatever it holds), or when it holds an object and leads a declared dotted name:
+ * `{"env": {"humidity": 40}}` for a declared `env.humidity`, whose other keys are checked the
+ * same way. A literal `"env.humidity"` key is a declared name too.
+ */
+function undeclaredPaths(data: Record<string, unknown>, schema: StrictSchema, prefix = '', out: string[] = []): string[] {
+  for (const key of Object.keys(data)) {
+    const path = prefix + key;
+    if (schema.declared.has(path)) continue;
+    const value = data[key];
+    if (schema.parents.has(path) && value !== null && typeof value === 'object' && !Array.isArray(value)) {
+      undeclaredPaths(value as Record<string, unknown>, schema, `${path}.`, out);
+    } else out.push(path);
+  }
+  return out;
+}
+
 function checkSchema(device: Device, account: Account, data: Record<string, unknown>): void {
   const keys = Object.keys(data);
   if (device.schemaMode === 'strict') {
-    const declared = new Set(device.fields.map((f) => f.name));
-    const unknown = keys.filter((k) => !declared.has(k));
+    const unknown = undeclaredPaths(data, strictSchemaOf(device.fields));
     if (unknown.length > 0) throw badRequest(`unknown fields for strict schema: ${unknown.join(', ')}`);
   } else if (keys.length > account.limits.fieldLimit) {
     throw badRequest(`reading has ${keys.length} fields; the plan allows ${account.limits.fieldLimit}`);
