@@ -9,6 +9,22 @@ describe('alert rules (pure)', () => {
     expect(numericValueAt(data, fieldPath('env.temp'))).toBe(-3);
     expect(numericValueAt(data, fieldPath('env.deep.x'))).toBe(0);
     expect(numericValueAt(data, fieldPath('list.0'))).toBe(7);
+    // A key holding dots is read as the path it spells, as charts and aggregates read it; the
+    // nested spelling first.
+    expect(numericValueAt(data, fieldPath('a.b'))).toBe(5);
+    const spelled = {
+      env: { 'deep.x': 4, deep: { y: 1 } },
+      'env.deep': { z: 6 },
+      'p.q': { r: 'x' },
+      p: { 'q.r': 8 },
+      s: { t: 1 },
+      's.t': 2,
+    };
+    expect(numericValueAt(spelled, fieldPath('env.deep.x'))).toBe(4);
+    expect(numericValueAt(spelled, fieldPath('env.deep.y'))).toBe(1);
+    expect(numericValueAt(spelled, fieldPath('env.deep.z'))).toBe(6);
+    expect(numericValueAt(spelled, fieldPath('p.q.r'))).toBe(8);
+    expect(numericValueAt(spelled, fieldPath('s.t'))).toBe(1);
     for (const f of [
       's',
       'b',
@@ -17,7 +33,7 @@ describe('alert rules (pure)', () => {
       'missing',
       'env.missing',
       'temp.x',
-      'a.b',
+      'a.b.c',
       'constructor',
       'toString',
       '__proto__',

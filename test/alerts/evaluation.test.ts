@@ -92,17 +92,22 @@ describe('alert evaluation on readings ingested over HTTP', () => {
     expect(acked.acknowledged_at).toMatch(/Z$/);
   });
 
-  it('dotted paths reach into nested data; a literal dotted key is not a path', async () => {
+  it('dotted paths reach into nested data, and a key holding dots is read as the path it spells', async () => {
     const s = await fresh();
     const alert = await server.services.alerts.create(s.device, { name: 'env', field: 'env.temp', operator: '>=', value: 30, cooldown: 0 });
     const deep = await server.services.alerts.create(s.device, { name: 'deep', field: 'a.b.c', operator: '<', value: 0, cooldown: 0 });
     await send(server, s.device, s.token, { env: { temp: 29.9 }, a: { b: { c: 0 } } });
-    await send(server, s.device, s.token, { 'env.temp': 99, env: 31 });
     expect((await history(server, s.key, alert.id)).body.data).toHaveLength(0);
     expect((await history(server, s.key, deep.id)).body.data).toHaveLength(0);
     await send(server, s.device, s.token, { env: { temp: 30, humidity: 40 }, a: { b: { c: -1.5 } } });
     expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value)).toEqual([30]);
     expect((await history(server, s.key, deep.id)).body.data.map((e) => e.condition_value)).toEqual([-1.5]);
+    // What the charts and aggregates show under env.temp: a literal "env.temp" key, or a.b.c
+    // spelled across levels; when both spellings are present the nested one counts.
+    await send(server, s.device, s.token, { 'env.temp': 99, env: 31, 'a.b': { c: -2 } });
+    await send(server, s.device, s.token, { 'env.temp': 98, env: { temp: 29 }, a: { 'b.c': -3 } });
+    expect((await history(server, s.key, alert.id)).body.data.map((e) => e.condition_value).sort()).toEqual([30, 99]);
+    expect((await history(server, s.key, deep.id)).body.data.map((e) => e.condition_value).sort()).toEqual([-1.5, -2, -3]);
   });
 
   it('a missing field or a non-numeric value never triggers (numeric strings included)', async () => {

@@ -13,17 +13,43 @@ export const fieldPath = (field: string): readonly string[] => field.split('.');
  * the condition, whatever the operator. A numeric string such as "21.5" is a string, not a number, so it does not count
  * (docs/alerts.md); neither do booleans or null. Only own properties are walked, never the
  * prototype chain.
+ *
+ * A key that itself holds dots is read as the path it spells (`{"env.temp": 21}` for
+ * `env.temp`), as charts, aggregates, exports and a strict device's declared names read it,
+ * so an alert sees what the dashboard shows; the nested spelling is tried first.
  */
 export function numericValueAt(data: unknown, path: readonly string[]): number | null {
   let node: unknown = data;
   for (let i = 0; i < path.length; i++) {
     const segment = path[i]!;
-    if (node === null || typeof node !== 'object' || !Object.hasOwn(node, segment)) return null;
+    if (node === null || typeof node !== 'object' || !Object.hasOwn(node, segment)) {
+      return path.length > 1 ? numberSpelledAt(data, path, 0) : null;
+    }
     // In a JSON array only element indexes are data (its own `length` is not).
-    if (Array.isArray(node) && !/^(0|[1-9]\d*)$/.test(segment)) return null;
+    if (Array.isArray(node) && !ARRAY_INDEX.test(segment)) return null;
     node = (node as Record<string, unknown>)[segment];
   }
-  return typeof node === 'number' && Number.isFinite(node) ? node : null;
+  if (typeof node === 'number' && Number.isFinite(node)) return node;
+  return path.length > 1 ? numberSpelledAt(data, path, 0) : null;
+}
+
+const ARRAY_INDEX = /^(0|[1-9]\d*)$/;
+
+/**
+ * The first finite number at path[from..] below `node`, each step taking one segment as a key
+ * or several joined by dots: the slow way, for a reading whose nested walk found no number.
+ */
+function numberSpelledAt(node: unknown, path: readonly string[], from: number): number | null {
+  if (from === path.length) return typeof node === 'number' && Number.isFinite(node) ? node : null;
+  if (node === null || typeof node !== 'object') return null;
+  let key = '';
+  for (let end = from; end < path.length; end++) {
+    key = end === from ? path[from]! : `${key}.${path[end]}`;
+    if (!Object.hasOwn(node, key) || (Array.isArray(node) && !ARRAY_INDEX.test(key))) continue;
+    const found = numberSpelledAt((node as Record<string, unknown>)[key], path, end + 1);
+    if (found !== null) return found;
+  }
+  return null;
 }
 
 /** `actual <operator> threshold`; `==` and `!=` compare the numbers exactly. */
