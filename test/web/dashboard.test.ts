@@ -116,7 +116,9 @@ describe('dashboard in a browser', () => {
   it('creates a device with fields imported from a JSON file and shows its token once', async () => {
     await page.getByRole('link', { name: 'Create your first device' }).click();
     await page.getByRole('heading', { name: 'New device' }).waitFor();
-    await page.getByLabel('Name', { exact: true }).fill('Greenhouse');
+    // The page starts in its Name box: typing goes there, not to the heading.
+    await page.keyboard.type('Greenhouse');
+    expect(await page.getByLabel('Name', { exact: true }).inputValue()).toBe('Greenhouse');
     await page.getByLabel('Description').fill('north side');
     await page.getByLabel('Protocol').selectOption('http');
     await page.getByLabel('Data interval (seconds)').fill('30');

@@ -143,7 +143,9 @@ async function route(): Promise<void> {
     if (seq === renderSeq && err instanceof ApiError && err.status === 404) notFound(err.message);
     else if (seq === renderSeq) main.append(h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
   }
-  if (seq === renderSeq) {
+  // The heading takes focus (a screen reader announces the new page) unless the page put it
+  // somewhere itself, such as the first box of a form.
+  if (seq === renderSeq && !main.contains(document.activeElement)) {
     const heading = main.querySelector('h1');
     if (heading) {
       heading.setAttribute('tabindex', '-1');
