@@ -20,6 +20,9 @@ import {
   type UrlAction,
 } from './types.js';
 
+/** A year: longer is no cooldown anyone means, and the column is a 32-bit integer on PostgreSQL. */
+const MAX_COOLDOWN_S = 31_536_000;
+
 export interface AlertInput {
   name: string;
   /** `threshold` (default) or `no_data`; an operator of `no_data` implies it. */
@@ -128,7 +131,9 @@ function validateAlertInput(input: AlertInput, existing?: Alert) {
   if (!(ALERT_SEVERITIES as readonly string[]).includes(severity))
     throw badRequest(`unknown severity "${severity}" (one of ${ALERT_SEVERITIES.join(', ')})`);
   const cooldown = input.cooldown ?? existing?.cooldown ?? 300;
-  if (!Number.isInteger(cooldown) || cooldown < 0) throw badRequest('cooldown must be a whole number of seconds >= 0');
+  if (!Number.isInteger(cooldown) || cooldown < 0 || cooldown > MAX_COOLDOWN_S) {
+    throw badRequest('cooldown must be a whole number of seconds from 0 to 31,536,000 (365 days)');
+  }
   const actions = [...new Set(input.actions ?? existing?.actions ?? ['email'])];
   for (const a of actions) {
     if (!(ALERT_ACTIONS as readonly string[]).includes(a)) throw badRequest(`unknown action "${a}" (one of ${ALERT_ACTIONS.join(', ')})`);

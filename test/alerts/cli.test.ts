@@ -284,6 +284,12 @@ describe('telemetryd alerts (CLI) against a running server', () => {
       [['--operator', '>', '--value', '1', '--severity', 'fatal'], /severity/],
       [['--operator', '>', '--value', '1', '--action', 'sms'], /action/],
       [['--operator', '>', '--value', '1', '--cooldown', '-1'], /cooldown/],
+      // A year at most (PostgreSQL's column is a 32-bit integer).
+      [
+        ['--operator', '>', '--value', '1', '--cooldown', '31536001'],
+        /cooldown must be a whole number of seconds from 0 to 31,536,000 \(365 days\)/,
+      ],
+      [['--operator', '>', '--value', '1', '--cooldown', '99999999999'], /cooldown must be a whole number of seconds from 0 to 31,536,000/],
     ];
     for (const [extra, message] of cases) {
       const r = await cli([...base, ...extra]);
