@@ -1,6 +1,6 @@
 /** The dashboard's pure formatters (web/src/dom.ts), without a browser. */
 import { describe, expect, it } from 'vitest';
-import { connectivityText, fmtValue } from '../../web/src/dom.js';
+import { connectivityText, fmtChartNumber, fmtValue } from '../../web/src/dom.js';
 
 describe('connectivityText', () => {
   it('lists what the device was set up with, and says "not set" for a device made outside the dashboard', () => {
@@ -23,5 +23,24 @@ describe('fmtValue', () => {
     expect(fmtValue(21.123456)).toBe('21.123');
     expect(fmtValue([1, 'a'])).toBe('[1,"a"]');
     expect(fmtValue(null)).toBe('—');
+    // Under 0.001, 3 significant digits: a small reading never shows as 0.
+    expect(fmtValue(0.0000123456)).toBe('0.0000123');
+    expect(fmtValue(-1.5e-9)).toBe('-1.5e-9');
+    expect(fmtValue(0.0015)).toBe('0.002');
+  });
+});
+
+describe('fmtChartNumber', () => {
+  it('keeps axis labels short and tells small and huge values apart', () => {
+    expect(fmtChartNumber(0)).toBe('0');
+    expect(fmtChartNumber(21.5)).toBe('21.5');
+    expect(fmtChartNumber(20)).toBe('20');
+    expect(fmtChartNumber(1013.25)).toBe('1013');
+    expect(fmtChartNumber(0.05)).toBe('0.05');
+    expect(fmtChartNumber(0.0000123)).toBe('1.23e-5');
+    expect(fmtChartNumber(0.000012)).toBe('1.2e-5');
+    expect(fmtChartNumber(0.00001)).toBe('1e-5');
+    expect(fmtChartNumber(1.2345e19)).toBe('1.23e+19');
+    expect(fmtChartNumber(-2500000)).toBe('-2.5e+6');
   });
 });

@@ -1,5 +1,5 @@
 import uPlot from 'uplot';
-import { h } from './dom';
+import { fmtChartNumber as fmt, h } from './dom';
 
 /** One bucket of GET …/aggregate: figures per numeric path. */
 export interface AggregateBucket {
@@ -7,7 +7,6 @@ export interface AggregateBucket {
   values: Record<string, { count: number; min: number; max: number; avg: number }>;
 }
 
-const fmt = (v: number) => (Math.abs(v) >= 100 ? v.toFixed(0) : v.toFixed(2).replace(/\.?0+$/, ''));
 const css = (name: string, fallback: string) => getComputedStyle(document.documentElement).getPropertyValue(name).trim() || fallback;
 const HEIGHT = 200;
 

@@ -82,14 +82,29 @@ export function copyable(value: string, label: string, opts: { multiline?: boole
 export const fmtTime = (isoTime: string | null | undefined): string => (isoTime ? new Date(isoTime).toLocaleString() : '—');
 
 /**
- * A reading's value as shown on the device page: numbers rounded to 3 decimals, everything
+ * A reading's value as shown on the device page: numbers rounded to 3 decimals (a value
+ * under 0.001 to 3 significant digits, so a small reading never shows as 0), everything
  * else as JSON text, so a string is quoted and `"12"` never looks like the number `12`, nor
  * `"true"` like `true`.
  */
 export function fmtValue(v: unknown): string {
   if (v === null || v === undefined) return '—';
-  if (typeof v === 'number') return Number.isInteger(v) ? String(v) : String(Math.round(v * 1000) / 1000);
+  if (typeof v === 'number') {
+    if (Number.isInteger(v)) return String(v);
+    return Math.abs(v) < 0.001 ? String(Number(v.toPrecision(3))) : String(Math.round(v * 1000) / 1000);
+  }
   return JSON.stringify(v);
+}
+
+/**
+ * A number on a chart's axis or in its legend, in about 7 characters: 2 decimals at most,
+ * none from 100 on, and 3 significant digits in exponent form below 0.01 and from a million
+ * on, where fixed decimals would show 0 or overflow the axis.
+ */
+export function fmtChartNumber(v: number): string {
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 0.01 || a >= 1e6)) return v.toExponential(2).replace(/\.?0+e/, 'e');
+  return a >= 100 ? v.toFixed(0) : v.toFixed(2).replace(/\.?0+$/, '');
 }
 
 /** What the device was set up with (a device made in the dashboard); a device made elsewhere has nothing to show. */
