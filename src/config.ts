@@ -168,6 +168,9 @@ export class ConfigError extends Error {
 const badValue = (name: string, why: string) => new ConfigError(`--${name} ${why}`, name);
 
 /** Reads a JSON config file; its keys are long option names (docs/operations.md, "Configuration"). */
+/** Options whose flag takes a comma-separated list: a config file may give a JSON list. */
+const LIST_OPTIONS = new Set(['trust-proxy']);
+
 export function loadConfigFile(file: string): Record<string, unknown> {
   let parsed: unknown;
   try {
@@ -187,12 +190,17 @@ export function loadConfigFile(file: string): Record<string, unknown> {
     const near = closestName(key, names);
     throw new ConfigError(`config file ${file}: unknown option "${key}"${near ? ` (did you mean "${near}"?)` : ''}`);
   }
-  // A value takes the command line's forms: text, a number or true/false. `null` (a template
-  // or jq's output for a missing value) is refused like an empty value, never read as "unset",
-  // which would turn `mqtt-port` off or put `data-dir` in the working directory; a list or an
-  // object would be read as its text.
+  // A value takes the command line's forms: text, a number or true/false, and a list of text
+  // where the flag takes a comma-separated list. `null` (a template or jq's output for a
+  // missing value) is refused like an empty value, never read as "unset", which would turn
+  // `mqtt-port` off or put `data-dir` in the working directory; any other list or an object
+  // would be read as its text.
   for (const [key, value] of Object.entries(parsed)) {
     if (value === null) throw new ConfigError(`config file ${file}: "${key}" is null; leave it out for the default`);
+    if (Array.isArray(value) && LIST_OPTIONS.has(key)) {
+      if (value.every((v) => typeof v === 'string')) continue;
+      throw new ConfigError(`config file ${file}: "${key}" must list strings`);
+    }
     if (typeof value === 'object') {
       throw new ConfigError(
         `config file ${file}: "${key}" must be a string, a number or true/false, not ${Array.isArray(value) ? 'a list' : 'an object'}`,

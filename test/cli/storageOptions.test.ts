@@ -54,6 +54,8 @@ describe('--database-url for serve and the admin commands', () => {
     const nullPort = file('null-port.json', { 'mqtt-port': null });
     const nullDir = file('null-dir.json', { 'data-dir': null });
     const listPort = file('list-port.json', { 'http-port': [8080] });
+    // trust-proxy takes a list (proxyOptions.test.ts), of strings.
+    const badList = file('bad-list.json', { 'trust-proxy': [10] });
     const serve = ['serve', '--http-port', '0', '--host', '127.0.0.1'];
     const cases: [string[], Record<string, string>, string][] = [
       [['accounts', 'list', '--database-url', ''], {}, '--database-url is empty'],
@@ -66,6 +68,7 @@ describe('--database-url for serve and the admin commands', () => {
       [[...serve, '--config', nullPort], {}, `config file ${nullPort}: "mqtt-port" is null; leave it out for the default`],
       [['accounts', 'list', '--config', nullDir], {}, `config file ${nullDir}: "data-dir" is null; leave it out for the default`],
       [[...serve, '--config', listPort], {}, `config file ${listPort}: "http-port" must be a string, a number or true/false, not a list`],
+      [[...serve, '--config', badList], {}, `config file ${badList}: "trust-proxy" must list strings`],
       // A key that is no option is a typo, which would leave its option at the default.
       [[...serve, '--config', typo], {}, `config file ${typo}: unknown option "http-prot" (did you mean "http-port"?)`],
       [
