@@ -39,8 +39,8 @@ export function skipFanOut(broker: Aedes, skip: (packet: PublishPacket) => boole
 }
 
 /**
- * True when a QoS 2 PUBLISH re-sent with DUP before PUBREL is already in aedes's inbound
- * store for this session: it must not be ingested twice (aedes answers it with PUBREC again).
+ * True when a QoS 2 PUBLISH re-sent before PUBREL (with DUP or without) is already in aedes's
+ * inbound store for this session: it must not be ingested twice (aedes answers it with PUBREC again).
  */
 export async function isStoredQos2Duplicate(broker: Aedes, client: Client, packet: PublishPacket): Promise<boolean> {
   const persistence = (broker as unknown as { persistence: { incomingGetPacket(c: Client, p: { messageId?: number }): Promise<unknown> } })

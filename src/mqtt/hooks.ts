@@ -214,14 +214,16 @@ export function brokerHooks(deps: {
             },
           );
       if (packet.qos !== 2) return void ingest(callback);
-      // aedes handles every packet of one socket read at once, and puts a QoS 2 publish into its
-      // inbound store only after this hook answered: a DUP re-send read together with its
-      // original (a client resending while the server was busy) is not in the store yet. It
-      // waits for the original here and is answered as it was, instead of being stored again.
+      // Until its PUBREL, a QoS 2 publish with the same packet id is the same message, DUP flag
+      // or not (MQTT 3.1.1, 4.3.3: some clients re-send without it): answered with PUBREC
+      // again, never stored twice. aedes handles every packet of one socket read at once, and
+      // puts a QoS 2 publish into its inbound store only after this hook answered: a re-send
+      // read together with its original (a client resending while the server was busy) is not
+      // in the store yet. It waits for the original here and is answered as it was.
       const messageId = packet.messageId!;
       let inFlight = qos2InFlight.get(client);
       const original = inFlight?.get(messageId);
-      if (original && packet.dup) {
+      if (original) {
         original.then((err) => callback(err));
         return;
       }
@@ -242,14 +244,10 @@ export function brokerHooks(deps: {
           };
         }),
       );
-      if (packet.dup) {
-        isStoredQos2Duplicate(deps.broker(), client, packet).then(
-          (duplicate) => (duplicate ? answered(null) : ingest(answered)),
-          (err: Error) => answered(err),
-        );
-      } else {
-        ingest(answered);
-      }
+      isStoredQos2Duplicate(deps.broker(), client, packet).then(
+        (duplicate) => (duplicate ? answered(null) : ingest(answered)),
+        (err: Error) => answered(err),
+      );
     },
 
     authorizeSubscribe(client, subscription, callback) {

@@ -189,7 +189,7 @@ describe('MQTT ingestion', () => {
     expect(await storedReadings(server, s.device.seq)).toEqual([{ q: 2 }]);
   });
 
-  it('QoS 2: a DUP re-send that arrives together with its original is answered, not stored again', async () => {
+  it('QoS 2: a re-send before PUBREL, DUP or not, together with its original or after its PUBREC, is answered, not stored again', async () => {
     const s = await seedAccount(server);
     const socket = net.connect(server.mqttPlainPort!, '127.0.0.1');
     const parser = mqttPacket.parser();
@@ -216,10 +216,20 @@ describe('MQTT ingestion', () => {
     // One write: both packets are read, and handed to the hooks, at once.
     socket.write(Buffer.concat([publish(false), publish(true)]));
     expect(await receivedCmds(3)).toEqual(['connack', 'pubrec', 'pubrec']);
+    // Some clients re-send without DUP: until PUBREL, the packet id alone says it is the same
+    // message (MQTT 3.1.1, 4.3.3), in the same read as the others or after the PUBRECs.
+    socket.write(Buffer.concat([publish(false), publish(false)]));
+    expect(await receivedCmds(5)).toEqual(['connack', 'pubrec', 'pubrec', 'pubrec', 'pubrec']);
+    socket.write(publish(false));
+    expect(await receivedCmds(6)).toEqual(['connack', 'pubrec', 'pubrec', 'pubrec', 'pubrec', 'pubrec']);
     socket.write(mqttPacket.generate({ cmd: 'pubrel', messageId: 9 }));
-    expect(await receivedCmds(4)).toEqual(['connack', 'pubrec', 'pubrec', 'pubcomp']);
-    socket.destroy();
+    expect(await receivedCmds(7)).toEqual(['connack', 'pubrec', 'pubrec', 'pubrec', 'pubrec', 'pubrec', 'pubcomp']);
     expect(await storedReadings(server, s.device.seq)).toEqual([{ q: 2 }]);
+    // Released: the same id then starts a new message.
+    socket.write(publish(false));
+    expect(await receivedCmds(8)).toEqual(['connack', 'pubrec', 'pubrec', 'pubrec', 'pubrec', 'pubrec', 'pubcomp', 'pubrec']);
+    socket.destroy();
+    expect(await storedReadings(server, s.device.seq)).toEqual([{ q: 2 }, { q: 2 }]);
   });
 
   it('a retained publish is stored but not retained; clean=false is served as a clean session', async () => {
