@@ -70,6 +70,9 @@ describe('--database-url parsing', () => {
     ['postgres://app:s3cr@s3cr/xy@127.0.0.1:5432', 'an "@" after the host'],
     ['postgres://app:s3cr@s3cr?xy@127.0.0.1:5432/telemetry', 'an "@" after the host'],
     [`postgres://app:${encodeURIComponent(SECRET)}@h/db#x`, 'a "#" (a URL fragment)'],
+    // Typos of the scheme, password and all: the message names the URL without it.
+    [`postgres//app:${encodeURIComponent(SECRET)}@h/db`, 'not a URL'],
+    [`postgres:app:${encodeURIComponent(SECRET)}@h/db`, ''],
   ])('rejects %s', async (url, why) => {
     const message = await parseFailure(url);
     expect(message).toContain(`--database-url: ${why}`);
@@ -97,6 +100,12 @@ describe('--database-url parsing', () => {
     expect(redactDatabaseUrl('postgres://app:pw@h:5432/db')).toBe('postgres://app:***@h:5432/db');
     expect(redactDatabaseUrl(`postgresql://app:${SECRET}@h/db`)).toBe('postgresql://app:***@h/db');
     expect(redactDatabaseUrl('postgres://app@h/db')).toBe('postgres://app@h/db');
+    expect(redactDatabaseUrl('postgres://app@h:5432/db')).toBe('postgres://app@h:5432/db');
+    // Typos of the scheme: the password is still hidden.
+    expect(redactDatabaseUrl('postgres//app:S3cretPw@127.0.0.1:25432/telemetry')).toBe('postgres//app:***@127.0.0.1:25432/telemetry');
+    expect(redactDatabaseUrl('postgres:app:S3cretPw@127.0.0.1/telemetry')).toBe('postgres:app:***@127.0.0.1/telemetry');
+    expect(redactDatabaseUrl(`postgresql:/app:${SECRET}@h/db`)).toBe('postgresql:/app:***@h/db');
+    expect(redactDatabaseUrl('app:pw@h/db')).toBe('app:***@h/db');
   });
 });
 

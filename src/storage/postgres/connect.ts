@@ -27,12 +27,21 @@ export class DatabaseUrlError extends Error {
 }
 
 /**
- * The URL with its password replaced by "***"; also for text that does not parse as a URL.
- * Everything up to the last "@" counts as password: an unencoded "/" or "@" in a password
+ * The URL with its password replaced by "***"; also for text that does not parse as a URL,
+ * typos of the scheme included (`postgres//app:pw@h`, `postgres:app:pw@h`). The password runs
+ * from the first ":" after the scheme to the last "@": an unencoded "/" or "@" in a password
  * must not leave part of it in a message.
  */
 export function redactDatabaseUrl(url: string): string {
-  return url.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:/@]*):.*@/i, '$1:***@');
+  const at = url.lastIndexOf('@');
+  if (at < 0) return url;
+  const scheme = /^[a-z][a-z0-9+.-]*:(\/*)/i.exec(url);
+  let colon = url.indexOf(':', scheme?.[0].length ?? 0);
+  // No ":" after what looked like a scheme without slashes: that one separated a user from a
+  // password (`app:pw@h`).
+  if ((colon < 0 || colon > at) && scheme?.[1] === '') colon = url.indexOf(':');
+  if (colon < 0 || colon > at) return url;
+  return `${url.slice(0, colon)}:***${url.slice(at)}`;
 }
 
 function decode(part: string, what: string, url: string): string {
