@@ -10,6 +10,7 @@ import {
   parseDatabaseUrl,
   redactDatabaseUrl,
 } from '../../src/storage/postgres/connect.js';
+import { inTransaction } from '../../src/storage/postgres/repos/sql.js';
 import { createDatabase, type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { freePort } from '../helpers/process.js';
 import { tempDir } from '../helpers/server.js';
@@ -134,6 +135,30 @@ describe('connecting to PostgreSQL', () => {
       expect(rows[0]).toEqual({ big: Number.MAX_SAFE_INTEGER, db: url.pathname.slice(1) });
     } finally {
       await pool.end();
+    }
+  });
+
+  it('survives the server ending a connection that is checked out, between two statements of a transaction', async () => {
+    const pool = await connectPostgres(url.href, { max: 2 });
+    const other = await connectPostgres(url.href, { max: 1 });
+    try {
+      // Without an error listener of its own, the connection's 'error' event would be
+      // unhandled and end the process (vitest reports it as an unhandled error).
+      const failed = await inTransaction(pool, async (client) => {
+        const pid = (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+        await other.query('SELECT pg_terminate_backend($1)', [pid]);
+        await new Promise((r) => setTimeout(r, 200));
+        await client.query('SELECT 1');
+      }).then(
+        () => null,
+        (err: Error) => err,
+      );
+      expect(failed).toBeInstanceOf(Error);
+      // The broken connection went away; the pool hands out a working one.
+      expect((await pool.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+    } finally {
+      await pool.end();
+      await other.end();
     }
   });
 

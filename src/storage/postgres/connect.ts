@@ -244,6 +244,11 @@ export async function connectPostgres(url: string, options: PostgresPoolOptions 
   const pool = new pg.Pool(config);
   // Without a listener, an idle connection dropped by the server would crash the process.
   pool.on('error', options.onIdleError ?? (() => {}));
+  // The pool listens to its idle connections only: one checked out (a transaction, a
+  // migration, an archive) and ended by the server meanwhile (a restart, an administrator's
+  // pg_terminate_backend) would emit an 'error' nobody hears, which ends the process. Its
+  // statements fail instead, and it is destroyed when released.
+  pool.on('connect', (client) => client.on('error', () => {}));
   try {
     const client = await pool.connect();
     client.release();
