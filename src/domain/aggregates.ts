@@ -1,7 +1,7 @@
 import { badRequest } from '../errors.js';
 import type { Repositories } from '../storage/repositories.js';
 import { type Clock, DAY_MS, END_OF_TIME, HOUR_MS, iso, MINUTE_MS } from '../time.js';
-import { addRows, bucketOf, mergeEncoded, type Stats } from './numericStats.js';
+import { addRows, avgOf, bucketOf, mergeEncoded, type Stats } from './numericStats.js';
 import { keptFrom, LEVELS, type RollupService } from './rollups.js';
 import type { StorageStatus } from './storageStatus.js';
 import { capRangeToRetention, RANGE_NAMES, type RangeName, rangeMs } from './telemetry.js';
@@ -149,10 +149,7 @@ export function aggregateService(
         const values: string[] = [];
         for (const path of fields) {
           const a = stats.get(path);
-          if (a !== undefined)
-            values.push(
-              `${JSON.stringify(path)}:{"count":${a.count},"min":${a.min},"max":${a.max},"avg":${JSON.stringify(a.sum / a.count)}}`,
-            );
+          if (a !== undefined) values.push(`${JSON.stringify(path)}:{"count":${a.count},"min":${a.min},"max":${a.max},"avg":${avgOf(a)}}`);
         }
         if (values.length > 0) parts.push(`{"time":"${iso(b)}","values":{${values.join(',')}}}`);
       }

@@ -13,6 +13,23 @@ interface Acc {
 /** Path → figures, for one bucket. */
 export type Stats = Map<string, Acc>;
 
+/**
+ * a + b, held at ±Number.MAX_VALUE instead of overflowing: readings near the double range's
+ * end (1e308 twice) would make the sum ±Infinity, which JSON stores as null, and the
+ * average null or 0. Saturated, the average is approximate but finite (avgOf).
+ */
+function sumOf(a: number, b: number): number {
+  const s = a + b;
+  if (s === Number.POSITIVE_INFINITY) return Number.MAX_VALUE;
+  if (s === Number.NEGATIVE_INFINITY) return -Number.MAX_VALUE;
+  return s;
+}
+
+/** The average of a bucket's figures: within [min, max] even when its sum saturated (sumOf). */
+export function avgOf(a: { count: number; min: number; max: number; sum: number }): number {
+  return Math.min(a.max, Math.max(a.min, a.sum / a.count));
+}
+
 function add(stats: Stats, path: string, v: number): void {
   const acc = stats.get(path);
   if (acc === undefined) stats.set(path, { count: 1, min: v, max: v, sum: v });
@@ -20,7 +37,7 @@ function add(stats: Stats, path: string, v: number): void {
     acc.count++;
     if (v < acc.min) acc.min = v;
     if (v > acc.max) acc.max = v;
-    acc.sum += v;
+    acc.sum = sumOf(acc.sum, v);
   }
 }
 
@@ -57,7 +74,7 @@ export function mergeStats(into: Stats, from: Stats): void {
       acc.count += a.count;
       if (a.min < acc.min) acc.min = a.min;
       if (a.max > acc.max) acc.max = a.max;
-      acc.sum += a.sum;
+      acc.sum = sumOf(acc.sum, a.sum);
     }
   }
 }
@@ -87,14 +104,14 @@ export function mergeEncoded(into: Stats, text: string, only: Set<string> | null
         acc.count++;
         if (v < acc.min) acc.min = v;
         if (v > acc.max) acc.max = v;
-        acc.sum += v;
+        acc.sum = sumOf(acc.sum, v);
       }
     } else if (acc === undefined) into.set(path, { count: v[0], min: v[1], max: v[2], sum: v[3] });
     else {
       acc.count += v[0];
       if (v[1] < acc.min) acc.min = v[1];
       if (v[2] > acc.max) acc.max = v[2];
-      acc.sum += v[3];
+      acc.sum = sumOf(acc.sum, v[3]);
     }
   }
 }

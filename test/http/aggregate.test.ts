@@ -270,6 +270,35 @@ describe('GET /v1/devices/:id/telemetry/aggregate', () => {
     expectSameBuckets(body.data, expectedBuckets(raw, NOW, '6h', '1h', null).buckets);
   });
 
+  it('readings near the double range: the average stays a finite number between min and max, before and after the rollup', async () => {
+    const dev = (await server.services.devices.create(a.account, { name: 'huge' })).device;
+    const huge = [1e308, 1e308, -1e308, 1e308];
+    await insertReadings(
+      server,
+      dev.seq,
+      huge.map((v, i) => ({ time: NOW - 3 * HOUR + i * 1_000, data: { huge: v, small: i } })),
+    );
+    const figures = async () => {
+      const res = await get(`/v1/devices/${dev.id}/telemetry/aggregate?range=6h&interval=1h`);
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { data: Bucket[] };
+      expect(body.data).toHaveLength(1);
+      return body.data[0]!.values;
+    };
+    for (const when of ['from the readings', 'from the rollups']) {
+      if (when === 'from the rollups') await server.services.rollups.runOnce();
+      const values = await figures();
+      const h = values.huge!;
+      expect(h.count, when).toBe(4);
+      expect([h.min, h.max], when).toEqual([-1e308, 1e308]);
+      expect(Number.isFinite(h.avg), when).toBe(true);
+      expect(h.avg, when).toBeGreaterThan(0);
+      expect(h.avg, when).toBeLessThanOrEqual(1e308);
+      // Other paths of the same readings are unaffected.
+      expect(values.small, when).toEqual({ count: 4, min: 0, max: 3, avg: 1.5 });
+    }
+  });
+
   it('is in the OpenAPI document', async () => {
     const doc = (await (await server.request('/v1/openapi.json')).json()) as { paths: Record<string, { get?: unknown }> };
     const op = doc.paths['/v1/devices/{id}/telemetry/aggregate']?.get as { parameters: { name: string }[] } | undefined;
