@@ -251,6 +251,30 @@ describe('Public API v1', () => {
     expect(refs.length).toBeGreaterThan(10);
     for (const name of refs) expect(names).toContain(name);
     expect(JSON.stringify(doc.paths['/v1/devices'])).toContain('"$ref":"#/components/schemas/Device"');
+    // What a generated client needs: one operationId each, the rate headers of a 200, the 414
+    // of an over-long id, and the page sizes (default, and the most a page holds).
+    const operations = Object.entries(doc.paths as Record<string, { get: any }>).map(([p, item]) => [p, item.get] as const);
+    const ids = operations.map(([, op]) => op.operationId);
+    expect(ids.every((id) => typeof id === 'string' && /^[a-z][A-Za-z]+$/.test(id))).toBe(true);
+    expect(new Set(ids).size).toBe(operations.length);
+    for (const [p, op] of operations) {
+      expect(Object.keys(op.responses[200].headers ?? {}).sort(), p).toEqual([
+        'X-RateLimit-Daily-Limit',
+        'X-RateLimit-Daily-Remaining',
+        'X-RateLimit-Limit',
+        'X-RateLimit-Remaining',
+      ]);
+      expect('414' in op.responses, p).toBe(p.includes('{id}'));
+    }
+    const limitOf = (p: string) => doc.paths[p].get.parameters.find((x: { name: string }) => x.name === 'limit');
+    expect(limitOf('/v1/devices')).toMatchObject({
+      schema: { default: 50 },
+      description: expect.stringContaining('larger one than 100 gives 100'),
+    });
+    expect(limitOf('/v1/devices/{id}/telemetry')).toMatchObject({
+      schema: { default: 100 },
+      description: expect.stringContaining('1000 gives 1000'),
+    });
   });
 
   it('unknown paths give 404 {error} after the key, plan and rate limit checks', async () => {

@@ -31,8 +31,23 @@ const clamp = (value: number | undefined, [def, max]: readonly [number, number])
 
 // The maximum matters: an offset past 2^53 would reach SQLite as a float; it is a 400
 // (docs/api.md, "Pagination and page sizes"). Infinity ("1e309") is refused by the preValidation hook below.
-const limitParam = { type: 'integer', minimum: 1, maximum: Number.MAX_SAFE_INTEGER } as const;
+const limitParam = ([def, max]: readonly [number, number]) =>
+  ({
+    type: 'integer',
+    minimum: 1,
+    maximum: Number.MAX_SAFE_INTEGER,
+    default: def,
+    description: `page size, ${def} unless given; a larger one than ${max} gives ${max}`,
+  }) as const;
 const offsetParam = { type: 'integer', minimum: 0, maximum: Number.MAX_SAFE_INTEGER, default: 0 } as const;
+
+/** The four headers every counted response carries (docs/api.md, "Rate limits"), for the OpenAPI document. */
+const RATE_HEADERS = {
+  'X-RateLimit-Limit': { type: 'integer', description: "requests per minute of the account's plan" },
+  'X-RateLimit-Remaining': { type: 'integer', description: 'requests left in the current UTC minute' },
+  'X-RateLimit-Daily-Limit': { type: 'integer', description: "requests per UTC day of the account's plan" },
+  'X-RateLimit-Daily-Remaining': { type: 'integer', description: 'requests left in the current UTC day' },
+} as const;
 const idParams = { type: 'object', properties: { id: { type: 'string', maxLength: 200 } }, required: ['id'] } as const;
 
 /**
@@ -105,6 +120,15 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
   // any other request with a key (docs/api.md, "Rate limits").
   app.setNotFoundHandler((request, reply) => reply.code(404).send(errorBody(request.url, 'not found')));
 
+  // What every route's responses have in common, for the OpenAPI document: the rate headers on
+  // a 200, and a 414 where the path holds an id (an id over 200 characters is refused first).
+  app.addHook('onRoute', (route) => {
+    const response = route.schema?.response as Record<string, object> | undefined;
+    if (!response?.[200]) return;
+    response[200] = { ...response[200], headers: RATE_HEADERS };
+    if (route.url.includes(':id')) response[414] = ref('Error');
+  });
+
   const tags = ['Public API'];
   const security = [{ bearerAuth: [] }];
 
@@ -114,10 +138,11 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'listDevices',
         summary: 'List devices',
         querystring: {
           type: 'object',
-          properties: { limit: limitParam, offset: offsetParam, status: { type: 'string', enum: ['active', 'paused'] } },
+          properties: { limit: limitParam(LIMITS.devices), offset: offsetParam, status: { type: 'string', enum: ['active', 'paused'] } },
         },
         response: {
           200: {
@@ -143,6 +168,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'getDevice',
         summary: 'Get a device',
         params: idParams,
         response: { 200: { type: 'object', properties: { data: ref('Device') }, required: ['data'] }, ...publicErrorResponses },
@@ -157,6 +183,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'getLatestReading',
         summary: 'Latest reading of a device',
         params: idParams,
         response: {
@@ -178,9 +205,13 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'listTelemetry',
         summary: 'Telemetry history, newest first, capped to the plan retention',
         params: idParams,
-        querystring: { type: 'object', properties: { range: { type: 'string', enum: RANGE_NAMES, default: '24h' }, limit: limitParam } },
+        querystring: {
+          type: 'object',
+          properties: { range: { type: 'string', enum: RANGE_NAMES, default: '24h' }, limit: limitParam(LIMITS.telemetry) },
+        },
         response: {
           200: rangeResponse(ref('TelemetryReading'), { limit: { type: 'integer' } }),
           ...publicErrorResponses,
@@ -213,6 +244,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'getTelemetryAggregate',
         summary: 'Count, min, max and avg per numeric field path in UTC-aligned buckets, oldest first',
         description:
           'Buckets are aligned on UTC multiples of the interval since the Unix epoch; only readings inside the range ' +
@@ -258,8 +290,9 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'listAlerts',
         summary: 'List alerts',
-        querystring: { type: 'object', properties: { limit: limitParam, offset: offsetParam } },
+        querystring: { type: 'object', properties: { limit: limitParam(LIMITS.alerts), offset: offsetParam } },
         response: {
           200: {
             type: 'object',
@@ -284,6 +317,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'getAlert',
         summary: 'Get an alert',
         params: idParams,
         response: { 200: { type: 'object', properties: { data: ref('Alert') }, required: ['data'] }, ...publicErrorResponses },
@@ -298,9 +332,10 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'listAlertHistory',
         summary: 'Trigger history of an alert, newest first',
         params: idParams,
-        querystring: { type: 'object', properties: { limit: limitParam } },
+        querystring: { type: 'object', properties: { limit: limitParam(LIMITS.history) } },
         response: {
           200: { type: 'object', properties: { data: { type: 'array', items: ref('AlertTriggerEvent') } }, required: ['data'] },
           ...publicErrorResponses,
@@ -319,6 +354,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'getAccountUsage',
         summary: 'Account usage',
         response: { 200: { type: 'object', properties: { data: ref('AccountUsage') }, required: ['data'] }, ...publicErrorResponses },
       },
@@ -332,6 +368,7 @@ export async function publicApiRoutes(app: FastifyInstance, { services }: { serv
       schema: {
         tags,
         security,
+        operationId: 'listApiKeys',
         summary: 'API key metadata (the keys themselves are never returned)',
         response: {
           200: { type: 'object', properties: { data: { type: 'array', items: ref('ApiKey') } }, required: ['data'] },
