@@ -66,6 +66,25 @@ export function deliverWebhook(url: string, body: string, secret: string, option
   );
 }
 
+/**
+ * The URL without its user info, and that user info as HTTP Basic authentication: fetch
+ * refuses a URL holding credentials, and a protected ntfy topic (or a webhook behind basic
+ * auth) takes them in the Authorization header.
+ */
+function splitCredentials(url: string): { target: string; authorization: string | null } {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return { target: url, authorization: null };
+  }
+  if (parsed.username === '' && parsed.password === '') return { target: url, authorization: null };
+  const credentials = `${decodeURIComponent(parsed.username)}:${decodeURIComponent(parsed.password)}`;
+  parsed.username = '';
+  parsed.password = '';
+  return { target: parsed.href, authorization: `Basic ${Buffer.from(credentials).toString('base64')}` };
+}
+
 /** POSTs `body` with `headers()` of each attempt until a 2xx answer or the schedule is used up; never throws. */
 export async function postWithRetries(
   url: string,
@@ -75,14 +94,15 @@ export async function postWithRetries(
 ): Promise<WebhookResult> {
   const delays = options.retryDelaysMs ?? DEFAULT_WEBHOOK_RETRY_DELAYS_MS;
   const timeoutMs = options.attemptTimeoutMs ?? WEBHOOK_ATTEMPT_TIMEOUT_MS;
+  const { target, authorization } = splitCredentials(url);
   let reason = 'not attempted';
   for (let attempt = 1; attempt <= delays.length + 1; attempt++) {
     if (options.signal?.aborted) return { ok: false, attempts: attempt - 1, reason: `shut down before delivery (last: ${reason})` };
     try {
       const signals = [AbortSignal.timeout(timeoutMs), ...(options.signal ? [options.signal] : [])];
-      const res = await fetch(url, {
+      const res = await fetch(target, {
         method: 'POST',
-        headers: headers(),
+        headers: authorization === null ? headers() : { ...headers(), authorization },
         body,
         redirect: 'manual',
         signal: AbortSignal.any(signals),

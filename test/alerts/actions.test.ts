@@ -43,6 +43,7 @@ async function startSmtp() {
 interface ReceivedHook {
   headers: IncomingMessage['headers'];
   body: string;
+  path: string;
 }
 
 /** A real HTTP listener; `answer` decides each response (status), may hold it back. */
@@ -52,7 +53,7 @@ async function startReceiver(answer: (n: number, res: ServerResponse) => unknown
     let body = '';
     req.on('data', (c: Buffer) => (body += c.toString('utf8')));
     req.on('end', () => {
-      hooks.push({ headers: req.headers, body });
+      hooks.push({ headers: req.headers, body, path: req.url ?? '' });
       void answer(hooks.length, res);
     });
   });
@@ -247,6 +248,47 @@ describe('webhook action', () => {
     } finally {
       await receiver.close();
     }
+  });
+
+  it('credentials in a URL (webhook, ntfy) go as HTTP Basic authentication, and never into a delivery detail', async () => {
+    const receiver = await startReceiver((_n, res) => res.writeHead(200).end());
+    try {
+      const s = await seedAccount(server);
+      const { host } = new URL(receiver.url);
+      const withCredentials = (path: string) => `http://hook%20user:p%40ss:w0rd@${host}${path}`;
+      const alert = await server.services.alerts.create(s.device, {
+        name: 'guarded',
+        field: 'g',
+        operator: '>',
+        value: 0,
+        actions: ['webhook', 'ntfy'],
+        webhookUrl: withCredentials('/hook?x=1'),
+        ntfyUrl: withCredentials('/topic'),
+      });
+      await send(server, s.device, s.token, { g: 1 });
+      for (const action of ['webhook', 'ntfy'])
+        expect(await settledDelivery(server, alert.id, action)).toMatchObject({ status: 'sent', attempts: 1 });
+      expect(receiver.hooks.map((h) => h.path).sort()).toEqual(['/hook?x=1', '/topic']);
+      const basic = `Basic ${Buffer.from('hook user:p@ss:w0rd').toString('base64')}`;
+      for (const h of receiver.hooks) expect(h.headers.authorization).toBe(basic);
+    } finally {
+      await receiver.close();
+    }
+    // Unreachable now: the failure's detail names the URL without its password.
+    const s = await seedAccount(server);
+    const port = await closedPort();
+    const alert = await server.services.alerts.create(s.device, {
+      name: 'guarded, down',
+      field: 'g',
+      operator: '>',
+      value: 0,
+      actions: ['webhook'],
+      webhookUrl: `http://user:s3cret@127.0.0.1:${port}/hook`,
+    });
+    await send(server, s.device, s.token, { g: 1 });
+    const failed = await settledDelivery(server, alert.id, 'webhook');
+    expect(failed.status).toBe('failed');
+    expect(JSON.stringify(await deliveries(server, alert.id))).not.toContain('s3cret');
   });
 
   it('a webhook answering 500 is retried with backoff and recorded as sent once it answers 200', async () => {
