@@ -151,6 +151,13 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
     start: () => adoptDeliveries.start({ intervalMs: 1_000, firstRunDelayMs: 1_000 }),
     stop: adoptDeliveries.stop,
   };
+  // Called synchronously as the jobs start, before the server has recorded a delivery of its
+  // own: the repository reads the pending ones in that call.
+  const adoptOnceAtStart = {
+    start: () =>
+      void alertEvaluation.adoptAbandoned().catch((err: unknown) => options.logAlert?.('adopting alert deliveries failed', { err })),
+    stop: () => Promise.resolve(),
+  };
   // The usage counts every batch appends (PostgreSQL), folded by the leader every second.
   const foldUsageCounts =
     storage.backend === 'postgres'
@@ -205,8 +212,9 @@ function buildServices(storage: Storage, shared: Shared, options: ServiceOptions
             stop: () => alertEvaluation.stopSilenceChecks(),
           },
           rollups,
-          // Only where other processes send deliveries too.
-          ...(repos.leadership.soleWriter ? [] : [adoptDeliveriesJob]),
+          // Where other processes send deliveries too, every second; on SQLite once, as the
+          // server starts, for what a crash left pending.
+          repos.leadership.soleWriter ? adoptOnceAtStart : adoptDeliveriesJob,
           ...(foldUsageCountsJob ? [foldUsageCountsJob] : []),
         ],
         log,

@@ -99,6 +99,12 @@ const toEvent = (r: EventRow | undefined): AlertEvent | null =>
 const SELECT = 'SELECT a.*, d.id AS device_id FROM alerts a JOIN devices d ON d.seq = a.device_seq';
 
 export function alertsRepo(db: Db) {
+  let abandonedAdopted = false;
+  // A scan of the events, once per server start (adoptAbandonedDeliveries).
+  const leftPending = db.prepare<[], { id: string; triggered: number; resolved: number }>(
+    `SELECT id, deliveries LIKE '%"status":"pending"%' AS triggered, resolution_deliveries LIKE '%"status":"pending"%' AS resolved
+     FROM alert_events WHERE deliveries LIKE '%"status":"pending"%' OR resolution_deliveries LIKE '%"status":"pending"%' ORDER BY seq`,
+  );
   const byId = db.prepare<[string], AlertRow>(`${SELECT} WHERE a.id = ?`);
   const bySeq = db.prepare<[number], AlertRow>(`${SELECT} WHERE a.seq = ?`);
   const page = db.prepare<[number, number, number], AlertRow>(
@@ -275,8 +281,22 @@ export function alertsRepo(db: Db) {
     setDeliveries: (seq: number, deliveries: ActionDelivery[]) => void setDeliveries.run(JSON.stringify(deliveries), seq),
     setResolutionDeliveries: (seq: number, deliveries: ActionDelivery[]) =>
       void setResolutionDeliveries.run(JSON.stringify(deliveries), seq),
-    /** One server sends every delivery of a SQLite database: none is ever left to another. */
-    adoptAbandonedDeliveries: (): { eventId: string; type: 'triggered' | 'resolved' }[] => [],
+    /**
+     * One server at a time sends the deliveries of a SQLite database, and a clean stop records
+     * what it could not finish as failed: a delivery still `pending` when a server starts was
+     * left by one that crashed. The server asks once, as it starts its jobs, before it has
+     * recorded anything itself; later calls find nothing to adopt.
+     */
+    adoptAbandonedDeliveries: (): { eventId: string; type: 'triggered' | 'resolved' }[] => {
+      if (abandonedAdopted) return [];
+      abandonedAdopted = true;
+      return leftPending
+        .all()
+        .flatMap((r) => [
+          ...(r.triggered ? [{ eventId: r.id, type: 'triggered' as const }] : []),
+          ...(r.resolved ? [{ eventId: r.id, type: 'resolved' as const }] : []),
+        ]);
+    },
   };
 }
 
