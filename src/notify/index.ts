@@ -17,9 +17,10 @@ export interface NotifySettings {
 export interface AlertNotifier {
   /** Null when no SMTP server is configured: the email action is then "not_configured". */
   sendEmail: ((message: EmailMessage) => Promise<void>) | null;
-  postWebhook(url: string, body: string, secret: string): Promise<WebhookResult>;
+  /** `stopReason`, asked before each retry, ends the retries with its reason (webhook.ts). */
+  postWebhook(url: string, body: string, secret: string, stopReason?: () => Promise<string | null>): Promise<WebhookResult>;
   /** An unsigned POST (slack, discord, ntfy) with the webhook's retries. */
-  post(url: string, body: string, headers: Record<string, string>): Promise<WebhookResult>;
+  post(url: string, body: string, headers: Record<string, string>, stopReason?: () => Promise<string | null>): Promise<WebhookResult>;
   /** Stops retries and waiting attempts (shutdown). */
   close(): void;
 }
@@ -27,15 +28,17 @@ export interface AlertNotifier {
 export function createNotifier(settings: NotifySettings): AlertNotifier {
   const email = settings.smtpUrl ? createEmailSender(settings.smtpUrl, settings.smtpFrom) : null;
   const shutdown = new AbortController();
-  const retries = () => ({
+  const retries = (stopReason?: () => Promise<string | null>) => ({
     retryDelaysMs: settings.webhookRetryDelaysMs,
     attemptTimeoutMs: settings.webhookAttemptTimeoutMs,
     signal: shutdown.signal,
+    stopReason,
   });
   return {
     sendEmail: email ? (message) => email.send(message) : null,
-    postWebhook: (url, body, secret) => deliverWebhook(url, body, secret, retries()),
-    post: (url, body, headers) => postWithRetries(url, body, () => ({ 'user-agent': 'telemetryd', ...headers }), retries()),
+    postWebhook: (url, body, secret, stopReason) => deliverWebhook(url, body, secret, retries(stopReason)),
+    post: (url, body, headers, stopReason) =>
+      postWithRetries(url, body, () => ({ 'user-agent': 'telemetryd', ...headers }), retries(stopReason)),
     close() {
       shutdown.abort();
       email?.close();

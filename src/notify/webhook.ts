@@ -33,6 +33,8 @@ export interface WebhookOptions {
   attemptTimeoutMs?: number;
   /** Aborts waiting and in-flight attempts (server shutdown). */
   signal?: AbortSignal;
+  /** Asked before each retry: a reason ends the delivery there (its alert was deleted). */
+  stopReason?: () => Promise<string | null>;
   now?: () => number;
 }
 
@@ -118,6 +120,8 @@ export async function postWithRetries(
     const delay = delays[attempt - 1];
     if (delay === undefined) return { ok: false, attempts: attempt, reason };
     await sleep(delay, options.signal);
+    const stop = options.signal?.aborted ? null : await options.stopReason?.();
+    if (stop) return { ok: false, attempts: attempt, reason: stop };
   }
   return { ok: false, attempts: delays.length + 1, reason };
 }

@@ -291,6 +291,38 @@ describe('webhook action', () => {
     expect(JSON.stringify(await deliveries(server, alert.id))).not.toContain('s3cret');
   });
 
+  it('retries stop once the alert is deleted', async () => {
+    let deleted!: () => void;
+    const deletion = new Promise<void>((resolve) => (deleted = resolve));
+    // Every attempt is answered 500, the first ones only once the alert is gone.
+    const receiver = await startReceiver(async (_n, res) => {
+      await deletion;
+      res.writeHead(500).end();
+    });
+    try {
+      const s = await seedAccount(server);
+      const alert = await server.services.alerts.create(s.device, {
+        name: 'deleted while paging',
+        field: 'p',
+        operator: '>',
+        value: 0,
+        cooldown: 0,
+        actions: ['webhook', 'ntfy'],
+        webhookUrl: receiver.url,
+        ntfyUrl: `${receiver.url}/topic`,
+      });
+      await send(server, s.device, s.token, { p: 1 });
+      await waitFor(() => (receiver.hooks.length === 2 ? true : null), 'the first attempts');
+      await server.services.alerts.remove(alert);
+      deleted();
+      // The whole schedule (50 + 100 + 200 ms) and more: no attempt after the deletion.
+      await new Promise((r) => setTimeout(r, 800));
+      expect(receiver.hooks).toHaveLength(2);
+    } finally {
+      await receiver.close();
+    }
+  });
+
   it('a webhook answering 500 is retried with backoff and recorded as sent once it answers 200', async () => {
     const receiver = await startReceiver((n, res) => res.writeHead(n <= 2 ? 500 : 204).end());
     try {

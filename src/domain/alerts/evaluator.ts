@@ -376,23 +376,25 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   /** The POST each HTTP action makes; the webhook's is signed at send time. */
   async function request(action: Exclude<AlertAction, 'email'>, n: Notice, account: Account) {
     const { alert } = n;
+    // An alert deleted while its notice is retried stops paging its owner.
+    const stopReason = async () => ((await repos.alerts.findBySeq(alert.seq)) ? null : 'the alert was deleted');
     switch (action) {
       case 'webhook': {
         if (!alert.webhookUrl) throw new Error('the alert has no webhook URL');
         // Read at send time, so a rotated secret signs the next delivery.
         const { secret } = await accounts.webhookSecret(account.id);
-        return notifier.postWebhook(alert.webhookUrl, webhookBody(n), secret);
+        return notifier.postWebhook(alert.webhookUrl, webhookBody(n), secret, stopReason);
       }
       case 'slack':
         if (!alert.slackUrl) throw new Error('the alert has no slack URL');
-        return notifier.post(alert.slackUrl, slackBody(n), { 'content-type': 'application/json' });
+        return notifier.post(alert.slackUrl, slackBody(n), { 'content-type': 'application/json' }, stopReason);
       case 'discord':
         if (!alert.discordUrl) throw new Error('the alert has no discord URL');
-        return notifier.post(alert.discordUrl, discordBody(n), { 'content-type': 'application/json' });
+        return notifier.post(alert.discordUrl, discordBody(n), { 'content-type': 'application/json' }, stopReason);
       case 'ntfy': {
         if (!alert.ntfyUrl) throw new Error('the alert has no ntfy URL');
         const { body, headers } = ntfyRequest(n);
-        return notifier.post(alert.ntfyUrl, body, headers);
+        return notifier.post(alert.ntfyUrl, body, headers, stopReason);
       }
     }
   }
