@@ -62,6 +62,37 @@ describe('no_data across a restart', () => {
   }, 60_000);
 });
 
+describe('no_data down for longer than its SECONDS', () => {
+  it('reports the whole silence, counted from the last matching reading before the restart', async () => {
+    const dir = tempDir();
+    const at = () => startTestServer({ 'data-dir': dir }, { silenceCheckMs: 200 });
+    let running: TestServer | null = await at();
+    try {
+      const s = await seedAccount(running);
+      const any = await running.services.alerts.create(s.device, { name: 'silent', kind: 'no_data', value: 10 });
+      const path = await running.services.alerts.create(s.device, { name: 'no temp', kind: 'no_data', field: 'env.temp', value: 10 });
+      await send(running, s.device, s.token, { env: { temp: 3 } });
+      const lastTemp = (await running.storage.repos.readings.latest(s.device.seq))!.time;
+      await send(running, s.device, s.token, { env: { door: 1 } });
+      await running.stop();
+      running = null;
+      // Due while the server is down: both fire as it starts, with the silence as it is then.
+      await sleep(13_000);
+      running = await at();
+      const [pathEvent] = await waitForEvents(running, path.id, 1);
+      const [anyEvent] = await waitForEvents(running, any.id, 1);
+      for (const event of [pathEvent!, anyEvent!]) {
+        const silence = (Date.parse(event.triggered_at!) - lastTemp) / 1000;
+        expect(event.condition_value).toBeGreaterThanOrEqual(13);
+        expect(Math.abs(event.condition_value! - silence)).toBeLessThan(1.5);
+      }
+    } finally {
+      await running?.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
+});
+
 describe('no_data after a start, on a long history without a match', () => {
   it('searches the readings for the latest match a bounded number of rows per check, then counts from it', async () => {
     const HOUR = 3_600_000;

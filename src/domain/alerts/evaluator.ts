@@ -455,11 +455,12 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
   /**
    * The latest reading a no_data alert counts, read back from the database on its first
    * check in this process (start-up, a new or changed alert): the device's last seen for `*`;
-   * for a path, the newest reading with a number there, searched back over one SECONDS
-   * window at most (with no match in it the alert is due anyway, and the window's start
-   * stands in for the unknown older reading). The path search reads at most `budget.rows`
-   * rows per check; undefined: not known yet, the search goes on at the next check (unless
-   * a matching reading arrives meanwhile: newer than anything searched, it ends the search).
+   * for a path, the newest reading with a number there, searched back to the alert's
+   * enabling or the device's resume (with no match since, that moment stands in), so a
+   * silence longer than SECONDS across a restart is reported whole. The path search reads
+   * at most `budget.rows` rows per check; undefined: not known yet, the search goes on at
+   * the next check (unless a matching reading arrives meanwhile: newer than anything
+   * searched, it ends the search).
    */
   async function lastMatchFromReadings(watch: NoDataWatch, now: number, budget: { rows: number }): Promise<number | undefined> {
     const { alert } = watch;
@@ -467,8 +468,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
     if (budget.rows <= 0) return undefined;
     let search = searches.get(alert.id);
     if (!search) {
-      const window = Math.max(silenceStart(null, alert.enabledAt, watch.deviceResumedAt), now - alert.value * 1000);
-      search = { window, before: END_OF_TIME };
+      search = { window: silenceStart(null, alert.enabledAt, watch.deviceResumedAt), before: END_OF_TIME };
       searches.set(alert.id, search);
     }
     const path = fieldPath(alert.field);
