@@ -462,7 +462,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
    * the next check (unless a matching reading arrives meanwhile: newer than anything
    * searched, it ends the search).
    */
-  async function lastMatchFromReadings(watch: NoDataWatch, now: number, budget: { rows: number }): Promise<number | undefined> {
+  async function lastMatchFromReadings(watch: NoDataWatch, budget: { rows: number }): Promise<number | undefined> {
     const { alert } = watch;
     if (alert.field === '*') return (await repos.devices.findBySeq(alert.deviceSeq))?.lastSeen ?? alert.enabledAt;
     if (budget.rows <= 0) return undefined;
@@ -591,7 +591,7 @@ export function alertEvaluator(deps: AlertEvaluatorDeps) {
       if (alert.state !== 'ok') continue;
       let last = lastMatch.get(alert.id);
       if (last === undefined) {
-        last = await lastMatchFromReadings(watch, now, budget);
+        last = await lastMatchFromReadings(watch, budget);
         if (last === undefined) continue;
         lastMatch.set(alert.id, last);
       } else if (searches.size > 0) searches.delete(alert.id);
