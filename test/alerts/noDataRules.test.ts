@@ -33,30 +33,41 @@ describe('no_data alerts: paused devices, disabled alerts, paths', () => {
       value: 10,
       enabled: false,
     });
+    // A suspended account's devices cannot send: their silence is no alarm either.
+    const suspended = await seedAccount(server, { device: { name: 'of a suspended account' } });
+    const onSuspended = await server.services.alerts.create(suspended.device, { name: 'suspended silent', kind: 'no_data', value: 10 });
     await send(server, account.device, account.token, { t: 1 });
     await send(server, paused.device, paused.accessToken, { t: 1 });
     await send(server, quiet.device, quiet.accessToken, { t: 1 });
+    await send(server, suspended.device, suspended.token, { t: 1 });
     await server.services.devices.pause(paused.device);
+    await server.services.accounts.setStatus(suspended.account.id, 'suspended');
 
     await waitForEvents(server, watched.id, 1);
     await sleep(2_000);
     expect(await eventsOf(server, onPaused.id)).toEqual([]);
     expect(await eventsOf(server, disabled.id)).toEqual([]);
+    expect(await eventsOf(server, onSuspended.id)).toEqual([]);
 
     // Their last readings are over 10 s old, yet the silence starts at the resume / enabling.
     await server.services.devices.resume(paused.device);
     const resumedAt = (await server.services.devices.getAny(paused.device.id)).resumedAt!;
     await server.services.alerts.setEnabled(disabled, true);
     const enabledAt = (await server.services.alerts.getAny(disabled.id)).enabledAt;
+    const accountResumedAt = Date.now();
+    await server.services.accounts.setStatus(suspended.account.id, 'active');
     await sleep(1_000);
     expect(await eventsOf(server, onPaused.id)).toEqual([]);
     expect(await eventsOf(server, disabled.id)).toEqual([]);
+    expect(await eventsOf(server, onSuspended.id)).toEqual([]);
 
     const [afterResume] = await waitForEvents(server, onPaused.id, 1);
     const [afterEnable] = await waitForEvents(server, disabled.id, 1);
+    const [afterAccountResume] = await waitForEvents(server, onSuspended.id, 1);
     for (const [event, from] of [
       [afterResume!, resumedAt],
       [afterEnable!, enabledAt],
+      [afterAccountResume!, accountResumedAt],
     ] as const) {
       const after = Date.parse(event.triggered_at!) - from;
       expect(after).toBeGreaterThanOrEqual(10_000);

@@ -102,6 +102,15 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
       snapshot_retention_days = @snapshot_retention_days, field_limit = @field_limit, updated_at = @now
     WHERE seq = @seq`);
   const updateStatus = db.prepare('UPDATE accounts SET status = ?, updated_at = ? WHERE seq = ?');
+  // A resumed account resumes its devices' silences: no_data alerts count from now, not from
+  // readings the suspension refused (devices.resumed_at, as a device's own resume sets it).
+  const resumeDevicesOf = db.prepare(
+    "UPDATE devices SET resumed_at = ? WHERE account_seq = ? AND (SELECT status FROM accounts WHERE seq = ?) = 'suspended'",
+  );
+  const setStatus = db.transaction((seq: number, status: 'active' | 'suspended', now: number) => {
+    if (status === 'active') resumeDevicesOf.run(now, seq, seq);
+    updateStatus.run(status, now, seq);
+  });
   const updateSecret = db.prepare('UPDATE accounts SET webhook_secret = ?, updated_at = ? WHERE seq = ?');
   // With a hash to replace, only over that one (repositories.ts): one statement.
   const updatePassword = db.prepare(
@@ -127,7 +136,7 @@ export function accountsRepo(db: Db, changes?: TableChanges) {
     insertFirst: (a: NewAccount): boolean => insertFirst.run(accountParams(a)).changes > 0,
     setPlan: (seq: number, plan: string, limits: PlanLimits, now: number) =>
       void updatePlan.run({ seq, plan, now, ...limitParams(limits) }),
-    setStatus: (seq: number, status: 'active' | 'suspended', now: number) => void updateStatus.run(status, now, seq),
+    setStatus: (seq: number, status: 'active' | 'suspended', now: number) => setStatus(seq, status, now),
     setWebhookSecret: (seq: number, secret: string, now: number) => void updateSecret.run(secret, now, seq),
     setPasswordHash: (seq: number, hash: string, now: number, replacing?: string | null) =>
       updatePassword.run(hash, now, seq, replacing !== undefined ? 1 : 0, replacing ?? null).changes > 0,

@@ -30,7 +30,17 @@ const updatePlan = prepared(
   `UPDATE accounts SET plan = $2, rate_per_minute = $3, rate_per_day = $4, device_limit = $5, retention_days = $6,
      snapshots_per_day = $7, snapshot_retention_days = $8, field_limit = $9, updated_at = $10 WHERE seq = $1`,
 );
-const updateStatus = prepared('account-set-status', 'UPDATE accounts SET status = $2, updated_at = $3 WHERE seq = $1');
+// A resumed account resumes its devices' silences: no_data alerts count from now, not from
+// readings the suspension refused (devices.resumed_at, as a device's own resume sets it).
+// Every part of the statement sees the status before it.
+const updateStatus = prepared(
+  'account-set-status',
+  `WITH resumed AS (
+     UPDATE devices SET resumed_at = $3
+     WHERE account_seq = $1 AND $2 = 'active' AND (SELECT status FROM accounts WHERE seq = $1) = 'suspended'
+   )
+   UPDATE accounts SET status = $2, updated_at = $3 WHERE seq = $1`,
+);
 const updateSecret = prepared('account-set-secret', 'UPDATE accounts SET webhook_secret = $2, updated_at = $3 WHERE seq = $1');
 // With $4, only over the hash $5: a row changed meanwhile is checked again on its new values
 // once the change that held it commits.
