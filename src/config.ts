@@ -167,10 +167,10 @@ export class ConfigError extends Error {
 /** A refused value of one option: `--name <why>`. */
 const badValue = (name: string, why: string) => new ConfigError(`--${name} ${why}`, name);
 
-/** Reads a JSON config file; its keys are long option names (docs/operations.md, "Configuration"). */
 /** Options whose flag takes a comma-separated list: a config file may give a JSON list. */
 const LIST_OPTIONS = new Set(['trust-proxy']);
 
+/** Reads a JSON config file; its keys are long option names (docs/operations.md, "Configuration"). */
 export function loadConfigFile(file: string): Record<string, unknown> {
   let parsed: unknown;
   try {

@@ -7,13 +7,23 @@ import { rmSync } from 'node:fs';
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
+import type { Composition } from '../../src/composition.js';
 import { onPostgres, openDataDirStorage } from '../helpers/backend.js';
-import { runCliAsync } from '../helpers/cli.js';
 import { tempDir } from '../helpers/server.js';
 import { seedViaCli, startChildServer, stopChild } from '../reliability/helpers.js';
 import { waitFor } from './helpers.js';
 
 const dataDir = tempDir('telemetryd-crashed-deliveries-');
+
+/** The data dir's services while no server runs, closed after `use`. */
+async function withServices<T>(use: (services: Composition['services']) => Promise<T>): Promise<T> {
+  const storage = await openDataDirStorage(dataDir);
+  try {
+    return await use(storage.services);
+  } finally {
+    await storage.close();
+  }
+}
 afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
 describe('alert deliveries across a crash', () => {
@@ -34,30 +44,20 @@ describe('alert deliveries across a crash', () => {
     const url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
     try {
       const seed = await seedViaCli(dataDir);
-      const withWebhook = await runCliAsync(
-        [
-          'alerts',
-          'create',
-          '--device',
-          seed.deviceId,
-          '--name',
-          'hot hook',
-          '--field',
-          't',
-          '--operator',
-          '>',
-          '--value',
-          '1',
-          '--action',
-          'webhook',
-          '--webhook-url',
-          url,
-          '--json',
-        ],
-        { dataDir },
-      );
-      expect(withWebhook.status, withWebhook.stderr).toBe(0);
-      const alertId = withWebhook.json.id as string;
+      // Created before the server starts, as the admin CLI would.
+      const alertId = await withServices(async (services) => {
+        const device = await services.devices.getAny(seed.deviceId);
+        return (
+          await services.alerts.create(device, {
+            name: 'hot hook',
+            field: 't',
+            operator: '>',
+            value: 1,
+            actions: ['webhook'],
+            webhookUrl: url,
+          })
+        ).id;
+      });
 
       const first = await startChildServer(dataDir);
       const res = await fetch(`${first.url}/api/devices/ingest`, {
@@ -86,16 +86,13 @@ describe('alert deliveries across a crash', () => {
       }
       // Recorded as sent, once; nothing else was sent.
       expect(bodies).toHaveLength(2);
-      const storage = await openDataDirStorage(dataDir);
-      try {
-        const alert = await storage.services.alerts.getAny(alertId);
-        const [event] = (await storage.services.alerts.historyWithDeliveries(alert, 10)) as {
-          deliveries: { action: string; status: string }[];
+      const deliveries = await withServices(async (services) => {
+        const [event] = (await services.alerts.historyWithDeliveries(await services.alerts.getAny(alertId), 10)) as {
+          deliveries: unknown[];
         }[];
-        expect(event!.deliveries).toMatchObject([{ action: 'webhook', status: 'sent' }]);
-      } finally {
-        await storage.close();
-      }
+        return event!.deliveries;
+      });
+      expect(deliveries).toMatchObject([{ action: 'webhook', status: 'sent' }]);
     } finally {
       for (const r of held) r.destroy();
       receiver.closeAllConnections();

@@ -133,10 +133,6 @@ function requireObject(data: unknown): Record<string, unknown> {
   return data as Record<string, unknown>;
 }
 
-/**
- * Strict mode: every top-level key must be a declared field. Flexible mode: at most the
- * plan's field limit of top-level keys (docs/api.md, "Schema modes").
- */
 interface StrictSchema {
   declared: ReadonlySet<string>;
   /** The leading parts of the dotted names (`env` of `env.humidity`): objects to look into. */
@@ -175,14 +171,18 @@ function undeclaredPaths(data: Record<string, unknown>, schema: StrictSchema, pr
   return out;
 }
 
+/**
+ * Strict mode: every key must be a declared field, or lead to one (undeclaredPaths). Flexible
+ * mode: at most the plan's field limit of top-level keys (docs/api.md, "Schema modes").
+ */
 function checkSchema(device: Device, account: Account, data: Record<string, unknown>): void {
-  const keys = Object.keys(data);
   if (device.schemaMode === 'strict') {
     const unknown = undeclaredPaths(data, strictSchemaOf(device.fields));
     if (unknown.length > 0) throw badRequest(`unknown fields for strict schema: ${unknown.join(', ')}`);
-  } else if (keys.length > account.limits.fieldLimit) {
-    throw badRequest(`reading has ${keys.length} fields; the plan allows ${account.limits.fieldLimit}`);
+    return;
   }
+  const keys = Object.keys(data).length;
+  if (keys > account.limits.fieldLimit) throw badRequest(`reading has ${keys} fields; the plan allows ${account.limits.fieldLimit}`);
 }
 
 export function ingestPipeline(deps: {
